@@ -1,0 +1,264 @@
+"""Advantage estimators: (AdvantageInputs, scalar knobs) -> AdvantageOutput.
+
+Group statistics are computed in float64 and cast back to the rewards' dtype, so a group whose rewards
+are all equal gets exactly zero advantage. verl computes them in float32, where 7 copies of 0.7f give a
+mean off by 6e-8 and GRPO then returns 0.056 instead of 0 (LOSS_ANCHORS.md §3); rlvrlab returns 0.
+
+Singleton groups (deliberate difference from verl's loop estimators): a response with no sibling has no
+group baseline, so every estimator whose only baseline is the group (grpo, dr_grpo, rloo, opo, gpg,
+fgrpo, ucpo) gives it 0, as verl's vectorised RLOO and UCPO's own estimator do; verl's loop versions give
+r/(1+eps) (GRPO) or r (RLOO). The batch-whitening estimators (reinforce_pp_baseline, gdpo) keep verl's
+value (group baseline 0) because the whitening centres every row against the batch anyway.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from .masked import group_count, group_index, group_sum, masked_whiten
+from .types import AdvantageInputs, AdvantageOutput, CorrectSetStats
+
+
+def _scores64(inp: AdvantageInputs) -> torch.Tensor:
+    return inp.token_rewards.to(torch.float64).sum(dim=-1)  # [B]
+
+
+def _broadcast(per_seq: torch.Tensor, inp: AdvantageInputs) -> AdvantageOutput:
+    """[B] float64 -> [B, T] in the rewards' dtype, zero outside the mask."""
+    adv = per_seq.to(inp.token_rewards.dtype).unsqueeze(-1) * inp.mask.to(inp.token_rewards.dtype)
+    return AdvantageOutput(advantages=adv, returns=adv)
+
+
+def _group_mean_std(scores: torch.Tensor, gidx: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Per-row group mean, unbiased group std (0 for singletons) and group size, all [B] float64."""
+    count = group_count(gidx)  # [G]
+    mean = group_sum(scores, gidx) / count  # [G]
+    dev = scores - mean[gidx]  # [B]
+    var = group_sum(dev**2, gidx) / (count - 1).clamp(min=1)  # [G]; singleton: 0 / 1
+    return mean[gidx], var.sqrt()[gidx], count[gidx]
+
+
+def grpo(inp: AdvantageInputs, *, adv_eps: float) -> AdvantageOutput:
+    """GRPO (Shao et al. 2024, eq. 3): A_i = (r_i - mean_g) / (std_g + eps), std unbiased."""
+    scores = _scores64(inp)
+    mean, std, _ = _group_mean_std(scores, group_index(inp.group_ids))
+    return _broadcast((scores - mean) / (std + adv_eps), inp)
+
+
+def dr_grpo(inp: AdvantageInputs) -> AdvantageOutput:
+    """Dr. GRPO (Liu et al. 2025, §3.2): A_i = r_i - mean_g, no std normalisation."""
+    scores = _scores64(inp)
+    mean, _, _ = _group_mean_std(scores, group_index(inp.group_ids))
+    return _broadcast(scores - mean, inp)
+
+
+def rloo(inp: AdvantageInputs) -> AdvantageOutput:
+    """RLOO (Ahmadian et al. 2024): r_i minus the mean of the other K-1 responses = K/(K-1)(r_i - mean_g)."""
+    scores = _scores64(inp)
+    mean, _, count = _group_mean_std(scores, group_index(inp.group_ids))
+    return _broadcast(count / (count - 1).clamp(min=1) * (scores - mean), inp)
+
+
+def opo(inp: AdvantageInputs) -> AdvantageOutput:
+    """OPO (Hao et al. 2025): baseline = length-weighted group mean sum(n_j r_j) / sum(n_j)."""
+    scores = _scores64(inp)
+    gidx = group_index(inp.group_ids)
+    lengths = inp.mask.to(torch.float64).sum(dim=-1)  # [B]
+    baseline = group_sum(lengths * scores, gidx) / group_sum(lengths, gidx).clamp(min=1e-300)  # [G]
+    return _broadcast(scores - baseline[gidx], inp)
+
+
+def gpg(inp: AdvantageInputs) -> AdvantageOutput:
+    """GPG (Chu et al. 2025): A_i = alpha (r_i - mean_g), alpha = B / max(1, #{r != 0 in the batch})."""
+    scores = _scores64(inp)
+    mean, _, _ = _group_mean_std(scores, group_index(inp.group_ids))
+    alpha = scores.shape[0] / max(1, int(torch.count_nonzero(scores).item()))
+    return _broadcast(alpha * (scores - mean), inp)
+
+
+def _verl_group_zscore(scores: torch.Tensor, gidx: torch.Tensor, adv_eps: float, norm_by_std: bool) -> torch.Tensor:
+    """verl's GRPO with its singleton convention (mean 0, std 1); only used before batch whitening."""
+    mean, std, count = _group_mean_std(scores, gidx)
+    singleton = count == 1
+    mean = torch.where(singleton, torch.zeros_like(mean), mean)
+    std = torch.where(singleton, torch.ones_like(std), std)
+    return (scores - mean) / (std + adv_eps) if norm_by_std else scores - mean
+
+
+def reinforce_pp_baseline(inp: AdvantageInputs) -> AdvantageOutput:
+    """REINFORCE++-baseline (Hu et al. 2025): r - mean_g on every token, then whitened over the batch."""
+    scores = _scores64(inp)
+    centred = _verl_group_zscore(scores, group_index(inp.group_ids), 0.0, norm_by_std=False)  # [B]
+    mask = inp.mask.to(torch.float64)
+    whitened = masked_whiten(centred.unsqueeze(-1) * mask, mask) * mask  # [B, T]
+    adv = whitened.to(inp.token_rewards.dtype)
+    return AdvantageOutput(advantages=adv, returns=adv)
+
+
+def gdpo(inp: AdvantageInputs, *, adv_eps: float) -> AdvantageOutput:
+    """GDPO (Liu et al. 2026) with one reward: GRPO advantage, then whitened over the batch."""
+    scores = _scores64(inp)
+    z = _verl_group_zscore(scores, group_index(inp.group_ids), adv_eps, norm_by_std=True)  # [B]
+    mask = inp.mask.to(torch.float64)
+    adv = (masked_whiten(z.unsqueeze(-1) * mask, mask) * mask).to(inp.token_rewards.dtype)
+    return AdvantageOutput(advantages=adv, returns=adv)
+
+
+def reinforce_pp(inp: AdvantageInputs, *, gamma: float) -> AdvantageOutput:
+    """REINFORCE++ (Hu et al. 2025): discounted reward-to-go per token, whitened over the batch; no groups.
+
+    At mask-0 tokens inside a response (tool observations) the running return is carried across
+    unchanged and the stored return is 0, as in current verl (legacy verl reset it there).
+    """
+    rewards = inp.token_rewards.to(torch.float64)  # [B, T]
+    valid = inp.mask.bool()
+    returns = torch.zeros_like(rewards)
+    running = torch.zeros(rewards.shape[0], dtype=torch.float64, device=rewards.device)  # [B]
+    for t in reversed(range(rewards.shape[1])):
+        running = torch.where(valid[:, t], rewards[:, t] + gamma * running, running)
+        returns[:, t] = torch.where(valid[:, t], running, torch.zeros_like(running))
+    mask = inp.mask.to(torch.float64)
+    adv = masked_whiten(returns, mask) * mask
+    dtype = inp.token_rewards.dtype
+    return AdvantageOutput(advantages=adv.to(dtype), returns=returns.to(dtype))
+
+
+def _top2_gap(scores: torch.Tensor, gidx: torch.Tensor, adv_eps: float, norm_by_std: bool) -> torch.Tensor:
+    """Pass@k GRPO (Chen et al. 2025, arXiv 2503.19595): only each group's arg-max gets r_max - r_2nd."""
+    adv = torch.zeros_like(scores)
+    _, std, count = _group_mean_std(scores, gidx)
+    for g in range(int(gidx.max().item()) + 1):
+        rows = torch.nonzero(gidx == g).flatten()
+        if rows.numel() < 2:
+            raise ValueError(f"pass@k advantage needs at least 2 responses per group; group {g} has {rows.numel()}")
+        top, order = torch.topk(scores[rows], 2)
+        gap = top[0] - top[1]
+        adv[rows[order[0]]] = gap / (std[rows[0]] + adv_eps) if norm_by_std else gap
+    return adv
+
+
+def grpo_passk(inp: AdvantageInputs, *, adv_eps: float) -> AdvantageOutput:
+    """Pass@k GRPO, std-normalised: the best response of a group gets (r_max - r_2nd)/(std_g + eps)."""
+    return _broadcast(_top2_gap(_scores64(inp), group_index(inp.group_ids), adv_eps, norm_by_std=True), inp)
+
+
+def dr_grpo_passk(inp: AdvantageInputs) -> AdvantageOutput:
+    """Pass@k GRPO without std normalisation: the best response gets r_max - r_2nd."""
+    return _broadcast(_top2_gap(_scores64(inp), group_index(inp.group_ids), 0.0, norm_by_std=False), inp)
+
+
+def passk(inp: AdvantageInputs, *, passk_k: int, adv_eps: float) -> AdvantageOutput:
+    """Pass@K training (Chen et al. 2025, analytic form; UCPO_SPEC.md §6) for binary rewards.
+
+    With n responses and c correct: rho = 1 - C(n-c,K)/C(n,K), sigma = sqrt(rho(1-rho));
+    correct: (1-rho)/(sigma+eps); wrong: (1 - rho - C(n-c-1,K-1)/C(n-1,K-1))/(sigma+eps).
+    rlvrlab refuses non-binary rewards (the UCPO repo silently leaves them as raw rewards).
+    """
+    scores = _scores64(inp)
+    if not bool(((scores == 0) | (scores == 1)).all()):
+        raise ValueError("passk advantage needs binary rewards in {0, 1}")
+    gidx = group_index(inp.group_ids)
+    adv = torch.zeros_like(scores)
+    for g in range(int(gidx.max().item()) + 1):
+        rows = torch.nonzero(gidx == g).flatten()
+        n, c = rows.numel(), int(scores[rows].sum().item())
+        if passk_k > n:
+            raise ValueError(f"passk_k={passk_k} exceeds the group size {n}")
+        rho = 1.0 - math.comb(n - c, passk_k) / math.comb(n, passk_k)
+        sigma = math.sqrt(rho * (1.0 - rho))
+        correct = (1.0 - rho) / (sigma + adv_eps)
+        wrong = (1.0 - rho - math.comb(n - c - 1, passk_k - 1) / math.comb(n - 1, passk_k - 1)) / (sigma + adv_eps)
+        values = torch.tensor([wrong, correct], dtype=torch.float64)
+        adv[rows] = values[(scores[rows] > 0).long()]
+    return _broadcast(adv, inp)
+
+
+def fgrpo(inp: AdvantageInputs, *, adv_eps: float, fgrpo_gamma: float) -> AdvantageOutput:
+    """F-GRPO (UCPO paper baseline): GRPO advantage scaled per group by (1 - c/N)^gamma, c = #correct."""
+    scores = _scores64(inp)
+    gidx = group_index(inp.group_ids)
+    mean, std, count = _group_mean_std(scores, gidx)
+    num_correct = group_sum((scores > 0).to(torch.float64), gidx)[gidx]  # [B]
+    scale = (1.0 - num_correct / count) ** fgrpo_gamma
+    return _broadcast(scale * (scores - mean) / (std + adv_eps), inp)
+
+
+def mean_token_logp(old_logp: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """[B, T] -> [B] float64 length-normalised sequence log-prob (empty responses count as length 1)."""
+    m = mask.to(torch.float64)
+    total = torch.where(mask.bool(), old_logp.to(torch.float64), torch.zeros((), dtype=torch.float64)).sum(-1)
+    return total / m.sum(-1).clamp(min=1)
+
+
+def ucpo(inp: AdvantageInputs, *, tau: float, alpha: float, adv_eps: float) -> AdvantageOutput:
+    """UCPO (Lochab et al. 2026; the UCPO repo's ``iq`` estimator, UCPO_SPEC.md §1).
+
+    GRPO advantage A0 (eps = adv_eps, unbiased std, singletons 0). In each group with >= 2 correct
+    responses (reward > 0): q = softmax over the correct set of the mean token log-prob under pi_old,
+    t = normalised 1/max(q, 1e-6), weight w_i = (1 - tau) + tau * n_c * t_i (mean 1 over the set), and
+    A_i = A_base * w_i with A_base = A0 of the group's first correct row in batch order. With alpha > 0,
+    groups with >= 2 incorrect responses get A_j -= max(0, alpha * (-log p_j - H(p))), p = softmax over
+    the incorrect set. tau = 0 is GRPO with the same eps.
+    """
+    if inp.old_logp is None:
+        raise ValueError("ucpo needs old_logp (behaviour log-probs) to compute q")
+    scores = _scores64(inp)
+    gidx = group_index(inp.group_ids)
+    mean, std, _ = _group_mean_std(scores, gidx)
+    adv = (scores - mean) / (std + adv_eps)  # [B] A0
+    mu = mean_token_logp(inp.old_logp, inp.mask)  # [B]
+    for g in range(int(gidx.max().item()) + 1):
+        rows = torch.nonzero(gidx == g).flatten()  # batch order
+        correct, wrong = rows[scores[rows] > 0], rows[scores[rows] <= 0]
+        if correct.numel() >= 2:
+            q = torch.softmax(mu[correct], dim=0).clamp(min=1e-6)
+            target = (1.0 / q) / (1.0 / q).sum()
+            weight = (1.0 - tau) + tau * correct.numel() * target
+            adv[correct] = adv[correct[0]] * weight
+        if wrong.numel() >= 2 and alpha > 0:
+            logp_wrong = torch.log_softmax(mu[wrong], dim=0)
+            entropy = -(logp_wrong.exp() * logp_wrong).sum()
+            adv[wrong] = adv[wrong] - (alpha * (-logp_wrong - entropy)).clamp(min=0)
+    return _broadcast(adv, inp)
+
+
+def entropy_advantage_bonus(
+    adv: torch.Tensor, entropy: torch.Tensor, *, ent_adv_alpha: float, ent_adv_kappa: float
+) -> torch.Tensor:
+    """Ent-Adv (Cheng et al. 2025, UCPO paper baseline): A_t + min(alpha * H_t, |A_t| / kappa), H detached.
+
+    adv, entropy: [B, T]. As in the UCPO repo, the bonus is added to negative advantages too.
+    """
+    return adv + torch.minimum(ent_adv_alpha * entropy.detach(), adv.abs() / ent_adv_kappa)
+
+
+def correct_set_stats(inp: AdvantageInputs) -> CorrectSetStats:
+    """UCPO's diagnostics of how a group's probability mass spreads over its correct responses.
+
+    Logged for every algorithm (not only UCPO), so collapse of GRPO onto one correct answer is visible.
+    """
+    if inp.old_logp is None:
+        raise ValueError("correct-set statistics need old_logp")
+    scores = _scores64(inp)
+    gidx = group_index(inp.group_ids)
+    mu = mean_token_logp(inp.old_logp, inp.mask)  # [B]
+    h_c, max_q, n_c, h_i, n_i = [], [], [], [], []
+    for g in range(int(gidx.max().item()) + 1):
+        rows = torch.nonzero(gidx == g).flatten()
+        correct, wrong = rows[scores[rows] > 0], rows[scores[rows] <= 0]
+        if correct.numel() >= 2:
+            logq = torch.log_softmax(mu[correct], dim=0)
+            h_c.append(-(logq.exp() * logq).sum())
+            max_q.append(logq.exp().max())
+            n_c.append(float(correct.numel()))
+        if wrong.numel() >= 2:
+            logp = torch.log_softmax(mu[wrong], dim=0)
+            h_i.append(-(logp.exp() * logp).sum())
+            n_i.append(float(wrong.numel()))
+
+    def vec(values: list) -> torch.Tensor:
+        return torch.tensor([float(v) for v in values], dtype=torch.float64)
+
+    return CorrectSetStats(vec(h_c), vec(max_q), vec(n_c), vec(h_i), vec(n_i))

@@ -1,0 +1,342 @@
+"""Policy losses: (LossInputs, Aggregation, scalar knobs) -> LossOutput. Per-token losses are minimised.
+
+delta = logp - old_logp, rho = exp(delta). Where verl clamps delta to [-20, 20] before exp, so do we
+(noted per loss); the vectors in tests/vectors pin every choice against verl's own functions.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+import torch
+
+from .aggregation import Aggregation
+from .masked import masked_mean, masked_sum
+from .types import LossInputs, LossOutput, LossStats
+
+PolicyLoss = Callable[..., LossOutput]
+
+
+def _item(t: torch.Tensor) -> float:
+    return float(t.detach().item())
+
+
+def _frac(condition: torch.Tensor, mask: torch.Tensor) -> float:
+    return _item(masked_mean(condition.to(mask.dtype), mask))
+
+
+def _ratio_stats(ratio: torch.Tensor, mask: torch.Tensor) -> dict[str, float]:
+    """ratio_mean / ratio_max over response tokens."""
+    if not bool(mask.bool().any()):
+        return {"ratio_mean": 1.0, "ratio_max": 1.0}
+    return {
+        "ratio_mean": _item(masked_mean(ratio.detach(), mask)),
+        "ratio_max": _item(ratio.detach()[mask.bool()].max()),
+    }
+
+
+def _cap_pos(x: LossInputs, eps_high: float) -> float | None:
+    """UP paper eq. 11: probability still gainable before the upper clip, mean over A>0 tokens.
+
+    Cap = min(1, (1+eps_high) pi_old) - pi if pi < (1+eps_high) pi_old, else 0. eps_high = inf gives 1 - pi.
+    """
+    pos = x.mask.bool() & (x.adv > 0)
+    if not bool(pos.any()):
+        return None
+    pi = torch.exp(x.logp.detach())
+    bound = (1.0 + eps_high) * torch.exp(x.old_logp)
+    cap = torch.where(pi < bound, torch.clamp(bound, max=1.0) - pi, torch.zeros_like(pi))
+    return _item(cap[pos].mean())
+
+
+def clip_loss(
+    x: LossInputs, agg: Aggregation, *, eps_low: float, eps_high: float, dual_clip_c: float | None
+) -> LossOutput:
+    """PPO clipped surrogate with decoupled bounds (DAPO, Yu et al. 2025, eq. 10) and optional dual clip.
+
+    l = max(-A rho, -A clip(rho, 1-eps_low, 1+eps_high)); for A<0 with dual_clip_c = c:
+    l = min(l, -A c) (Ye et al. 2020). delta clamped to [-20, 20]. eps_high may be inf (no upper clip).
+    With dual_clip_c = 3 this is verl's ``vanilla`` loss exactly.
+    """
+    delta = torch.clamp(x.logp - x.old_logp, min=-20.0, max=20.0)  # [B, T]
+    ratio = torch.exp(delta)
+    surr = -x.adv * ratio
+    surr_clipped = -x.adv * torch.clamp(ratio, 1.0 - eps_low, 1.0 + eps_high)
+    per_token = torch.maximum(surr, surr_clipped)
+    dual_frac = 0.0
+    if dual_clip_c is not None:
+        dual_bound = -x.adv * dual_clip_c
+        dual_frac = _frac((per_token > dual_bound) & (x.adv < 0), x.mask)
+        per_token = torch.where(x.adv < 0, torch.minimum(per_token, dual_bound), per_token)
+    stats = LossStats(
+        clip_frac_upper=_frac((x.adv > 0) & (ratio > 1.0 + eps_high), x.mask),
+        clip_frac_lower=_frac((x.adv < 0) & (ratio < 1.0 - eps_low), x.mask),
+        dual_clip_frac=dual_frac,
+        approx_kl=_item(masked_mean(-delta, x.mask)),
+        cap_pos_mean=_cap_pos(x, eps_high),
+        **_ratio_stats(ratio, x.mask),
+    )
+    return LossOutput(agg(per_token, x.mask), per_token, stats)
+
+
+def reinforce_offpolicy_loss(x: LossInputs, agg: Aggregation) -> LossOutput:
+    """Off-policy REINFORCE: l = -A rho on both signs, no clip (UP paper, Fig. 5 ablation). delta clamped +-20."""
+    return clip_loss(x, agg, eps_low=math.inf, eps_high=math.inf, dual_clip_c=None)
+
+
+def gspo_loss(x: LossInputs, agg: Aggregation, *, eps_low: float, eps_high: float) -> LossOutput:
+    """GSPO (Zheng et al. 2025, eq. 5-7): sequence ratio s_i = exp(mean_t delta), clipped at sequence level.
+
+    Token form with stop-gradient as in verl: log s_it = logp - sg(logp) + sg(log s_i), clamped above at 10;
+    its value is s_i and its gradient w.r.t. logp_t is s_i. Use agg=seq-mean-token-mean for the paper's
+    objective (verl forces it; rlvrlab leaves it to the algorithm YAML).
+    """
+    delta = x.logp - x.old_logp
+    lengths = x.mask.sum(-1).clamp(min=1)  # [B]
+    log_seq_ratio = masked_sum(delta, x.mask, dim=-1) / lengths  # [B]
+    log_token_ratio = x.logp - x.logp.detach() + log_seq_ratio.detach().unsqueeze(-1)
+    ratio = torch.exp(torch.clamp(log_token_ratio, max=10.0))  # [B, T]
+    surr = -x.adv * ratio
+    surr_clipped = -x.adv * torch.clamp(ratio, 1.0 - eps_low, 1.0 + eps_high)
+    per_token = torch.maximum(surr, surr_clipped)
+    stats = LossStats(
+        clip_frac_upper=_frac((x.adv > 0) & (ratio > 1.0 + eps_high), x.mask),
+        clip_frac_lower=_frac((x.adv < 0) & (ratio < 1.0 - eps_low), x.mask),
+        approx_kl=_item(masked_mean(-delta, x.mask)),
+        **_ratio_stats(ratio, x.mask),
+    )
+    return LossOutput(agg(per_token, x.mask), per_token, stats)
+
+
+def cispo_loss(x: LossInputs, agg: Aggregation, *, eps_low: float, eps_high: float) -> LossOutput:
+    """CISPO (MiniMax 2025, eq. 4): l = -sg(clip(rho, 1-eps_low, 1+eps_high)) A logp; every token keeps a gradient."""
+    delta = torch.clamp(x.logp - x.old_logp, min=-20.0, max=20.0)
+    ratio = torch.exp(delta)
+    weight = torch.clamp(ratio, 1.0 - eps_low, 1.0 + eps_high).detach()
+    per_token = -weight * x.adv * x.logp
+    stats = LossStats(
+        clip_frac_upper=_frac(ratio > 1.0 + eps_high, x.mask),
+        clip_frac_lower=_frac(ratio < 1.0 - eps_low, x.mask),
+        approx_kl=_item(masked_mean(-delta, x.mask)),
+        cap_pos_mean=_cap_pos(x, math.inf),
+        **_ratio_stats(ratio, x.mask),
+    )
+    return LossOutput(agg(per_token, x.mask), per_token, stats)
+
+
+def sapo_loss(x: LossInputs, agg: Aggregation, *, sapo_tau_pos: float, sapo_tau_neg: float) -> LossOutput:
+    """SAPO (Gao et al. 2025): soft gate f(rho) = sigmoid(tau (rho - 1)) 4 / tau, l = -f(rho) A.
+
+    tau = tau_pos for A > 0 else tau_neg; the gradient at rho = 1 equals the plain policy gradient.
+    """
+    delta = torch.clamp(x.logp - x.old_logp, min=-20.0, max=20.0)
+    ratio = torch.exp(delta)
+    tau = torch.where(x.adv > 0, torch.full_like(ratio, sapo_tau_pos), torch.full_like(ratio, sapo_tau_neg))
+    per_token = -torch.sigmoid(tau * (ratio - 1.0)) * (4.0 / tau) * x.adv
+    stats = LossStats(approx_kl=_item(masked_mean(-delta, x.mask)), **_ratio_stats(ratio, x.mask))
+    return LossOutput(agg(per_token, x.mask), per_token, stats)
+
+
+def gmpo_loss(x: LossInputs, agg: Aggregation, *, eps_low: float, eps_high: float) -> LossOutput:
+    """GMPO (Zhao et al. 2025): geometric mean of token ratios, token-level log-ratio clip toward sgn(A).
+
+    Sequence ratio exp(mean_t dtilde) with dtilde = sgn(A) min(sgn(A) delta, sgn(A) clamp(delta, -eps_low,
+    eps_high)); sequence advantage = mean_t A; loss = mean over *all* rows (empty rows count, as in verl)
+    of -A_seq * ratio. The aggregation mode is not used; agg.num_rows/dp_size give the global denominator.
+    """
+    delta = x.logp - x.old_logp
+    sign = torch.sign(x.adv)
+    delta_clamped = torch.clamp(delta, -eps_low, eps_high)
+    delta_min = sign * torch.minimum(sign * delta, sign * delta_clamped)
+    lengths = x.mask.sum(-1)  # [B]
+    seq_ratio = torch.exp(masked_sum(delta_min, x.mask, dim=-1) / (lengths + 1e-8))  # [B]
+    seq_adv = masked_sum(x.adv, x.mask, dim=-1) / (lengths + 1e-8)  # [B]
+    seq_loss = -seq_adv * seq_ratio  # [B]
+    num_rows = agg.num_rows if agg.num_rows is not None else seq_loss.shape[0]
+    loss = seq_loss.sum() / num_rows * agg.dp_size
+    clipped = delta != delta_clamped
+    stats = LossStats(
+        clip_frac_upper=_frac(clipped & (x.adv > 0), x.mask),
+        clip_frac_lower=_frac(clipped & (x.adv < 0), x.mask),
+        approx_kl=_item(masked_mean(-delta, x.mask)),
+        **_ratio_stats(torch.exp(delta), x.mask),
+    )
+    per_token = (seq_loss / lengths.clamp(min=1)).unsqueeze(-1) * x.mask
+    return LossOutput(loss, per_token, stats)
+
+
+def pg_loss(x: LossInputs, agg: Aggregation) -> LossOutput:
+    """Vanilla policy gradient l = -A logp (GPG, Chu et al. 2025): no ratio, no clip."""
+    per_token = -x.logp * x.adv
+    delta = x.logp - x.old_logp
+    stats = LossStats(approx_kl=_item(masked_mean(-delta, x.mask)), **_ratio_stats(torch.exp(delta), x.mask))
+    return LossOutput(agg(per_token, x.mask), per_token, stats)
+
+
+def w_reinforce_loss(x: LossInputs, agg: Aggregation, *, w_reinforce_lambda: float) -> LossOutput:
+    """W-REINFORCE (Zhu et al. 2025, "negative sample reinforcement"): l = -w A logp, w = lambda if A > 0 else 1."""
+    weight = torch.where(x.adv > 0, torch.full_like(x.adv, w_reinforce_lambda), torch.ones_like(x.adv))
+    per_token = -weight * x.adv * x.logp
+    delta = x.logp - x.old_logp
+    stats = LossStats(approx_kl=_item(masked_mean(-delta, x.mask)), **_ratio_stats(torch.exp(delta), x.mask))
+    return LossOutput(agg(per_token, x.mask), per_token, stats)
+
+
+def _dppo(x: LossInputs, agg: Aggregation, valid: torch.Tensor, delta: torch.Tensor, dppo_c: float) -> LossOutput:
+    ratio = torch.exp(delta)
+    truncated = torch.clamp(ratio, max=dppo_c).detach()
+    per_token = -x.adv * truncated * x.logp * valid.detach().to(x.logp.dtype)
+    stats = LossStats(
+        masked_frac=_frac(~valid, x.mask),
+        dual_clip_frac=_frac((ratio > dppo_c) & valid, x.mask),
+        approx_kl=_item(masked_mean(-delta, x.mask)),
+        **_ratio_stats(ratio, x.mask),
+    )
+    return LossOutput(agg(per_token, x.mask), per_token, stats)
+
+
+def dppo_tv_loss(x: LossInputs, agg: Aggregation, *, eps_low: float, eps_high: float, dppo_c: float) -> LossOutput:
+    """DPPO-Binary-TV (arXiv 2602.04879): truncated-IS policy gradient kept only inside a probability trust region.
+
+    Valid if p - p_old <= eps_high (A > 0) or p - p_old >= -eps_low (A <= 0); l = -A sg(min(rho, c)) logp.
+    """
+    delta = torch.clamp(x.logp - x.old_logp, min=-20.0, max=20.0)
+    diff = torch.exp(x.logp) - torch.exp(x.old_logp)
+    valid = torch.where(x.adv > 0, diff <= eps_high, diff >= -eps_low)
+    return _dppo(x, agg, valid, delta, dppo_c)
+
+
+def dppo_kl_loss(x: LossInputs, agg: Aggregation, *, eps_low: float, eps_high: float, dppo_c: float) -> LossOutput:
+    """DPPO-Binary-KL: as DPPO-TV with the binary KL(p_old || p) <= eps, or a move in the safe direction."""
+    delta = torch.clamp(x.logp - x.old_logp, min=-20.0, max=20.0)
+    p, p_old = torch.exp(x.logp), torch.exp(x.old_logp)
+    binary_kl = p_old * (x.old_logp - x.logp) + (1 - p_old) * torch.log((1.0 - p_old + 1e-8) / (1.0 - p + 1e-8))
+    valid = torch.where(x.adv > 0, (binary_kl <= eps_high) | (p <= p_old), (binary_kl <= eps_low) | (p >= p_old))
+    return _dppo(x, agg, valid, delta, dppo_c)
+
+
+def dro_loss(x: LossInputs, agg: Aggregation, *, dro_beta: float) -> LossOutput:
+    """DRO (current verl): l = -(A logp - beta/2 (logp - old_logp)^2)."""
+    delta = x.logp - x.old_logp
+    per_token = -(x.logp * x.adv - 0.5 * dro_beta * delta.square())
+    stats = LossStats(approx_kl=_item(masked_mean(-delta, x.mask)), **_ratio_stats(torch.exp(delta), x.mask))
+    return LossOutput(agg(per_token, x.mask), per_token, stats)
+
+
+def _token_cov(x: LossInputs) -> torch.Tensor:
+    """(A - mean A)(logp - mean logp) over valid tokens, detached. [B, T]"""
+    logp = x.logp.detach()
+    return (x.adv - masked_mean(x.adv, x.mask)) * (logp - masked_mean(logp, x.mask))
+
+
+def clip_cov_loss(
+    x: LossInputs,
+    agg: Aggregation,
+    *,
+    eps_low: float,
+    eps_high: float,
+    cov_ratio: float,
+    clip_cov_lb: float,
+    clip_cov_ub: float,
+) -> LossOutput:
+    """Clip-Cov (Cui et al. 2025, Entropy Mechanism of RL): the clipped loss (no dual clip, no delta clamp),
+    with max(1, floor(cov_ratio N)) random not-yet-clipped tokens whose covariance lies in (lb, ub) detached.
+    Draws from torch's global RNG (seeded by the run's seed)."""
+    delta = x.logp - x.old_logp
+    ratio = torch.exp(delta)
+    surr = -x.adv * ratio
+    surr_clipped = -x.adv * torch.clamp(ratio, 1.0 - eps_low, 1.0 + eps_high)
+    valid = x.mask.bool()
+    clipped = (surr_clipped > surr) & valid
+    cov = _token_cov(x)
+    candidates = torch.nonzero(valid & ~clipped & (cov > clip_cov_lb) & (cov < clip_cov_ub))  # [K, 2]
+    num_clip = max(int(cov_ratio * int(valid.sum().item())), 1)
+    chosen = candidates[torch.randperm(len(candidates))[:num_clip]]
+    keep = torch.ones_like(x.adv)
+    keep[chosen[:, 0], chosen[:, 1]] = 0.0
+    per_token = torch.maximum(surr, surr_clipped) * keep
+    stats = LossStats(
+        clip_frac_upper=_frac((x.adv > 0) & (ratio > 1.0 + eps_high), x.mask),
+        clip_frac_lower=_frac((x.adv < 0) & (ratio < 1.0 - eps_low), x.mask),
+        masked_frac=_frac(keep == 0, x.mask),
+        approx_kl=_item(masked_mean(-delta, x.mask)),
+        cap_pos_mean=_cap_pos(x, eps_high),
+        **_ratio_stats(ratio, x.mask),
+    )
+    return LossOutput(agg(per_token, x.mask), per_token, stats)
+
+
+def kl_cov_loss(x: LossInputs, agg: Aggregation, *, cov_ratio: float, kl_cov_coef: float) -> LossOutput:
+    """KL-Cov (Cui et al. 2025): unclipped -A rho; the top max(1, floor(cov_ratio N)) covariance tokens
+    also pay kl_cov_coef * |logp - old_logp|."""
+    delta = x.logp - x.old_logp
+    ratio = torch.exp(delta)
+    valid = x.mask.bool()
+    cov = torch.where(valid, _token_cov(x), torch.full_like(x.adv, -math.inf))
+    num_top = max(1, int(int(valid.sum().item()) * cov_ratio))
+    top = torch.topk(cov.flatten(), min(num_top, int(valid.sum().item()))).indices
+    penalised = torch.zeros(cov.numel(), dtype=torch.bool, device=cov.device)
+    penalised[top] = True
+    penalised = penalised.view_as(cov)
+    per_token = -x.adv * ratio + torch.where(penalised, kl_cov_coef * delta.abs(), torch.zeros_like(delta))
+    stats = LossStats(
+        masked_frac=_frac(penalised, x.mask),
+        approx_kl=_item(masked_mean(-delta, x.mask)),
+        cap_pos_mean=_cap_pos(x, math.inf),
+        **_ratio_stats(ratio, x.mask),
+    )
+    return LossOutput(agg(per_token, x.mask), per_token, stats)
+
+
+def with_unbounded_positive(base: PolicyLoss) -> PolicyLoss:
+    """UP (Unbounded Positive, arXiv 2607.06987, eq. 12-16) on top of a base loss.
+
+    A > 0 tokens: l = -A exp(logp - sg(logp)): value -A, gradient -A d logp, no ratio to pi_old, never
+    clipped (eq. 12-13). A <= 0 tokens keep the base loss unchanged (its clip and dual clip). With base =
+    clip_loss this is UP-DAPO (eq. 14) / UP-GRPO (eq. 15, symmetric eps + seq-mean-token-mean); with
+    gspo_loss and seq-mean-token-mean it is UP-GSPO (eq. 16): per token A/|o_i| d logp.
+    """
+
+    def up_loss(x: LossInputs, agg: Aggregation, **knobs) -> LossOutput:
+        out = base(x, agg, **knobs)
+        positive = x.adv > 0
+        self_anchored = -x.adv * torch.exp(x.logp - x.logp.detach())
+        per_token = torch.where(positive, self_anchored, out.per_token)
+        pos_mask = x.mask.bool() & positive
+        cap = _item((1.0 - torch.exp(x.logp.detach()))[pos_mask].mean()) if bool(pos_mask.any()) else None
+        stats = LossStats(
+            clip_frac_upper=0.0,  # positive tokens are never clipped
+            clip_frac_lower=out.stats.clip_frac_lower,
+            dual_clip_frac=out.stats.dual_clip_frac,
+            masked_frac=out.stats.masked_frac,
+            approx_kl=out.stats.approx_kl,
+            ratio_mean=out.stats.ratio_mean,
+            ratio_max=out.stats.ratio_max,
+            cap_pos_mean=cap,  # eq. 12: only the probability itself bounds the gain
+        )
+        return LossOutput(agg(per_token, x.mask), per_token, stats)
+
+    up_loss.__name__ = f"unbounded_positive_{base.__name__}"
+    up_loss.__wrapped__ = base  # type: ignore[attr-defined]  # keeps the base's knob signature visible
+    return up_loss
+
+
+POLICY_LOSSES: dict[str, PolicyLoss] = {
+    "clip": clip_loss,
+    "reinforce": reinforce_offpolicy_loss,
+    "gspo": gspo_loss,
+    "cispo": cispo_loss,
+    "sapo": sapo_loss,
+    "gmpo": gmpo_loss,
+    "gpg": pg_loss,
+    "w_reinforce": w_reinforce_loss,
+    "dppo_tv": dppo_tv_loss,
+    "dppo_kl": dppo_kl_loss,
+    "dro": dro_loss,
+    "clip_cov": clip_cov_loss,
+    "kl_cov": kl_cov_loss,
+}
+
+# Losses with a clipped positive branch that UP can replace.
+UP_COMPATIBLE_LOSSES = frozenset({"clip", "gspo", "cispo"})

@@ -1,0 +1,47 @@
+"""Masked reductions and group indexing shared by the algorithm functions."""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Sequence
+
+import numpy as np
+import torch
+
+
+def masked_sum(values: torch.Tensor, mask: torch.Tensor, dim: int | None = None) -> torch.Tensor:
+    # torch.where, not values * mask: padding may hold inf/huge values and inf * 0 is nan
+    valid = torch.where(mask.bool(), values, torch.zeros((), dtype=values.dtype, device=values.device))
+    return valid.sum() if dim is None else valid.sum(dim=dim)
+
+
+def masked_mean(values: torch.Tensor, mask: torch.Tensor, dim: int | None = None) -> torch.Tensor:
+    count = mask.sum() if dim is None else mask.sum(dim=dim)
+    return masked_sum(values, mask, dim) / count.clamp(min=1)
+
+
+def masked_whiten(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """(x - mean) / sqrt(var + 1e-8) over the valid tokens of the whole batch (unbiased variance)."""
+    count = mask.sum()
+    if count <= 1:
+        raise ValueError(f"batch whitening needs at least 2 response tokens, got {int(count.item())}")
+    mean = masked_mean(values, mask)
+    var = masked_sum((values - mean) ** 2, mask) / (count - 1)
+    return (values - mean) * torch.rsqrt(var + 1e-8)
+
+
+def group_index(group_ids: Sequence[Hashable] | np.ndarray | torch.Tensor) -> torch.Tensor:
+    """Map arbitrary group ids to 0..G-1 in sorted-id order. Returns a LongTensor [B]."""
+    if isinstance(group_ids, torch.Tensor):
+        group_ids = group_ids.cpu().numpy()
+    _, inverse = np.unique(np.asarray(group_ids), return_inverse=True)
+    return torch.as_tensor(inverse.reshape(-1), dtype=torch.long)
+
+
+def group_sum(values: torch.Tensor, gidx: torch.Tensor) -> torch.Tensor:
+    """[B] -> [G] per-group sums."""
+    num_groups = int(gidx.max().item()) + 1
+    return torch.zeros(num_groups, dtype=values.dtype, device=values.device).index_add_(0, gidx, values)
+
+
+def group_count(gidx: torch.Tensor, dtype: torch.dtype = torch.float64) -> torch.Tensor:
+    return group_sum(torch.ones(gidx.shape[0], dtype=dtype, device=gidx.device), gidx)

@@ -1,0 +1,86 @@
+"""Typed inputs and outputs of the algorithm functions.
+
+Glossary (used everywhere in rlvrlab): B = responses in the batch, T = padded response length,
+``mask`` = response mask (1 on response tokens, right padding 0), ``logp`` = current-policy per-token
+log-probs, ``old_logp`` = behaviour-policy log-probs, ``adv`` = per-token advantages.
+Stats stay typed here; only rlvrlab's tracking edge turns them into metric names.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Sequence
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass(frozen=True)
+class AdvantageInputs:
+    token_rewards: torch.Tensor  # [B, T] outcome reward on the last response token, 0 elsewhere
+    mask: torch.Tensor  # [B, T]
+    group_ids: Sequence[Hashable]  # [B] prompt id per row; rows of a group need not be contiguous
+    old_logp: torch.Tensor | None = None  # [B, T] behaviour log-probs (UCPO's q needs them)
+
+
+@dataclass(frozen=True)
+class AdvantageOutput:
+    advantages: torch.Tensor  # [B, T], zero outside the mask
+    returns: torch.Tensor  # [B, T]; equal to advantages except for REINFORCE++
+
+
+@dataclass(frozen=True)
+class CorrectSetStats:
+    """UCPO's q-diagnostics per group (q = softmax of mean token log-prob over a group's correct set).
+
+    Groups are listed in sorted group-id order. ``*_correct`` cover groups with >= 2 correct responses,
+    ``incorrect_entropy`` groups with >= 2 incorrect ones (correct means reward > 0).
+    """
+
+    correct_entropy: torch.Tensor  # [Gc] H(q) over the correct set
+    correct_max_q: torch.Tensor  # [Gc] max q
+    num_correct: torch.Tensor  # [Gc]
+    incorrect_entropy: torch.Tensor  # [Gi] H(p) over the incorrect set
+    num_incorrect: torch.Tensor  # [Gi]
+
+
+@dataclass(frozen=True)
+class LossInputs:
+    logp: torch.Tensor  # [B, T] requires grad
+    old_logp: torch.Tensor  # [B, T]
+    adv: torch.Tensor  # [B, T]
+    mask: torch.Tensor  # [B, T]
+
+
+@dataclass(frozen=True)
+class LossStats:
+    """Diagnostics of one policy-loss evaluation (masked means over response tokens).
+
+    clip_frac_upper: A>0 tokens whose ratio exceeded 1+eps_high (their gradient is cut).
+    clip_frac_lower: A<0 tokens whose ratio fell below 1-eps_low.
+    dual_clip_frac: A<0 tokens capped by the dual clip c (or ratio truncation at c).
+    masked_frac: tokens whose loss was zeroed (Clip-Cov selection, DPPO trust region).
+    approx_kl: mean(old_logp - logp) (k1; may be negative).
+    ratio_mean / ratio_max: importance ratio pi/pi_old over response tokens.
+    cap_pos_mean: UP paper eq. 11 probability capacity, mean over A>0 tokens (None if undefined).
+    """
+
+    clip_frac_upper: float = 0.0
+    clip_frac_lower: float = 0.0
+    dual_clip_frac: float = 0.0
+    masked_frac: float = 0.0
+    approx_kl: float = 0.0
+    ratio_mean: float = 1.0
+    ratio_max: float = 1.0
+    cap_pos_mean: float | None = None
+
+    @property
+    def clip_frac(self) -> float:
+        """Tokens clipped on either side (verl's ``pg_clipfrac``, TRL's ``clip_ratio/region_mean``)."""
+        return self.clip_frac_upper + self.clip_frac_lower
+
+
+@dataclass(frozen=True)
+class LossOutput:
+    loss: torch.Tensor  # scalar, to minimise
+    per_token: torch.Tensor  # [B, T] loss before aggregation (zero-filled where undefined)
+    stats: LossStats
