@@ -32,10 +32,11 @@ ADVANTAGES: dict[str, Callable[..., AdvantageOutput]] = {
     "passk": _adv.passk,
     "fgrpo": _adv.fgrpo,
     "ucpo": _adv.ucpo,
+    "binary_sign": _adv.binary_sign,
 }
 
 # Estimators whose baseline is the prompt group: a group of one response carries no signal.
-GROUP_ESTIMATORS = frozenset(set(ADVANTAGES) - {"reinforce_pp"})
+GROUP_ESTIMATORS = frozenset(set(ADVANTAGES) - {"reinforce_pp", "binary_sign"})
 
 correct_set_stats = _adv.correct_set_stats
 entropy_advantage_bonus = _adv.entropy_advantage_bonus

@@ -1,10 +1,11 @@
 """Advantage estimators: (AdvantageInputs, scalar knobs) -> AdvantageOutput.
 
-Group statistics are computed in float64 and cast back to the rewards' dtype, so a group whose rewards
-are all equal gets exactly zero advantage. verl computes them in float32, where 7 copies of 0.7f give a
-mean off by 6e-8 and GRPO then returns 0.056 instead of 0 (LOSS_ANCHORS.md §3); rlvrlab returns 0.
+Group statistics are computed in float64 and cast back to the rewards' dtype, and a group whose rewards
+are all exactly equal gets exactly zero advantage (deliberate difference D1). verl computes them in
+float32, where 7 copies of 0.7f give a mean off by 6e-8 and GRPO then returns 0.056 instead of 0
+(LOSS_ANCHORS.md §3).
 
-Singleton groups (deliberate difference from verl's loop estimators): a response with no sibling has no
+Singleton groups (deliberate difference D2 from verl's loop estimators): a response with no sibling has no
 group baseline, so every estimator whose only baseline is the group (grpo, dr_grpo, rloo, opo, gpg,
 fgrpo, ucpo) gives it 0, as verl's vectorised RLOO and UCPO's own estimator do; verl's loop versions give
 r/(1+eps) (GRPO) or r (RLOO). The batch-whitening estimators (reinforce_pp_baseline, gdpo) keep verl's
@@ -31,10 +32,20 @@ def _broadcast(per_seq: torch.Tensor, inp: AdvantageInputs) -> AdvantageOutput:
     return AdvantageOutput(advantages=adv, returns=adv)
 
 
+def _exact_if_constant(baseline: torch.Tensor, scores: torch.Tensor, gidx: torch.Tensor) -> torch.Tensor:
+    """[G] group baselines, replaced by the common value in groups whose rewards are all exactly equal.
+
+    A float mean of 3 x 0.7 is 0.7000000000000001; verl's float32 GRPO turns such rounding into A = 0.056.
+    """
+    low = torch.full_like(baseline, math.inf).scatter_reduce(0, gidx, scores, "amin")
+    high = torch.full_like(baseline, -math.inf).scatter_reduce(0, gidx, scores, "amax")
+    return torch.where(low == high, low, baseline)
+
+
 def _group_mean_std(scores: torch.Tensor, gidx: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Per-row group mean, unbiased group std (0 for singletons) and group size, all [B] float64."""
     count = group_count(gidx)  # [G]
-    mean = group_sum(scores, gidx) / count  # [G]
+    mean = _exact_if_constant(group_sum(scores, gidx) / count, scores, gidx)  # [G]
     dev = scores - mean[gidx]  # [B]
     var = group_sum(dev**2, gidx) / (count - 1).clamp(min=1)  # [G]; singleton: 0 / 1
     return mean[gidx], var.sqrt()[gidx], count[gidx]
@@ -67,6 +78,7 @@ def opo(inp: AdvantageInputs) -> AdvantageOutput:
     gidx = group_index(inp.group_ids)
     lengths = inp.mask.to(torch.float64).sum(dim=-1)  # [B]
     baseline = group_sum(lengths * scores, gidx) / group_sum(lengths, gidx).clamp(min=1e-300)  # [G]
+    baseline = _exact_if_constant(baseline, scores, gidx)
     return _broadcast(scores - baseline[gidx], inp)
 
 
@@ -76,6 +88,13 @@ def gpg(inp: AdvantageInputs) -> AdvantageOutput:
     mean, _, _ = _group_mean_std(scores, group_index(inp.group_ids))
     alpha = scores.shape[0] / max(1, int(torch.count_nonzero(scores).item()))
     return _broadcast(alpha * (scores - mean), inp)
+
+
+def binary_sign(inp: AdvantageInputs) -> AdvantageOutput:
+    """A = +1 for a correct response (reward > 0), -1 otherwise, no baseline: the +-1 rewards of
+    positive/negative sample reinforcement and W-REINFORCE (Zhu et al. 2025, arXiv 2506.01347)."""
+    scores = _scores64(inp)
+    return _broadcast(torch.where(scores > 0, 1.0, -1.0).to(torch.float64), inp)
 
 
 def _verl_group_zscore(scores: torch.Tensor, gidx: torch.Tensor, adv_eps: float, norm_by_std: bool) -> torch.Tensor:

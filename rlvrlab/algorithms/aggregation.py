@@ -39,6 +39,7 @@ def token_mean(per_token: torch.Tensor, mask: torch.Tensor, agg: Aggregation) ->
 
 
 def token_sum(per_token: torch.Tensor, mask: torch.Tensor, agg: Aggregation) -> torch.Tensor:
+    """Sum over all valid tokens (verl's token-sum; grows with batch and length)."""
     return masked_sum(per_token, mask) * agg.dp_size
 
 

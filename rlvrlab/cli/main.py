@@ -1,0 +1,33 @@
+"""The `rlvrlab` command: wires the sub-apps, and shows a RlvrlabError as one red line instead of a traceback."""
+
+import os
+
+import typer
+from rich.console import Console
+
+from rlvrlab.cli.config import config_app
+from rlvrlab.errors import RlvrlabError
+
+app = typer.Typer(
+    name="rlvrlab",
+    help="RL with verifiable rewards for LLM reasoning: GRPO, DAPO, GSPO, Dr.GRPO, RLOO, REINFORCE++, UCPO, UP.",
+    no_args_is_help=True,
+    rich_markup_mode="rich",
+    pretty_exceptions_enable=False,  # RLVRLAB_DEBUG=1 shows Python's own traceback, easy to paste
+)
+app.add_typer(config_app, name="config")
+
+
+def main() -> None:
+    try:
+        app()
+    except RlvrlabError as error:
+        if os.environ.get("RLVRLAB_DEBUG") == "1":
+            raise
+        # soft_wrap: the message stays one line however narrow the terminal
+        Console(stderr=True).print(f"error: {error}", style="red", markup=False, highlight=False, soft_wrap=True)
+        raise SystemExit(1) from None
+
+
+if __name__ == "__main__":
+    main()

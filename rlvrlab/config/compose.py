@@ -1,0 +1,271 @@
+"""Compose a RunConfig from an experiment file, its group files and `key=value` overrides.
+
+Precedence, lowest first: schema defaults < group files < experiment file body < CLI field overrides.
+A CLI `group=name` replaces the experiment's choice for that group before any field is set.
+
+    experiments/<experiment>.yaml         defaults: {algorithm: grpo, model: tiny, dataset: countdown}
+                                          then top-level overrides, e.g. rollout: {group_size: 8}
+    experiments/algorithms/<name>.yaml    the algorithm section's fields, no wrapper key (same for models/,
+    experiments/models/<name>.yaml        datasets/)
+"""
+
+import dataclasses
+import difflib
+import hashlib
+import json
+import os
+from collections.abc import Iterable, Iterator, Sequence
+from pathlib import Path
+from typing import Any, Optional, Union, get_args, get_type_hints
+
+import yaml
+from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+
+from rlvrlab.config.rules import show, unknown, validate
+from rlvrlab.config.schema import RunConfig
+from rlvrlab.errors import ConfigError
+
+# config section -> its folder of group files
+GROUP_FOLDERS = {"algorithm": "algorithms", "model": "models", "dataset": "datasets"}
+
+# Fields that do not change what is trained or how, so runs that differ only in them share a hash (seeds of
+# one configuration are grouped by it).
+NOT_HASHED = ("seed", "output_dir", "tracking")
+
+_REPO_EXPERIMENTS = Path(__file__).resolve().parents[2] / "experiments"
+
+_TYPE_NAMES = {
+    float: "a float",
+    int: "an integer",
+    bool: "true or false",
+    str: "a string",
+    list[float]: "a list of numbers",
+}
+
+
+def _schema_fields(cls: type, prefix: str = "") -> dict[str, Any]:
+    """Dotted key -> type for every leaf field of the dataclass `cls`."""
+    fields: dict[str, Any] = {}
+    for name, kind in get_type_hints(cls).items():
+        if dataclasses.is_dataclass(kind):
+            fields.update(_schema_fields(kind, f"{prefix}{name}."))
+        else:
+            fields[f"{prefix}{name}"] = kind
+    return fields
+
+
+FIELD_TYPES = _schema_fields(RunConfig)
+SECTIONS = tuple(f.name for f in dataclasses.fields(RunConfig) if dataclasses.is_dataclass(f.type))
+
+
+@dataclasses.dataclass(frozen=True)
+class FileCheck:
+    file: Path
+    error: Optional[str]  # None when the file composes into a valid RunConfig
+
+
+def experiments_dir() -> Path:
+    """`$RLVRLAB_EXPERIMENTS_DIR`, else the experiments/ folder next to the package."""
+    folder = Path(os.environ.get("RLVRLAB_EXPERIMENTS_DIR") or _REPO_EXPERIMENTS)
+    if not folder.is_dir():
+        raise ConfigError(
+            f"experiments folder {folder} does not exist; set RLVRLAB_EXPERIMENTS_DIR to the folder of your "
+            "experiment files"
+        )
+    return folder
+
+
+def compose(experiment: Union[str, Path, None] = None, overrides: Sequence[str] = ()) -> RunConfig:
+    """Build and validate the RunConfig of `experiment` (a name in experiments_dir(), a YAML path, or None for
+    "default") with `overrides` such as "algorithm=ucpo" or "algorithm.tau=0.3"."""
+    file = _experiment_file(experiment)
+    body = _load_mapping(file)
+    groups = _group_choices(body.pop("defaults", {}), file)
+    fields: list[tuple[str, Any]] = []
+    for text in overrides:
+        key, raw = _split_override(text)
+        if key in GROUP_FOLDERS:
+            groups[key] = raw
+        else:
+            fields.extend(_leaves(key, _parse_value(key, raw)))
+
+    cfg = OmegaConf.structured(RunConfig)
+    layers: dict[str, int] = {}  # dotted key -> precedence layer that set it last
+    for group, name in groups.items():
+        group_file = _group_file(file.parent, group, name)
+        _assign(cfg, _leaves(group, _load_mapping(group_file)), source=group_file, layer=1, layers=layers)
+    body_leaves = (leaf for key, value in body.items() for leaf in _leaves(str(key), value))
+    _assign(cfg, body_leaves, source=file, layer=2, layers=layers)
+    _assign(cfg, fields, source=None, layer=3, layers=layers)
+    run = _to_object(cfg)
+    validate(run, layers)
+    return run
+
+
+def config_hash(cfg: RunConfig) -> str:
+    """12 hex digits of sha256 over the resolved config without NOT_HASHED; independent of key order."""
+    science = {key: value for key, value in dataclasses.asdict(cfg).items() if key not in NOT_HASHED}
+    return hashlib.sha256(json.dumps(science, sort_keys=True).encode()).hexdigest()[:12]
+
+
+def to_yaml(cfg: RunConfig) -> str:
+    """The resolved config as YAML, in schema order (inf is written .inf)."""
+    return OmegaConf.to_yaml(OmegaConf.structured(cfg))
+
+
+def check_files() -> list[FileCheck]:
+    """Compose every experiment file, and every group file with the default experiment."""
+    folder = experiments_dir()
+    checks = [_check(path, path, ()) for path in sorted(folder.glob("*.yaml"))]
+    for group, subfolder in GROUP_FOLDERS.items():
+        for path in sorted((folder / subfolder).glob("*.yaml")):
+            checks.append(_check(path, None, [f"{group}={path.stem}"]))
+    return checks
+
+
+def _check(file: Path, experiment: Optional[Path], overrides: Sequence[str]) -> FileCheck:
+    try:
+        compose(experiment, overrides)
+    except ConfigError as error:
+        return FileCheck(file, str(error))
+    return FileCheck(file, None)
+
+
+def _experiment_file(experiment: Union[str, Path, None]) -> Path:
+    text = str(experiment or "default")
+    if isinstance(experiment, Path) or text.endswith((".yaml", ".yml")) or os.sep in text:
+        if not Path(text).is_file():
+            raise ConfigError(f"experiment file {text} does not exist; give an existing .yaml file or a name")
+        return Path(text)
+    folder = experiments_dir()
+    path = folder / f"{text}.yaml"
+    if not path.is_file():
+        raise unknown("experiment", text, _yaml_names(folder), where=_display(folder))
+    return path
+
+
+def _group_file(root: Path, group: str, name: str) -> Path:
+    folder = root / GROUP_FOLDERS[group]
+    path = folder / f"{name}.yaml"
+    if not path.is_file():
+        raise unknown(group, name, _yaml_names(folder), where=_display(folder))
+    return path
+
+
+def _group_choices(defaults: Any, file: Path) -> dict[str, str]:
+    if not isinstance(defaults, dict) or not all(isinstance(name, str) for name in defaults.values()):
+        raise ConfigError(
+            f"defaults in {_display(file)} must map groups to file names, e.g. "
+            "defaults: {algorithm: grpo, model: tiny, dataset: countdown}"
+        )
+    for group in defaults:
+        if group not in GROUP_FOLDERS:
+            raise unknown("group", group, GROUP_FOLDERS, where=f"defaults of {_display(file)}")
+    return dict(defaults)
+
+
+def _split_override(text: str) -> tuple[str, str]:
+    key, sep, raw = text.partition("=")
+    if not sep or not key.strip():
+        raise ConfigError(f"override {text!r} is not key=value; write e.g. algorithm.tau=0.3 or algorithm=ucpo")
+    return key.strip(), raw.strip()
+
+
+def _parse_value(key: str, raw: str) -> Any:
+    """Values are YAML scalars or flow collections: 0.3, inf, .inf, null, true, [0.9,0.99]. A string field
+    keeps the text as typed where YAML would read something else, so `dataset.template=Q: {prompt}` works."""
+    text_field = FIELD_TYPES.get(key) in (str, Optional[str])
+    try:
+        value = yaml.safe_load(raw)
+    except yaml.YAMLError as error:
+        if text_field:
+            return raw
+        raise ConfigError(f"{key}={raw}: not a YAML value ({_yaml_problem(error)}); quote it or fix it") from error
+    return raw if text_field and not isinstance(value, (str, type(None))) else value
+
+
+def _load_mapping(path: Path) -> dict[str, Any]:
+    try:
+        content = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as error:
+        raise ConfigError(f"{_display(path)} is not valid YAML: {_yaml_problem(error)}") from error
+    if content is None:
+        return {}
+    if not isinstance(content, dict):
+        raise ConfigError(f"{_display(path)} must hold key: value lines, not a {type(content).__name__}")
+    return content
+
+
+def _yaml_problem(error: yaml.YAMLError) -> str:
+    if isinstance(error, yaml.MarkedYAMLError) and error.problem_mark is not None:
+        return f"{error.problem} at line {error.problem_mark.line + 1}"
+    return " ".join(str(error).split())
+
+
+def _leaves(key: str, value: Any) -> Iterator[tuple[str, Any]]:
+    """Flatten a mapping given for a section into (dotted key, value) pairs; anything else is one leaf."""
+    if key in SECTIONS and isinstance(value, dict):
+        for name, inner in value.items():
+            yield from _leaves(f"{key}.{name}", inner)
+    else:
+        yield key, value
+
+
+def _assign(
+    cfg: DictConfig, leaves: Iterable[tuple[str, Any]], source: Optional[Path], layer: int, layers: dict[str, int]
+) -> None:
+    where = f" in {_display(source)}" if source else ""
+    for key, value in leaves:
+        if key not in FIELD_TYPES:
+            raise _unknown_key(key, where)
+        try:
+            OmegaConf.update(cfg, key, value, merge=False)
+        except OmegaConfBaseException as error:
+            raise ConfigError(f"{key}={show(value)}{where}: expected {_type_name(FIELD_TYPES[key])}") from error
+        layers[key] = layer
+
+
+def _unknown_key(key: str, where: str) -> ConfigError:
+    if key in SECTIONS:
+        example = next(name for name in FIELD_TYPES if name.startswith(f"{key}."))
+        return ConfigError(f"{key}{where} is a section, not a value; set its fields, e.g. {example}=...")
+    section, _, name = key.rpartition(".")
+    if section in SECTIONS:
+        # match the field name alone: the shared "section." prefix would make every field look close
+        fields = [f.removeprefix(f"{section}.") for f in FIELD_TYPES if f.startswith(f"{section}.")]
+        close = [f"{section}.{match}" for match in difflib.get_close_matches(name, fields, n=1)]
+    else:
+        section = "the top level"
+        fields = [*SECTIONS, *(f for f in FIELD_TYPES if "." not in f)]
+        close = difflib.get_close_matches(key, [*FIELD_TYPES, *SECTIONS], n=1)
+    if close:
+        return ConfigError(f"unknown key {key!r}{where}; did you mean {close[0]!r}?")
+    return ConfigError(f"unknown key {key!r}{where}; {section} has: {', '.join(fields)}")
+
+
+def _type_name(kind: Any) -> str:
+    if type(None) in get_args(kind):
+        inner = next(arg for arg in get_args(kind) if arg is not type(None))
+        return f"{_TYPE_NAMES[inner]} or null"
+    return _TYPE_NAMES[kind]
+
+
+def _to_object(cfg: DictConfig) -> RunConfig:
+    try:
+        return OmegaConf.to_object(cfg)
+    except OmegaConfBaseException as error:
+        # Only interpolations such as ${seed} can fail here; every value was type-checked when assigned.
+        raise ConfigError(f"cannot resolve {error.full_key}: {str(error).splitlines()[0]}") from error
+
+
+def _yaml_names(folder: Path) -> list[str]:
+    return sorted(path.stem for path in folder.glob("*.yaml"))
+
+
+def _display(path: Path) -> str:
+    """`path` relative to the working directory when it is below it, so messages stay short."""
+    try:
+        return str(path.resolve().relative_to(Path.cwd()))
+    except ValueError:
+        return str(path)

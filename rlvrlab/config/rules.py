@@ -1,0 +1,326 @@
+"""Validation of a composed RunConfig: choices, ranges, knobs that would be ignored, cross-field rules.
+
+Every rule raises ConfigError with one line that names the key(s) and the fix. The rules are tables where a
+table says it best (CHOICES, RANGES, KNOB_READERS) and short functions where two fields meet (CROSS_FIELD_RULES).
+"""
+
+import difflib
+import math
+from collections.abc import Callable, Collection, Mapping
+from dataclasses import dataclass
+from functools import reduce
+from typing import Any
+
+from rlvrlab.config.schema import RunConfig
+from rlvrlab.errors import ConfigError
+
+CHOICES: dict[str, tuple[Any, ...]] = {
+    "model.tier": ("toy", "tiny", "real"),
+    "model.dtype": ("float32", "bfloat16"),
+    "model.toy_init": ("skewed", "uniform"),
+    "dataset.format": ("synthetic", "jsonl", "parquet"),
+    "rollout.engine": ("hf", "vllm"),
+    "trainer.engine": ("deepspeed", "torch"),
+    "trainer.zero_stage": (0, 1, 2),
+    "trainer.precision": ("fp32", "bf16"),
+}
+
+
+@dataclass(frozen=True)
+class Range:
+    """An interval of allowed numbers. For an Optional knob (null_is_off) null passes: it turns the knob off."""
+
+    low: float = -math.inf
+    high: float = math.inf
+    low_open: bool = False
+    high_open: bool = False
+    null_is_off: bool = False
+
+    def contains(self, value: float | None) -> bool:
+        if value is None:
+            return self.null_is_off
+        above = value > self.low if self.low_open else value >= self.low
+        below = value < self.high if self.high_open else value <= self.high
+        return above and below
+
+    def __str__(self) -> str:
+        off = " (or null to turn it off)" if self.null_is_off else ""
+        if self.high == math.inf:
+            return f"{'>' if self.low_open else '>='} {self.low:g}{off}"
+        left, right = "(" if self.low_open else "[", ")" if self.high_open else "]"
+        return f"in {left}{self.low:g}, {self.high:g}{right}{off}"
+
+
+POSITIVE = Range(0, low_open=True)
+NON_NEGATIVE = Range(0)
+AT_LEAST_ONE = Range(1)
+UNIT = Range(0, 1)
+
+RANGES: dict[str, Range] = {
+    "algorithm.adv_eps": POSITIVE,
+    "algorithm.tau": UNIT,
+    "algorithm.alpha": NON_NEGATIVE,
+    "algorithm.passk_k": AT_LEAST_ONE,
+    "algorithm.gamma": UNIT,
+    "algorithm.fgrpo_gamma": NON_NEGATIVE,
+    "algorithm.eps_low": NON_NEGATIVE,
+    "algorithm.eps_high": NON_NEGATIVE,
+    "algorithm.dual_clip_c": Range(1, low_open=True, null_is_off=True),
+    "algorithm.loss_scale_factor": Range(0, low_open=True, null_is_off=True),
+    "algorithm.sapo_tau_pos": POSITIVE,
+    "algorithm.sapo_tau_neg": POSITIVE,
+    "algorithm.cov_ratio": Range(0, 1, low_open=True),
+    "algorithm.kl_cov_coef": NON_NEGATIVE,
+    "algorithm.dro_beta": POSITIVE,
+    "algorithm.dppo_c": Range(1, low_open=True),
+    "algorithm.w_reinforce_lambda": UNIT,
+    "algorithm.kl_coef": NON_NEGATIVE,
+    "algorithm.entropy_coef": NON_NEGATIVE,
+    "algorithm.ent_adv_alpha": NON_NEGATIVE,
+    "algorithm.ent_adv_kappa": POSITIVE,
+    "model.toy_num_responses": Range(2),
+    "model.toy_num_correct": AT_LEAST_ONE,
+    "model.toy_init_skew": NON_NEGATIVE,
+    "model.tiny_layers": AT_LEAST_ONE,
+    "model.tiny_hidden": AT_LEAST_ONE,
+    "model.tiny_heads": AT_LEAST_ONE,
+    "model.warmstart_steps": NON_NEGATIVE,
+    "dataset.num_problems": AT_LEAST_ONE,
+    "dataset.eval_fraction": Range(0, 1, high_open=True),
+    "rollout.group_size": AT_LEAST_ONE,
+    "rollout.prompts_per_step": AT_LEAST_ONE,
+    "rollout.temperature": POSITIVE,
+    "rollout.top_p": Range(0, 1, low_open=True),
+    "rollout.max_new_tokens": AT_LEAST_ONE,
+    "rollout.vllm_gpu_memory_utilization": Range(0, 1, low_open=True),
+    "trainer.lr": POSITIVE,
+    "trainer.weight_decay": NON_NEGATIVE,
+    "trainer.grad_clip": NON_NEGATIVE,
+    "trainer.ppo_epochs": AT_LEAST_ONE,
+    "trainer.mini_batches": AT_LEAST_ONE,
+    "trainer.micro_batch_size": AT_LEAST_ONE,
+    "trainer.staleness": NON_NEGATIVE,
+    "trainer.checkpoint_every": NON_NEGATIVE,
+    "tracking.log_every": AT_LEAST_ONE,
+    "seed": NON_NEGATIVE,
+    "steps": AT_LEAST_ONE,
+}
+
+# The losses that bound the importance ratio with eps_low / eps_high (gmpo in log space, dppo as a divergence).
+CLIPPED_LOSSES = ("clip", "gspo", "cispo", "gmpo", "dppo_tv", "dppo_kl", "clip_cov")
+# The losses that clip the ratio itself to [1 - eps_low, 1 + eps_high].
+RATIO_CLIPPED_LOSSES = ("clip", "gspo", "cispo", "clip_cov")
+
+# knob -> (the key that selects what reads it, the values of that key under which it is read).
+# A knob moved off its default while nothing reads it would be silently ignored, so that is an error.
+# The knobs of the algorithm functions are not listed here: _knob_readers() reads them off the functions'
+# signatures (rlvrlab.algorithms.knobs), the one source of truth.
+KNOB_READERS: dict[str, tuple[str, tuple[Any, ...]]] = {
+    "algorithm.loss_scale_factor": ("algorithm.agg", ("seq-mean-token-sum-norm",)),
+    "model.path": ("model.tier", ("real",)),
+    "model.toy_num_responses": ("model.tier", ("toy",)),
+    "model.toy_num_correct": ("model.tier", ("toy",)),
+    "model.toy_init": ("model.tier", ("toy",)),
+    "model.toy_init_skew": ("model.tier", ("toy",)),
+    "model.tiny_layers": ("model.tier", ("tiny",)),
+    "model.tiny_hidden": ("model.tier", ("tiny",)),
+    "model.tiny_heads": ("model.tier", ("tiny",)),
+    "model.warmstart_steps": ("model.tier", ("tiny",)),
+    "dataset.num_problems": ("dataset.format", ("synthetic",)),
+    "dataset.path": ("dataset.format", ("jsonl", "parquet")),
+    "rollout.vllm_gpu_memory_utilization": ("rollout.engine", ("vllm",)),
+    "trainer.zero_stage": ("trainer.engine", ("deepspeed",)),
+}
+
+
+def show(value: Any) -> str:
+    """A value as the user would type it in an override."""
+    if isinstance(value, bool):
+        return str(value).lower()
+    if value is None:
+        return "null"
+    return str(value)
+
+
+def unknown(what: str, name: Any, options: Collection[Any], where: str = "") -> ConfigError:
+    """`unknown <what> 'x' in <where>; did you mean 'y'? available: ...` (difflib picks the suggestion)."""
+    names = [show(option) for option in options]
+    close = difflib.get_close_matches(show(name), names, n=1)
+    hint = f"did you mean {close[0]!r}? " if close else ""
+    source = f" in {where}" if where else ""
+    return ConfigError(f"unknown {what} {show(name)!r}{source}; {hint}available: {', '.join(names) or 'none'}")
+
+
+def lookup(cfg: RunConfig, key: str) -> Any:
+    return reduce(getattr, key.split("."), cfg)
+
+
+def validate(cfg: RunConfig, layers: Mapping[str, int] | None = None) -> None:
+    """Raise ConfigError for the first rule `cfg` breaks. The checks that need no torch run first.
+
+    ``layers`` maps a dotted key to the precedence layer that set it last (1 group file, 2 experiment body,
+    3 command line; absent = schema default); without it every key counts as set by the user.
+    """
+    _check_choices(cfg, CHOICES)
+    _check_ranges(cfg)
+    _check_choices(cfg, _registry_choices())
+    _check_knobs_are_read(cfg, layers if layers is not None else {})
+    for rule in CROSS_FIELD_RULES:
+        rule(cfg)
+
+
+def _registry_choices() -> dict[str, Collection[str]]:
+    # Imported here: rlvrlab.algorithms imports torch (~2 s), which `rlvrlab --help` and the cheaper
+    # checks above must not wait for.
+    from rlvrlab import algorithms
+
+    return {
+        "algorithm.estimator": algorithms.ADVANTAGES,
+        "algorithm.loss": algorithms.POLICY_LOSSES,
+        "algorithm.agg": algorithms.AGGREGATIONS,
+        "algorithm.kl_estimator": algorithms.KL_ESTIMATORS,
+    }
+
+
+def _check_choices(cfg: RunConfig, choices: Mapping[str, Collection[Any]]) -> None:
+    for key, options in choices.items():
+        if lookup(cfg, key) not in options:
+            raise unknown(key, lookup(cfg, key), options)
+
+
+def _check_ranges(cfg: RunConfig) -> None:
+    for key, allowed in RANGES.items():
+        value = lookup(cfg, key)
+        if not allowed.contains(value):
+            raise ConfigError(f"{key}={show(value)} is out of range: it must be {allowed}")
+
+
+def _knob_readers() -> dict[str, tuple[str, tuple[Any, ...]]]:
+    """KNOB_READERS plus, for every algorithm knob, the estimators or losses whose signature reads it."""
+    from rlvrlab import algorithms  # lazily, as in _registry_choices
+
+    readers = dict(KNOB_READERS)
+    for selector, registry in (("algorithm.estimator", algorithms.ADVANTAGES), ("algorithm.loss", algorithms.POLICY_LOSSES)):
+        for name, fn in registry.items():
+            for knob in algorithms.knobs(fn):
+                key = f"algorithm.{knob}"
+                readers[key] = (selector, readers.get(key, (selector, ()))[1] + (name,))
+    readers["algorithm.unbounded_positive"] = ("algorithm.loss", tuple(sorted(algorithms.UP_COMPATIBLE_LOSSES)))
+    return readers
+
+
+def _check_knobs_are_read(cfg: RunConfig, layers: Mapping[str, int]) -> None:
+    """A knob nothing reads is an error when it was set at the same or a higher precedence layer than the
+    selector that makes it unused (``algorithm.tau=0.3`` with estimator grpo). A knob from a lower layer that
+    a later selection superseded (``algorithm.loss=sapo`` over grpo.yaml's dual_clip_c) is not."""
+    defaults = RunConfig()
+    for knob, (selector, readers) in _knob_readers().items():
+        chosen = lookup(cfg, selector)
+        if lookup(cfg, knob) == lookup(defaults, knob) or chosen in readers:
+            continue
+        if layers.get(knob, 0) >= layers.get(selector, 0):
+            fix = f"{selector}={readers[0]}" if len(readers) == 1 else f"{selector} to one of them"
+            raise ConfigError(
+                f"{knob} has no effect with {selector} {show(chosen)!r} (it is read by: "
+                f"{', '.join(map(show, readers))}); set {fix} or drop the override"
+            )
+
+
+def _group_size_fits_estimator(cfg: RunConfig) -> None:
+    from rlvrlab.algorithms import GROUP_ESTIMATORS  # lazily, as in _registry_choices
+
+    if cfg.algorithm.estimator in GROUP_ESTIMATORS and cfg.rollout.group_size < 2:
+        raise ConfigError(
+            f"rollout.group_size={cfg.rollout.group_size} is too small for algorithm.estimator "
+            f"{cfg.algorithm.estimator!r}, which compares responses within a group; set rollout.group_size>=2"
+        )
+
+
+def _passk_fits_group(cfg: RunConfig) -> None:
+    reads_k = cfg.algorithm.estimator in _knob_readers()["algorithm.passk_k"][1]
+    if reads_k and cfg.algorithm.passk_k > cfg.rollout.group_size:
+        raise ConfigError(
+            f"algorithm.passk_k={cfg.algorithm.passk_k} exceeds rollout.group_size={cfg.rollout.group_size} "
+            "(pass@k needs k <= n samples per prompt); lower algorithm.passk_k or raise rollout.group_size"
+        )
+
+
+def _lower_ratio_bound_not_negative(cfg: RunConfig) -> None:
+    if cfg.algorithm.loss in RATIO_CLIPPED_LOSSES and cfg.algorithm.eps_low > 1:
+        raise ConfigError(
+            f"algorithm.eps_low={cfg.algorithm.eps_low} makes the lower ratio bound 1 - eps_low negative for "
+            f"algorithm.loss {cfg.algorithm.loss!r}; set algorithm.eps_low<=1 (1 removes the lower bound)"
+        )
+
+
+def _clip_cov_bounds_ordered(cfg: RunConfig) -> None:
+    if cfg.algorithm.clip_cov_ub <= cfg.algorithm.clip_cov_lb:
+        raise ConfigError(
+            f"algorithm.clip_cov_ub={cfg.algorithm.clip_cov_ub} must be greater than "
+            f"algorithm.clip_cov_lb={cfg.algorithm.clip_cov_lb}; raise the upper bound or lower the lower one"
+        )
+
+
+def _mini_batches_divide_batch(cfg: RunConfig) -> None:
+    batch = cfg.rollout.prompts_per_step * cfg.rollout.group_size
+    if batch % cfg.trainer.mini_batches:
+        raise ConfigError(
+            f"trainer.mini_batches={cfg.trainer.mini_batches} does not divide the {batch} responses per step "
+            "(rollout.prompts_per_step * rollout.group_size); pick a divisor of it"
+        )
+
+
+def _real_model_has_path(cfg: RunConfig) -> None:
+    if cfg.model.tier == "real" and cfg.model.path is None:
+        raise ConfigError("model.tier=real needs model.path; set model.path=/path/to/hf-model-folder")
+
+
+def _file_dataset_has_path(cfg: RunConfig) -> None:
+    if cfg.dataset.format != "synthetic" and cfg.dataset.path is None:
+        raise ConfigError(
+            f"dataset.format={cfg.dataset.format} needs dataset.path; "
+            f"set dataset.path=/path/to/data.{cfg.dataset.format}"
+        )
+
+
+def _toy_has_incorrect_responses(cfg: RunConfig) -> None:
+    # With every response correct, all rewards in a group are equal and there is nothing to learn.
+    if cfg.model.toy_num_correct >= cfg.model.toy_num_responses:
+        raise ConfigError(
+            f"model.toy_num_correct={cfg.model.toy_num_correct} must be below "
+            f"model.toy_num_responses={cfg.model.toy_num_responses}; lower it or add responses"
+        )
+
+
+def _tiny_heads_divide_hidden(cfg: RunConfig) -> None:
+    if cfg.model.tiny_hidden % cfg.model.tiny_heads:
+        raise ConfigError(
+            f"model.tiny_hidden={cfg.model.tiny_hidden} is not divisible by model.tiny_heads="
+            f"{cfg.model.tiny_heads}; pick a head count that divides the hidden size"
+        )
+
+
+def _template_has_prompt(cfg: RunConfig) -> None:
+    if cfg.dataset.template is not None and "{prompt}" not in cfg.dataset.template:
+        raise ConfigError("dataset.template has no {prompt} placeholder; add {prompt} where the question goes")
+
+
+def _betas_are_a_pair(cfg: RunConfig) -> None:
+    betas = cfg.trainer.betas
+    if len(betas) != 2 or not all(0 <= beta < 1 for beta in betas):
+        raise ConfigError(f"trainer.betas={betas} must be two values in [0, 1), e.g. trainer.betas=[0.9,0.999]")
+
+
+CROSS_FIELD_RULES: tuple[Callable[[RunConfig], None], ...] = (
+    _group_size_fits_estimator,
+    _passk_fits_group,
+    _lower_ratio_bound_not_negative,
+    _clip_cov_bounds_ordered,
+    _mini_batches_divide_batch,
+    _real_model_has_path,
+    _file_dataset_has_path,
+    _toy_has_incorrect_responses,
+    _tiny_heads_divide_hidden,
+    _template_has_prompt,
+    _betas_are_a_pair,
+)

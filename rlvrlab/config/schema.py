@@ -1,0 +1,120 @@
+"""The typed run configuration: plain dataclasses that OmegaConf uses as structured configs.
+
+Each field's comment gives its meaning and allowed range; `rlvrlab.config.rules` enforces the ranges and the
+cross-field rules once, when `compose` builds a RunConfig. Nothing else re-checks them.
+"""
+
+from dataclasses import dataclass, field
+from typing import Optional
+
+
+@dataclass
+class AlgorithmConfig:
+    """One flat group: the field names are the keyword names of the functions in `rlvrlab.algorithms`."""
+
+    name: str = "grpo"  # label shown in tables
+    estimator: str = "grpo"  # key of rlvrlab.algorithms.ADVANTAGES
+    adv_eps: float = 1e-6  # std epsilon in group normalisation, > 0
+    tau: float = 0.2  # UCPO blend toward inverse-q weights, in [0, 1]
+    alpha: float = 0.0  # UCPO incorrect-set sharpening, >= 0
+    passk_k: int = 4  # Pass@K training K, >= 1 and <= rollout.group_size
+    gamma: float = 1.0  # REINFORCE++ discount, in [0, 1]
+    fgrpo_gamma: float = 0.5  # F-GRPO exponent, >= 0
+    loss: str = "clip"  # key of rlvrlab.algorithms.POLICY_LOSSES
+    eps_low: float = 0.2  # lower clip 1 - eps_low, in [0, 1] for ratio-clipping losses (1 removes the bound)
+    eps_high: float = 0.2  # upper clip 1 + eps_high, >= 0; .inf removes it (CLI: algorithm.eps_high=inf)
+    dual_clip_c: Optional[float] = None  # dual-clip bound for negative advantages, > 1; null = off
+    unbounded_positive: bool = False  # UP: positive-advantage tokens get the unclipped self-anchored gradient
+    agg: str = "token-mean"  # key of rlvrlab.algorithms.AGGREGATIONS
+    loss_scale_factor: Optional[float] = None  # Dr.GRPO constant L for seq-mean-token-sum-norm, > 0; null = width
+    sapo_tau_pos: float = 1.0  # SAPO gate temperature for positive advantages, > 0
+    sapo_tau_neg: float = 1.05  # SAPO gate temperature for negative advantages, > 0
+    cov_ratio: float = 2e-4  # clip_cov / kl_cov fraction of tokens selected, in (0, 1]
+    clip_cov_lb: float = 1.0  # clip_cov covariance lower bound
+    clip_cov_ub: float = 5.0  # clip_cov covariance upper bound, > clip_cov_lb
+    kl_cov_coef: float = 1.0  # kl_cov penalty on the selected tokens, >= 0
+    dro_beta: float = 0.1  # DRO quadratic penalty, > 0
+    dppo_c: float = 20.0  # DPPO truncation of the importance ratio, > 1
+    w_reinforce_lambda: float = 0.1  # W-REINFORCE weight on positive samples, in [0, 1]
+    kl_coef: float = 0.0  # KL-to-reference coefficient, >= 0; 0 = no reference model
+    kl_estimator: str = "k3"  # key of rlvrlab.algorithms.KL_ESTIMATORS
+    entropy_coef: float = 0.0  # Ent-Reg entropy bonus, >= 0
+    ent_adv_alpha: float = 0.0  # Ent-Adv entropy-shaped advantage, >= 0; 0 = off
+    ent_adv_kappa: float = 2.0  # Ent-Adv cap on the entropy term relative to |A|, > 0
+
+
+@dataclass
+class ModelConfig:
+    tier: str = "toy"  # toy: a categorical over fixed responses; tiny: a small random transformer; real: HF folder
+    path: Optional[str] = None  # HF model folder; required for tier=real, contradictory otherwise
+    dtype: str = "float32"  # float32 | bfloat16
+    toy_num_responses: int = 16  # M candidate responses of the toy policy, >= 2
+    toy_num_correct: int = 4  # how many of the M are correct, in [1, M)
+    toy_init: str = "skewed"  # skewed | uniform initial toy policy
+    toy_init_skew: float = 3.0  # logit gap favouring incorrect responses when toy_init=skewed, >= 0
+    tiny_layers: int = 4  # tiny-tier transformer depth, >= 1
+    tiny_hidden: int = 128  # tiny-tier hidden size, >= 1 and divisible by tiny_heads
+    tiny_heads: int = 4  # tiny-tier attention heads, >= 1
+    warmstart_steps: int = 300  # supervised steps that give the tiny tier a non-zero success rate, >= 0
+
+
+@dataclass
+class DatasetConfig:
+    name: str = "toy"  # which synthetic task to generate (format=synthetic) or a label for a file
+    path: Optional[str] = None  # data file; required for jsonl/parquet, contradictory for synthetic
+    format: str = "synthetic"  # synthetic | jsonl | parquet
+    split: str = "train"
+    prompt_field: str = "prompt"  # record field holding the question
+    answer_field: str = "answer"  # record field holding the reference answer
+    template: Optional[str] = None  # prompt template containing {prompt}; null = the prompt as is
+    use_chat_template: bool = False  # wrap the prompt with the tokenizer's chat template
+    verifier: str = "exact"  # name of the reward verifier
+    num_problems: int = 256  # problems generated when format=synthetic, >= 1
+    eval_fraction: float = 0.1  # share of problems held out for evaluation, in [0, 1)
+
+
+@dataclass
+class RolloutConfig:
+    engine: str = "hf"  # hf | vllm
+    group_size: int = 8  # responses sampled per prompt, >= 1 (>= 2 for group-normalised estimators)
+    prompts_per_step: int = 8  # prompts per training step, >= 1
+    temperature: float = 1.0  # > 0
+    top_p: float = 1.0  # in (0, 1]
+    max_new_tokens: int = 32  # >= 1
+    vllm_gpu_memory_utilization: float = 0.3  # share of GPU memory vLLM may take, in (0, 1]
+
+
+@dataclass
+class TrainerConfig:
+    engine: str = "deepspeed"  # deepspeed | torch
+    zero_stage: int = 0  # DeepSpeed ZeRO stage 0 | 1 | 2; must be 0 with engine=torch
+    lr: float = 1e-5  # > 0
+    weight_decay: float = 0.0  # >= 0
+    betas: list[float] = field(default_factory=lambda: [0.9, 0.999])  # AdamW betas, two values in [0, 1)
+    grad_clip: float = 1.0  # max gradient norm, >= 0; 0 = off
+    ppo_epochs: int = 1  # passes over each rollout batch, >= 1
+    mini_batches: int = 1  # optimizer steps per epoch, >= 1; divides prompts_per_step * group_size
+    micro_batch_size: int = 8  # sequences per forward/backward, >= 1
+    staleness: int = 0  # how many steps rollouts may lag the trained policy, >= 0
+    checkpoint_every: int = 50  # steps between checkpoints, >= 0; 0 = off
+    precision: str = "fp32"  # fp32 | bf16
+
+
+@dataclass
+class TrackingConfig:
+    uri: Optional[str] = None  # MLflow tracking URI; null = sqlite file mlflow.db in output_dir
+    log_every: int = 1  # steps between metric logs, >= 1
+
+
+@dataclass
+class RunConfig:
+    algorithm: AlgorithmConfig = field(default_factory=AlgorithmConfig)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    dataset: DatasetConfig = field(default_factory=DatasetConfig)
+    rollout: RolloutConfig = field(default_factory=RolloutConfig)
+    trainer: TrainerConfig = field(default_factory=TrainerConfig)
+    tracking: TrackingConfig = field(default_factory=TrackingConfig)
+    seed: int = 0  # >= 0
+    steps: int = 200  # training steps, >= 1
+    output_dir: str = "runs"
+    experiment: str = "default"  # MLflow experiment name

@@ -1,0 +1,372 @@
+"""Hand-worked numbers and properties of the algorithm library (complements the reference vectors)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from rlvrlab import algorithms as A
+from rlvrlab.algorithms import advantages as adv_fns
+from rlvrlab.algorithms import losses as loss_fns
+
+
+def outcome_batch(rewards: list[float], lengths: list[int], groups: list, T: int = 6, seed: int = 0):
+    """Rewards on each response's last token, right padding, random behaviour log-probs."""
+    gen = torch.Generator().manual_seed(seed)
+    B = len(rewards)
+    mask = torch.zeros(B, T)
+    token_rewards = torch.zeros(B, T, dtype=torch.float64)
+    for i, (r, n) in enumerate(zip(rewards, lengths)):
+        mask[i, :n] = 1
+        token_rewards[i, n - 1] = r
+    old_logp = -torch.rand(B, T, generator=gen, dtype=torch.float64) * 3
+    return A.AdvantageInputs(token_rewards, mask.double(), groups, old_logp)
+
+
+def per_seq(out: A.AdvantageOutput) -> torch.Tensor:
+    return out.advantages[:, 0]
+
+
+# ----------------------------------------------------------------- advantages, hand-worked
+
+
+def test_grpo_hand_worked() -> None:
+    # rewards [1, 0, 0, 1]: mean 0.5, unbiased std sqrt(1/3); A = +-0.5 / 0.57735 = +-0.866025
+    inp = outcome_batch([1, 0, 0, 1], [2, 3, 1, 4], ["g"] * 4)
+    expected = torch.tensor([1, -1, -1, 1], dtype=torch.float64) * 0.5 / (math.sqrt(1 / 3) + 1e-6)
+    torch.testing.assert_close(per_seq(adv_fns.grpo(inp, adv_eps=1e-6)), expected)
+    # advantages live on response tokens only
+    assert float(adv_fns.grpo(inp, adv_eps=1e-6).advantages[2, 1:].abs().sum()) == 0.0
+
+
+def test_dr_grpo_and_rloo_hand_worked() -> None:
+    inp = outcome_batch([1, 0, 0], [1, 1, 1], ["g"] * 3)
+    torch.testing.assert_close(per_seq(adv_fns.dr_grpo(inp)), torch.tensor([2 / 3, -1 / 3, -1 / 3], dtype=torch.float64))
+    # RLOO: r_i minus the mean of the other two
+    torch.testing.assert_close(per_seq(adv_fns.rloo(inp)), torch.tensor([1.0, -0.5, -0.5], dtype=torch.float64))
+
+
+def test_group_estimators_ignore_row_order_and_group_layout() -> None:
+    rewards, lengths, groups = [1, 0, 1, 0, 0, 1], [3, 2, 4, 1, 5, 2], ["a", "b", "a", "b", "a", "b"]
+    inp = outcome_batch(rewards, lengths, groups)
+    perm = [5, 0, 3, 1, 4, 2]
+    shuffled = A.AdvantageInputs(inp.token_rewards[perm], inp.mask[perm], [groups[i] for i in perm], inp.old_logp[perm])
+    for name in ("grpo", "dr_grpo", "rloo", "opo", "fgrpo"):
+        fn = A.ADVANTAGES[name]
+        knobs = {k: v for k, v in {"adv_eps": 1e-6, "fgrpo_gamma": 0.5}.items() if k in A.knobs(fn)}
+        torch.testing.assert_close(per_seq(fn(shuffled, **knobs)), per_seq(fn(inp, **knobs))[perm], msg=name)
+
+
+def test_passk_hand_worked() -> None:
+    # n = 4, c = 1, K = 2: rho = 1 - C(3,2)/C(4,2) = 0.5, sigma = 0.5;
+    # correct (1 - rho)/sigma = 1; wrong (1 - rho - C(2,1)/C(3,1))/sigma = -1/3
+    inp = outcome_batch([1, 0, 0, 0], [1, 1, 1, 1], ["g"] * 4)
+    out = per_seq(adv_fns.passk(inp, passk_k=2, adv_eps=0.0))
+    torch.testing.assert_close(out, torch.tensor([1.0, -1 / 3, -1 / 3, -1 / 3], dtype=torch.float64))
+    assert abs(float(out.sum())) < 1e-12  # zero-sum within the group
+    with pytest.raises(ValueError, match="binary"):
+        adv_fns.passk(outcome_batch([0.5, 0, 1, 0], [1] * 4, ["g"] * 4), passk_k=2, adv_eps=1e-6)
+    with pytest.raises(ValueError, match="exceeds"):
+        adv_fns.passk(inp, passk_k=5, adv_eps=1e-6)
+
+
+def test_fgrpo_scales_each_group_by_its_failure_rate() -> None:
+    inp = outcome_batch([1, 0, 0, 0], [1] * 4, ["g"] * 4)
+    grpo = per_seq(adv_fns.grpo(inp, adv_eps=1e-6))
+    torch.testing.assert_close(per_seq(adv_fns.fgrpo(inp, adv_eps=1e-6, fgrpo_gamma=0.5)), grpo * (1 - 1 / 4) ** 0.5)
+
+
+def test_singletons_and_constant_groups_get_zero() -> None:
+    inp = outcome_batch([0.7, 0.7, 0.7, 1.0], [1, 2, 3, 2], ["c", "c", "c", "solo"])
+    for name in ("grpo", "dr_grpo", "rloo", "opo", "gpg", "ucpo", "fgrpo"):
+        fn = A.ADVANTAGES[name]
+        knobs = {"adv_eps": 1e-6, "tau": 0.5, "alpha": 0.0, "fgrpo_gamma": 0.5}
+        out = fn(inp, **{k: knobs[k] for k in A.knobs(fn)})
+        assert bool((out.advantages == 0).all()), name
+
+
+def test_entropy_advantage_bonus_hand_worked() -> None:
+    adv = torch.tensor([[1.0, -1.0, 0.1]])
+    entropy = torch.tensor([[2.0, 0.5, 1.0]])
+    # min(0.4 H, |A|/2): [min(0.8, 0.5), min(0.2, 0.5), min(0.4, 0.05)]
+    out = A.entropy_advantage_bonus(adv, entropy, ent_adv_alpha=0.4, ent_adv_kappa=2.0)
+    torch.testing.assert_close(out, torch.tensor([[1.5, -0.8, 0.15]]))
+
+
+# ----------------------------------------------------------------- UCPO properties
+
+
+@pytest.fixture
+def ucpo_batch() -> A.AdvantageInputs:
+    rewards = [1, 0, 1, 1, 0, 0, 1, 0, 1, 1, 0, 1]
+    lengths = [3, 5, 2, 6, 4, 1, 5, 3, 2, 4, 6, 1]
+    groups = ["a", "b", "a", "b", "a", "b", "a", "b", "c", "c", "c", "c"]
+    return outcome_batch(rewards, lengths, groups, seed=3)
+
+
+def test_ucpo_tau_zero_is_grpo(ucpo_batch: A.AdvantageInputs) -> None:
+    torch.testing.assert_close(
+        adv_fns.ucpo(ucpo_batch, tau=0.0, alpha=0.0, adv_eps=1e-8).advantages,
+        adv_fns.grpo(ucpo_batch, adv_eps=1e-8).advantages,
+        rtol=0,
+        atol=1e-15,
+    )
+
+
+@pytest.mark.parametrize("tau", [0.0, 0.2, 0.5, 1.0])
+def test_ucpo_preserves_group_sums_and_bounds_weights(ucpo_batch: A.AdvantageInputs, tau: float) -> None:
+    ucpo = per_seq(adv_fns.ucpo(ucpo_batch, tau=tau, alpha=0.0, adv_eps=1e-8))
+    grpo = per_seq(adv_fns.grpo(ucpo_batch, adv_eps=1e-8))
+    scores = ucpo_batch.token_rewards.sum(-1)
+    for g in set(ucpo_batch.group_ids):
+        rows = torch.tensor([i for i, x in enumerate(ucpo_batch.group_ids) if x == g])
+        correct = rows[scores[rows] > 0]
+        # binary rewards: the positive mass and the (zero) group sum are exactly GRPO's
+        torch.testing.assert_close(ucpo[correct].sum(), grpo[correct].sum())
+        torch.testing.assert_close(ucpo[rows].sum(), torch.zeros((), dtype=torch.float64), atol=1e-12, rtol=0)
+        weights = ucpo[correct] / grpo[correct]  # w_i = (1 - tau) + tau n_c t_i
+        assert bool((weights >= 1 - tau - 1e-12).all())
+        torch.testing.assert_close(weights.mean(), torch.ones((), dtype=torch.float64))
+
+
+def test_ucpo_upweights_the_least_likely_correct_response() -> None:
+    inp = outcome_batch([1, 1, 1, 0], [2, 2, 2, 2], ["g"] * 4)
+    old = torch.tensor([[-0.1, -0.1, 0, 0, 0, 0], [-1.0, -1.0, 0, 0, 0, 0], [-3.0, -3.0, 0, 0, 0, 0], [-1, -1, 0, 0, 0, 0]])
+    inp = A.AdvantageInputs(inp.token_rewards, inp.mask, inp.group_ids, old.double())
+    a = per_seq(adv_fns.ucpo(inp, tau=0.2, alpha=0.0, adv_eps=1e-8))[:3]
+    assert float(a[2]) > float(a[1]) > float(a[0]) > 0  # rarer correct answer, larger push
+
+
+def test_ucpo_alpha_penalises_only_surprising_errors() -> None:
+    inp = outcome_batch([1, 0, 0, 0], [2, 2, 2, 2], ["g"] * 4)
+    # incorrect set: two equally probable errors and one improbable one (p ~ [0.494, 0.494, 0.011])
+    old = torch.tensor([[-1.0, -1.0, 0, 0, 0, 0], [-0.2, -0.2, 0, 0, 0, 0], [-0.2, -0.2, 0, 0, 0, 0], [-4.0, -4.0, 0, 0, 0, 0]])
+    inp = A.AdvantageInputs(inp.token_rewards, inp.mask, inp.group_ids, old.double())
+    base = per_seq(adv_fns.ucpo(inp, tau=0.2, alpha=0.0, adv_eps=1e-8))
+    sharp = per_seq(adv_fns.ucpo(inp, tau=0.2, alpha=0.5, adv_eps=1e-8))
+    assert float(sharp[3]) < float(base[3])  # the improbable error is pushed down
+    torch.testing.assert_close(sharp[1:3], base[1:3])  # probable errors untouched
+    torch.testing.assert_close(sharp[0], base[0])
+
+
+def test_correct_set_stats_uniform_and_collapsed() -> None:
+    inp = outcome_batch([1, 1, 1, 0], [2, 2, 2, 2], ["g"] * 4)
+    uniform = A.AdvantageInputs(inp.token_rewards, inp.mask, inp.group_ids, torch.full((4, 6), -1.0, dtype=torch.float64))
+    stats = A.correct_set_stats(uniform)
+    torch.testing.assert_close(stats.correct_entropy, torch.tensor([math.log(3)], dtype=torch.float64))
+    torch.testing.assert_close(stats.correct_max_q, torch.tensor([1 / 3], dtype=torch.float64))
+    assert stats.incorrect_entropy.numel() == 0  # only one incorrect response
+
+
+# ----------------------------------------------------------------- losses, hand-worked
+
+
+def loss_inputs(logp, old_logp, adv, mask=None) -> A.LossInputs:
+    logp = torch.tensor(logp, dtype=torch.float64).requires_grad_(True)
+    old = torch.tensor(old_logp, dtype=torch.float64)
+    adv = torch.tensor(adv, dtype=torch.float64)
+    mask = torch.ones_like(adv) if mask is None else torch.tensor(mask, dtype=torch.float64)
+    return A.LossInputs(logp, old, adv, mask)
+
+
+def grad(out: A.LossOutput, x: A.LossInputs) -> torch.Tensor:
+    return torch.autograd.grad(out.loss, x.logp)[0]
+
+
+def test_clip_loss_hand_worked() -> None:
+    # token 0: A=+1, rho=e^0.1=1.105 inside [0.8, 1.28] -> loss -1.105, grad -1.105
+    # token 1: A=+1, rho=e^0.5=1.649 > 1.28 -> loss -1.28, grad 0 (upper clip)
+    # token 2: A=-1, rho=e^-0.5=0.607 < 0.8 -> loss 0.8, grad 0 (lower clip)
+    # token 3: A=-1, rho=e^1.5=4.48 > c=3 -> loss min(4.48, 3) = 3, grad 0 (dual clip)
+    x = loss_inputs([[0.1, 0.5, -0.5, 1.5]], [[0, 0, 0, 0]], [[1, 1, -1, -1]])
+    out = loss_fns.clip_loss(x, A.Aggregation("token-sum"), eps_low=0.2, eps_high=0.28, dual_clip_c=3.0)
+    torch.testing.assert_close(out.per_token.detach(), torch.tensor([[-math.exp(0.1), -1.28, 0.8, 3.0]], dtype=torch.float64))
+    torch.testing.assert_close(grad(out, x), torch.tensor([[-math.exp(0.1), 0, 0, 0]], dtype=torch.float64))
+    assert (out.stats.clip_frac_upper, out.stats.clip_frac_lower, out.stats.dual_clip_frac) == (0.25, 0.25, 0.25)
+    # without the dual clip, the A<0 token with rho=4.48 keeps its (large) gradient
+    free = loss_fns.clip_loss(x, A.Aggregation("token-sum"), eps_low=0.2, eps_high=0.28, dual_clip_c=None)
+    torch.testing.assert_close(grad(free, x)[0, 3], torch.tensor(math.exp(1.5), dtype=torch.float64))
+
+
+def test_clip_loss_on_policy_ratio_is_exactly_one() -> None:
+    x = loss_inputs([[-0.3, -2.0, -0.7]], [[-0.3, -2.0, -0.7]], [[1.0, -0.5, 2.0]])
+    out = loss_fns.clip_loss(x, A.Aggregation("token-mean"), eps_low=0.2, eps_high=0.2, dual_clip_c=3.0)
+    assert out.stats.ratio_mean == 1.0 and out.stats.ratio_max == 1.0 and out.stats.clip_frac == 0.0
+    torch.testing.assert_close(grad(out, x), -x.adv / 3)  # plain policy gradient on-policy
+
+
+def test_cap_matches_the_up_paper_example() -> None:
+    # UP paper after eq. 11: pi_old = 0.01, eps_high = 0.28 -> bound 0.0128, budget 0.0028
+    x = loss_inputs([[math.log(0.01)]], [[math.log(0.01)]], [[1.0]])
+    out = loss_fns.clip_loss(x, A.Aggregation(), eps_low=0.2, eps_high=0.28, dual_clip_c=None)
+    assert out.stats.cap_pos_mean == pytest.approx(0.0028, abs=1e-12)
+    up = A.with_unbounded_positive(loss_fns.clip_loss)(x, A.Aggregation(), eps_low=0.2, eps_high=0.28, dual_clip_c=None)
+    assert up.stats.cap_pos_mean == pytest.approx(0.99, abs=1e-12)  # only pi <= 1 bounds UP
+
+
+def test_up_positive_branch_gradient_is_minus_a_and_never_clipped() -> None:
+    # ratios up to e^10 on positive tokens: DAPO cuts them, UP keeps gradient -A exactly (sum aggregation)
+    x = loss_inputs([[0.0, 5.0, 10.0, -3.0]], [[0.0, 0.0, 0.0, 0.0]], [[0.5, 2.0, 1.0, 3.0]])
+    up = A.with_unbounded_positive(loss_fns.clip_loss)(
+        x, A.Aggregation("token-sum"), eps_low=0.2, eps_high=0.28, dual_clip_c=3.0
+    )
+    torch.testing.assert_close(grad(up, x), -x.adv)
+    torch.testing.assert_close(up.per_token.detach(), -x.adv)  # value -A as well
+    assert up.stats.clip_frac_upper == 0.0
+
+
+def test_up_negative_branch_equals_dapo() -> None:
+    gen = torch.Generator().manual_seed(0)
+    logp, old = -torch.rand(4, 7, generator=gen).double() * 2, -torch.rand(4, 7, generator=gen).double() * 2
+    adv = torch.randn(4, 7, generator=gen).double()
+    mask = (torch.rand(4, 7, generator=gen) > 0.2).double()
+    knobs = {"eps_low": 0.2, "eps_high": 0.28, "dual_clip_c": None}
+    agg = A.Aggregation("token-sum")
+    x_up = A.LossInputs(logp.clone().requires_grad_(True), old, adv, mask)
+    x_dapo = A.LossInputs(logp.clone().requires_grad_(True), old, adv, mask)
+    up = A.with_unbounded_positive(loss_fns.clip_loss)(x_up, agg, **knobs)
+    dapo = loss_fns.clip_loss(x_dapo, agg, **knobs)
+    neg = (adv <= 0) & mask.bool()
+    torch.testing.assert_close(up.per_token.detach()[neg], dapo.per_token.detach()[neg])
+    torch.testing.assert_close(grad(up, x_up)[neg], grad(dapo, x_dapo)[neg])
+    assert up.stats.clip_frac_lower == dapo.stats.clip_frac_lower
+
+
+def test_up_gspo_positive_sequences_get_length_normalised_reinforce() -> None:
+    # UP paper eq. 16: A_i > 0 -> gradient A_i / |o_i| per token with seq-mean-token-mean over G sequences
+    x = loss_inputs([[-1.0, 3.0, 0.0], [0.5, 0.5, 0.5]], [[0.0, 0.0, 0.0]] * 2, [[2.0] * 3, [-1.0] * 3], [[1, 1, 0], [1, 1, 1]])
+    up = A.with_unbounded_positive(loss_fns.gspo_loss)(x, A.Aggregation("seq-mean-token-mean"), eps_low=0.2, eps_high=0.2)
+    g = grad(up, x)
+    torch.testing.assert_close(g[0], torch.tensor([-2.0 / 2 / 2, -2.0 / 2 / 2, 0.0], dtype=torch.float64))
+    # the negative sequence keeps GSPO: s = e^0.5 > 1 + eps is not clipped for A < 0, grad -A s / (n G)
+    torch.testing.assert_close(g[1], torch.full((3,), math.exp(0.5) / 3 / 2, dtype=torch.float64))
+
+
+def test_gspo_gradient_is_sequence_ratio_over_length() -> None:
+    x = loss_inputs([[0.1, -0.1, 0.05, 0.0]], [[0.0, 0.0, 0.0, 0.0]], [[1.0] * 4], [[1, 1, 1, 0]])
+    out = loss_fns.gspo_loss(x, A.Aggregation("seq-mean-token-mean"), eps_low=0.2, eps_high=0.28)
+    s = math.exp((0.1 - 0.1 + 0.05) / 3)
+    torch.testing.assert_close(grad(out, x), torch.tensor([[-s / 3] * 3 + [0.0]], dtype=torch.float64))
+
+
+def test_offpolicy_reinforce_is_unclipped_on_both_signs() -> None:
+    x = loss_inputs([[2.0, -2.0]], [[0.0, 0.0]], [[1.0, -1.0]])
+    out = A.POLICY_LOSSES["reinforce"](x, A.Aggregation("token-sum"))
+    torch.testing.assert_close(grad(out, x), torch.tensor([[-math.exp(2.0), math.exp(-2.0)]], dtype=torch.float64))
+
+
+def test_w_reinforce_down_weights_positive_samples() -> None:
+    x = loss_inputs([[-1.0, -2.0]], [[-1.0, -2.0]], [[1.0, -1.0]])
+    out = A.POLICY_LOSSES["w_reinforce"](x, A.Aggregation("token-sum"), w_reinforce_lambda=0.1)
+    torch.testing.assert_close(grad(out, x), torch.tensor([[-0.1, 1.0]], dtype=torch.float64))
+
+
+def test_sapo_gate_gives_plain_gradient_on_policy() -> None:
+    x = loss_inputs([[-0.5, -1.0]], [[-0.5, -1.0]], [[1.0, -2.0]])
+    out = A.POLICY_LOSSES["sapo"](x, A.Aggregation("token-sum"), sapo_tau_pos=1.0, sapo_tau_neg=1.05)
+    torch.testing.assert_close(grad(out, x), -x.adv)
+
+
+def test_kl_cov_penalises_top_covariance_tokens_only() -> None:
+    x = loss_inputs([[-0.1, -3.0, -0.2, -2.5]], [[-0.3, -2.0, -0.2, -2.5]], [[2.0, -1.0, 0.1, -0.1]])
+    out = A.POLICY_LOSSES["kl_cov"](x, A.Aggregation("token-sum"), cov_ratio=0.25, kl_cov_coef=1.0)
+    plain = -x.adv * torch.exp(x.logp.detach() - x.old_logp)
+    # covariance (A - mean A)(logp - mean logp) is largest for token 0: it alone pays |delta| = 0.2
+    torch.testing.assert_close(out.per_token.detach(), plain + torch.tensor([[0.2, 0, 0, 0]], dtype=torch.float64))
+
+
+def test_clip_cov_zeroes_a_seeded_random_candidate() -> None:
+    x = loss_inputs([[0.0, 2.0, -3.0, 1.5, -2.0, 0.0]], [[0.0] * 6], [[3.0, 3.0, -3.0, -3.0, 0.0, 0.5]])
+    torch.manual_seed(0)
+    out = A.POLICY_LOSSES["clip_cov"](
+        x, A.Aggregation("token-sum"), eps_low=10.0, eps_high=10.0, cov_ratio=0.1, clip_cov_lb=1.0, clip_cov_ub=20.0
+    )
+    assert out.stats.masked_frac == pytest.approx(1 / 6)
+    zeroed = out.per_token.detach() == 0
+    assert int(zeroed.sum()) == 2  # the chosen token and token 4 (A = 0)
+
+
+# ----------------------------------------------------------------- aggregation equivalences
+
+
+def random_loss_batch(B: int = 8, T: int = 6, seed: int = 0):
+    gen = torch.Generator().manual_seed(seed)
+    logp = -torch.rand(B, T, generator=gen, dtype=torch.float64) * 2
+    old = logp + torch.randn(B, T, generator=gen, dtype=torch.float64) * 0.3
+    adv = torch.randn(B, 1, generator=gen, dtype=torch.float64).expand(B, T).clone()
+    lengths = torch.randint(1, T + 1, (B,), generator=gen)
+    mask = (torch.arange(T) < lengths.unsqueeze(1)).double()
+    return logp, old, adv, mask
+
+
+@pytest.mark.parametrize("mode", sorted(A.AGGREGATIONS))
+@pytest.mark.parametrize("loss", ["clip", "gspo", "cispo", "sapo"])
+def test_micro_batch_accumulation_equals_full_batch(mode: str, loss: str) -> None:
+    """1 x 8 gradient accumulation with global denominators == one batch of 8."""
+    logp, old, adv, mask = random_loss_batch()
+    fn = A.POLICY_LOSSES[loss]
+    knobs = {"eps_low": 0.2, "eps_high": 0.28, "dual_clip_c": 3.0, "sapo_tau_pos": 1.0, "sapo_tau_neg": 1.05}
+    knobs = {k: knobs[k] for k in A.knobs(fn)}
+    full_logp = logp.clone().requires_grad_(True)
+    full = fn(A.LossInputs(full_logp, old, adv, mask), A.Aggregation(mode), **knobs)
+    full.loss.backward()
+    agg = A.Aggregation(mode, num_tokens=mask.sum(), num_seqs=(mask.sum(-1) > 0).sum(), loss_scale_factor=mask.shape[1])
+    micro_logp = logp.clone().requires_grad_(True)
+    total = torch.zeros((), dtype=torch.float64)
+    for i in range(logp.shape[0]):
+        out = fn(A.LossInputs(micro_logp[i : i + 1], old[i : i + 1], adv[i : i + 1], mask[i : i + 1]), agg, **knobs)
+        out.loss.backward()
+        total = total + out.loss.detach()
+    torch.testing.assert_close(total, full.loss.detach())
+    torch.testing.assert_close(micro_logp.grad, full_logp.grad)
+
+
+def test_aggregation_relations() -> None:
+    logp, _, _, mask = random_loss_batch(seed=1)
+    per_token = logp
+    agg = {m: float(A.Aggregation(m)(per_token, mask)) for m in A.AGGREGATIONS}
+    n_tok, n_seq, T = float(mask.sum()), float((mask.sum(-1) > 0).sum()), mask.shape[1]
+    assert agg["token-sum"] == pytest.approx(agg["token-mean"] * n_tok)
+    assert agg["seq-mean-token-sum"] == pytest.approx(agg["token-sum"] / n_seq)
+    assert agg["seq-mean-token-sum-norm"] == pytest.approx(agg["seq-mean-token-sum"] / T)
+    fixed = float(A.Aggregation("seq-mean-token-sum-norm", loss_scale_factor=100.0)(per_token, mask))
+    assert fixed == pytest.approx(agg["seq-mean-token-sum"] / 100.0)
+    equal_lengths = torch.ones_like(mask)
+    assert float(A.Aggregation("token-mean")(per_token, equal_lengths)) == pytest.approx(
+        float(A.Aggregation("seq-mean-token-mean")(per_token, equal_lengths))
+    )
+    dp = float(A.Aggregation("token-mean", num_tokens=2 * n_tok, dp_size=2)(per_token, mask))
+    assert dp == pytest.approx(agg["token-mean"])  # half the tokens on this rank, gradients averaged over 2
+
+
+# ----------------------------------------------------------------- KL and entropy
+
+
+def test_kl_estimators_hand_worked() -> None:
+    logp = torch.tensor([-1.0, -2.0], dtype=torch.float64, requires_grad=True)
+    ref = torch.tensor([-1.0, -1.0], dtype=torch.float64)
+    # x = logp - ref = [0, -1]; k3 = e^{-x} + x - 1 = [0, e - 2]
+    torch.testing.assert_close(A.KL_ESTIMATORS["k3"](logp, ref).detach(), torch.tensor([0.0, math.e - 2], dtype=torch.float64))
+    st = A.KL_ESTIMATORS["k3+"](logp, ref)
+    torch.testing.assert_close(st.detach(), A.KL_ESTIMATORS["k3"](logp, ref).detach())
+    (g,) = torch.autograd.grad(st.sum(), logp)
+    torch.testing.assert_close(g, torch.tensor([0.0, -1.0], dtype=torch.float64))  # k2's gradient x
+
+
+def test_entropy_of_uniform_logits() -> None:
+    torch.testing.assert_close(A.entropy_from_logits(torch.zeros(2, 3, 5)), torch.full((2, 3), math.log(5)))
+
+
+def test_registries_are_plain_dicts_with_documented_functions() -> None:
+    for registry in (A.ADVANTAGES, A.POLICY_LOSSES, A.AGGREGATIONS):
+        assert type(registry) is dict
+        for name, fn in registry.items():
+            assert fn.__doc__, f"{name} needs a docstring citing its source"
+    assert A.GROUP_ESTIMATORS == set(A.ADVANTAGES) - {"reinforce_pp", "binary_sign"}
+
+
+def test_binary_sign_is_plus_minus_one() -> None:
+    inp = outcome_batch([1, 0, 0.5], [1, 2, 1], ["a", "a", "b"])
+    torch.testing.assert_close(per_seq(A.ADVANTAGES["binary_sign"](inp)), torch.tensor([1.0, -1.0, 1.0], dtype=torch.float64))
