@@ -355,6 +355,17 @@ def test_kl_estimators_hand_worked() -> None:
     torch.testing.assert_close(g, torch.tensor([0.0, -1.0], dtype=torch.float64))  # k2's gradient x
 
 
+def test_kl_loss_and_entropy_bonus_terms() -> None:
+    logp = torch.tensor([[-1.0, -2.0, -9.0]], dtype=torch.float64)
+    ref = torch.tensor([[-1.5, -1.0, 0.0]], dtype=torch.float64)
+    mask = torch.tensor([[1.0, 1.0, 0.0]], dtype=torch.float64)
+    # k1 on valid tokens: [0.5, -1.0], token-mean -0.25, times 0.1
+    term = A.kl_loss(logp, ref, mask, A.Aggregation(), kl_coef=0.1, kl_estimator="k1")
+    assert float(term) == pytest.approx(-0.025)
+    entropy = torch.tensor([[1.0, 3.0, 100.0]], dtype=torch.float64)
+    assert float(A.entropy_bonus(entropy, mask, A.Aggregation(), entropy_coef=0.01)) == pytest.approx(-0.02)
+
+
 def test_entropy_of_uniform_logits() -> None:
     torch.testing.assert_close(A.entropy_from_logits(torch.zeros(2, 3, 5)), torch.full((2, 3), math.log(5)))
 
@@ -370,3 +381,20 @@ def test_registries_are_plain_dicts_with_documented_functions() -> None:
 def test_binary_sign_is_plus_minus_one() -> None:
     inp = outcome_batch([1, 0, 0.5], [1, 2, 1], ["a", "a", "b"])
     torch.testing.assert_close(per_seq(A.ADVANTAGES["binary_sign"](inp)), torch.tensor([1.0, -1.0, 1.0], dtype=torch.float64))
+
+
+def test_call_with_knobs_passes_exactly_the_functions_knobs_from_the_config() -> None:
+    from rlvrlab.config import compose
+
+    cfg = compose(None, ["algorithm=up_dapo"]).algorithm
+    x = loss_inputs([[0.1, 0.5, -0.5]], [[0.0, 0.0, 0.0]], [[1.0, -1.0, -1.0]])
+    loss_fn = A.with_unbounded_positive(A.POLICY_LOSSES[cfg.loss])
+    via_config = A.call_with_knobs(loss_fn, x, A.Aggregation(cfg.agg), source=cfg)
+    direct = loss_fn(x, A.Aggregation("token-mean"), eps_low=0.2, eps_high=0.28, dual_clip_c=None)
+    torch.testing.assert_close(via_config.loss, direct.loss)
+    ucpo_cfg = compose(None, ["algorithm=ucpo"]).algorithm
+    inp = outcome_batch([1, 0, 1, 1], [2, 3, 1, 2], ["g"] * 4)
+    torch.testing.assert_close(
+        A.call_with_knobs(A.ADVANTAGES[ucpo_cfg.estimator], inp, source=ucpo_cfg).advantages,
+        adv_fns.ucpo(inp, tau=0.2, alpha=0.0, adv_eps=1e-8).advantages,
+    )

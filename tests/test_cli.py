@@ -8,6 +8,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from test_config import BAD_OVERRIDES  # the same bad inputs, now through the real command
 
 WriteTree = Callable[[Path, dict[str, str]], Path]  # the conftest fixture
 
@@ -61,14 +62,8 @@ def test_config_validate_fails_with_each_broken_files_reason(experiments: Path, 
 
 @pytest.mark.parametrize(
     "overrides",
-    [
-        ["algorithm.tua=0.3"],
-        ["algorithm.tau=abc"],
-        ["algorithm=ucp"],
-        ["rollout.group_size=1"],
-        ["algorithm.sapo_tau_pos=2"],
-        ["nosuchexperiment"],
-    ],
+    [overrides for overrides, _ in BAD_OVERRIDES] + [["nosuchexperiment"]],
+    ids=[" ".join(overrides) for overrides, _ in BAD_OVERRIDES] + ["nosuchexperiment"],
 )
 def test_a_user_error_is_one_red_line_without_traceback(experiments: Path, overrides: list[str]) -> None:
     result = rlvrlab("config", "show", *overrides)

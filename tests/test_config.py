@@ -172,9 +172,9 @@ def test_every_algorithm_knob_in_the_schema_is_read_by_something() -> None:
     from rlvrlab.config.schema import AlgorithmConfig
 
     read = {k for reg in (algorithms.ADVANTAGES, algorithms.POLICY_LOSSES) for fn in reg.values() for k in algorithms.knobs(fn)}
-    read |= set(algorithms.knobs(algorithms.entropy_advantage_bonus))
+    for term in (algorithms.entropy_advantage_bonus, algorithms.kl_loss, algorithms.entropy_bonus):
+        read |= set(algorithms.knobs(term))
     selectors_and_trainer_terms = {"name", "estimator", "loss", "agg", "loss_scale_factor", "unbounded_positive"}
-    selectors_and_trainer_terms |= {"kl_coef", "kl_estimator", "entropy_coef"}
     fields = {f.name for f in dataclasses.fields(AlgorithmConfig)}
     assert fields - selectors_and_trainer_terms == read
     assert set(KNOB_READERS).isdisjoint({f"algorithm.{k}" for k in read})  # derived, never listed twice

@@ -13,7 +13,7 @@ from typing import Any
 
 from . import advantages as _adv
 from .aggregation import AGGREGATIONS, Aggregation
-from .kl import KL_ESTIMATORS, entropy_from_logits
+from .kl import KL_ESTIMATORS, entropy_bonus, entropy_from_logits, kl_loss
 from .losses import POLICY_LOSSES, UP_COMPATIBLE_LOSSES, with_unbounded_positive
 from .masked import masked_mean, masked_sum, masked_whiten
 from .types import AdvantageInputs, AdvantageOutput, CorrectSetStats, LossInputs, LossOutput, LossStats
@@ -71,7 +71,9 @@ __all__ = [
     "call_with_knobs",
     "correct_set_stats",
     "entropy_advantage_bonus",
+    "entropy_bonus",
     "entropy_from_logits",
+    "kl_loss",
     "knobs",
     "masked_mean",
     "masked_sum",

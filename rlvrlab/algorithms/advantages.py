@@ -77,7 +77,7 @@ def opo(inp: AdvantageInputs) -> AdvantageOutput:
     scores = _scores64(inp)
     gidx = group_index(inp.group_ids)
     lengths = inp.mask.to(torch.float64).sum(dim=-1)  # [B]
-    baseline = group_sum(lengths * scores, gidx) / group_sum(lengths, gidx).clamp(min=1e-300)  # [G]
+    baseline = group_sum(lengths * scores, gidx) / group_sum(lengths, gidx).clamp(min=1)  # [G]
     baseline = _exact_if_constant(baseline, scores, gidx)
     return _broadcast(scores - baseline[gidx], inp)
 

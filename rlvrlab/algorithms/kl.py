@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import torch
 
+from .aggregation import Aggregation
+
 
 def k1(logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:
     return logp - ref_logp
@@ -59,3 +61,15 @@ def entropy_from_logits(logits: torch.Tensor) -> torch.Tensor:
     """[B, T, V] logits -> [B, T] entropy H = logsumexp(z) - sum softmax(z) z."""
     probs = torch.softmax(logits, dim=-1)
     return torch.logsumexp(logits, dim=-1) - (probs * logits).sum(dim=-1)
+
+
+def kl_loss(
+    logp: torch.Tensor, ref_logp: torch.Tensor, mask: torch.Tensor, agg: Aggregation, *, kl_coef: float, kl_estimator: str
+) -> torch.Tensor:
+    """KL-to-reference loss term kl_coef * agg(KL_t), added to the policy loss (verl's use_kl_loss)."""
+    return kl_coef * agg(KL_ESTIMATORS[kl_estimator](logp, ref_logp), mask)
+
+
+def entropy_bonus(entropy: torch.Tensor, mask: torch.Tensor, agg: Aggregation, *, entropy_coef: float) -> torch.Tensor:
+    """Ent-Reg term -entropy_coef * agg(H_t), added to the policy loss (maximises token entropy)."""
+    return -entropy_coef * agg(entropy, mask)
