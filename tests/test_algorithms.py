@@ -190,6 +190,12 @@ def test_clip_loss_hand_worked() -> None:
     torch.testing.assert_close(grad(free, x)[0, 3], torch.tensor(math.exp(1.5), dtype=torch.float64))
 
 
+def test_clip_loss_rejects_a_dual_clip_bound_at_or_below_one() -> None:
+    x = loss_inputs([[0.0]], [[0.0]], [[-1.0]])
+    with pytest.raises(ValueError, match="dual_clip_c must be > 1"):
+        loss_fns.clip_loss(x, A.Aggregation(), eps_low=0.2, eps_high=0.2, dual_clip_c=1.0)
+
+
 def test_clip_loss_on_policy_ratio_is_exactly_one() -> None:
     x = loss_inputs([[-0.3, -2.0, -0.7]], [[-0.3, -2.0, -0.7]], [[1.0, -0.5, 2.0]])
     out = loss_fns.clip_loss(x, A.Aggregation("token-mean"), eps_low=0.2, eps_high=0.2, dual_clip_c=3.0)

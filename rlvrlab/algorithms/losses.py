@@ -59,6 +59,8 @@ def clip_loss(
     l = min(l, -A c) (Ye et al. 2020). delta clamped to [-20, 20]. eps_high may be inf (no upper clip).
     With dual_clip_c = 3 this is verl's ``vanilla`` loss exactly.
     """
+    if dual_clip_c is not None and dual_clip_c <= 1:
+        raise ValueError(f"dual_clip_c must be > 1 (it bounds -A * rho from above for A < 0), got {dual_clip_c}")
     delta = torch.clamp(x.logp - x.old_logp, min=-20.0, max=20.0)  # [B, T]
     ratio = torch.exp(delta)
     surr = -x.adv * ratio
