@@ -147,7 +147,7 @@ def reinforce_pp(inp: AdvantageInputs, *, gamma: float) -> AdvantageOutput:
 def _top2_gap(scores: torch.Tensor, gidx: torch.Tensor, adv_eps: float, norm_by_std: bool) -> torch.Tensor:
     """Pass@k GRPO (Chen et al. 2025, arXiv 2503.19595): only each group's arg-max gets r_max - r_2nd."""
     adv = torch.zeros_like(scores)
-    _, std, count = _group_mean_std(scores, gidx)
+    _, std, _ = _group_mean_std(scores, gidx)
     for g in range(int(gidx.max().item()) + 1):
         rows = torch.nonzero(gidx == g).flatten()
         if rows.numel() < 2:
