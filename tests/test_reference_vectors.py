@@ -145,27 +145,16 @@ def _bounds(params: dict) -> tuple[float, float]:
 
 
 # verl metric name -> how rlvrlab's typed LossStats expresses it, per verl loss
+_CLIP_STATS: dict[str, Callable[[A.LossStats], float]] = {
+    "actor/pg_clipfrac": lambda s: s.clip_frac,
+    "actor/ppo_kl": lambda s: s.approx_kl,
+    "actor/pg_clipfrac_lower": lambda s: s.dual_clip_frac,
+}
 STAT_NAMES: dict[str, dict[str, Callable[[A.LossStats], float]]] = {
-    "vanilla": {
-        "actor/pg_clipfrac": lambda s: s.clip_frac,
-        "actor/ppo_kl": lambda s: s.approx_kl,
-        "actor/pg_clipfrac_lower": lambda s: s.dual_clip_frac,
-    },
-    "gspo": {
-        "actor/pg_clipfrac": lambda s: s.clip_frac,
-        "actor/ppo_kl": lambda s: s.approx_kl,
-        "actor/pg_clipfrac_lower": lambda s: s.dual_clip_frac,
-    },
-    "cispo": {
-        "actor/pg_clipfrac": lambda s: s.clip_frac,
-        "actor/ppo_kl": lambda s: s.approx_kl,
-        "actor/pg_clipfrac_lower": lambda s: s.dual_clip_frac,
-    },
-    "sapo": {
-        "actor/pg_clipfrac": lambda s: s.clip_frac,
-        "actor/ppo_kl": lambda s: s.approx_kl,
-        "actor/pg_clipfrac_lower": lambda s: s.dual_clip_frac,
-    },
+    "vanilla": _CLIP_STATS,
+    "gspo": _CLIP_STATS,
+    "cispo": _CLIP_STATS,
+    "sapo": _CLIP_STATS,
     "geo_mean": {
         "actor/pg_clipfrac": lambda s: s.clip_frac_upper,
         "actor/ppo_kl": lambda s: s.approx_kl,
