@@ -43,3 +43,29 @@ def experiments(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     folder = _write_tree(tmp_path / "experiments", SMALL_EXPERIMENTS)
     monkeypatch.setenv("RLVRLAB_EXPERIMENTS_DIR", str(folder))
     return folder
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _session_cache(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """One model cache per test session (the warm-started tiny model is built once, then reused)."""
+    import os
+
+    os.environ["RLVRLAB_CACHE"] = str(tmp_path_factory.mktemp("rlvrlab-cache"))
+
+
+def _mlflow_history(output_dir: Path, run_id: str) -> dict[str, dict[int, float]]:
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(f"sqlite:///{output_dir.resolve() / 'mlflow.db'}")
+    run = client.get_run(run_id)
+    return {
+        name: {m.step: m.value for m in sorted(client.get_metric_history(run_id, name), key=lambda m: m.timestamp)}
+        for name in run.data.metrics
+    }
+
+
+@pytest.fixture
+def mlflow_history() -> Callable[[Path, str], dict[str, dict[int, float]]]:
+    """mlflow_history(output_dir, run_id) -> {metric: {step: value}} from the default sqlite store
+    (the last value logged per step: a resumed run re-logs the steps after its checkpoint)."""
+    return _mlflow_history

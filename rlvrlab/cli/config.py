@@ -1,30 +1,16 @@
 """`rlvrlab config show|validate`: look at the composed configuration before anything runs."""
 
 import sys
-from typing import Annotated, Optional
 
 import typer
 from rich.console import Console
 from rich.syntax import Syntax
 from rich.table import Table
 
+from rlvrlab.cli.options import ExperimentArg, OverridesArg, split_experiment
 from rlvrlab.config import check_files, compose, config_hash, experiments_dir, to_yaml
 
 config_app = typer.Typer(help="Compose, show and check experiment configurations.", no_args_is_help=True)
-
-ExperimentArg = Annotated[
-    Optional[str],
-    typer.Argument(
-        help="Experiment name (experiments/NAME.yaml) or path to a YAML file; default: default. "
-        "A first argument with '=' is an override.",
-        show_default=False,
-    ),
-]
-OverridesArg = Annotated[
-    Optional[list[str]],
-    typer.Argument(help="GROUP=FILE (algorithm=ucpo) or KEY=VALUE (algorithm.tau=0.3, seed=3).", show_default=False),
-]
-
 
 @config_app.command()
 def show(experiment: ExperimentArg = None, overrides: OverridesArg = None) -> None:
@@ -33,7 +19,7 @@ def show(experiment: ExperimentArg = None, overrides: OverridesArg = None) -> No
     [dim]rlvrlab config show algorithm=up_dapo
     rlvrlab config show experiments/toy.yaml algorithm=ucpo algorithm.tau=0.3 seed=3[/dim]
     """
-    experiment, overrides = _split_experiment(experiment, overrides or [])
+    experiment, overrides = split_experiment(experiment, overrides or [])
     cfg = compose(experiment, overrides)
     text = f"{to_yaml(cfg)}# config hash (without seed): {config_hash(cfg)}\n"
     console = Console()
@@ -58,10 +44,3 @@ def validate() -> None:
         console.print(f"{check.file.relative_to(folder)}: {check.error}", style="red", markup=False, soft_wrap=True)
     if failures:
         raise typer.Exit(1)
-
-
-def _split_experiment(experiment: Optional[str], overrides: list[str]) -> tuple[Optional[str], list[str]]:
-    # click fills the optional EXPERIMENT first, so `config show algorithm=ucpo` puts an override there
-    if experiment is not None and "=" in experiment:
-        return None, [experiment, *overrides]
-    return experiment, overrides

@@ -51,7 +51,7 @@ class ModelConfig:
     toy_num_responses: int = 16  # M candidate responses of the toy policy, >= 2
     toy_num_correct: int = 4  # how many of the M are correct, in [1, M)
     toy_init: str = "skewed"  # skewed | uniform initial toy policy
-    toy_init_skew: float = 3.0  # logit gap favouring incorrect responses when toy_init=skewed, >= 0
+    toy_init_skew: float = 3.0  # skewed init: correct logits spaced from +skew/2 to -skew/2 (incorrect at 0), >= 0
     tiny_layers: int = 4  # tiny-tier transformer depth, >= 1
     tiny_hidden: int = 128  # tiny-tier hidden size, >= 1 and divisible by tiny_heads
     tiny_heads: int = 4  # tiny-tier attention heads, >= 1

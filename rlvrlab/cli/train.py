@@ -1,0 +1,87 @@
+"""`rlvrlab train`: compose a configuration and run the training loop on it, with a progress bar."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+from rlvrlab.cli.options import ExperimentArg, OverridesArg, split_experiment
+from rlvrlab.config import compose
+from rlvrlab.config.schema import RunConfig
+from rlvrlab.errors import ConfigError
+
+ResumeOpt = Annotated[
+    Optional[str],
+    typer.Option("--resume", help="Continue this MLflow run from its last checkpoint (same config; "
+                 "output_dir=, tracking.uri= and steps= may be given).", show_default=False),
+]
+RESUMABLE_OVERRIDES = ("output_dir=", "tracking.", "steps=")
+
+
+def train(experiment: ExperimentArg = None, overrides: OverridesArg = None, resume: ResumeOpt = None) -> None:
+    """Train a policy: rollouts -> verifier -> advantages -> policy update, recorded in MLflow.
+
+    [dim]rlvrlab train                                   # the default experiment (tiny model, Countdown, GRPO)
+    rlvrlab train toy algorithm=ucpo algorithm.tau=0.2 seed=1
+    rlvrlab train algorithm=up_dapo model=real model.path=/models/SmolLM2-135M
+    rlvrlab train --resume 3f2a...                   # after a crash: continue from the last checkpoint[/dim]
+    """
+    from rlvrlab.train.loop import train as run_training
+
+    experiment, overrides = split_experiment(experiment, overrides)
+    if resume:
+        cfg = _resumed_config(resume, experiment, overrides)
+    else:
+        cfg = compose(experiment, overrides)
+    console = Console(stderr=True)
+    with _progress_bar(console, cfg) as progress:
+        task = progress.add_task("train", total=cfg.steps, status="")
+
+        def show(step: int, stats) -> None:
+            status = f"reward {stats.reward:.3f}  acc {stats.accuracy:.3f}  entropy {stats.entropy:.3f}"
+            progress.update(task, completed=step + 1, status=status)
+
+        run_id = run_training(cfg, resume=resume, progress=show)
+    _print_done(cfg, run_id)
+
+
+def _resumed_config(run_id: str, experiment: Optional[str], overrides: list[str]) -> RunConfig:
+    bad = [o for o in overrides if not o.startswith(RESUMABLE_OVERRIDES)] + ([experiment] if experiment else [])
+    if bad:
+        raise ConfigError(f"--resume continues a run with its own config; {bad[0]!r} cannot change it "
+                          "(only output_dir=, tracking.* and steps= can be given)")
+    output_dir = next((o.split("=", 1)[1] for o in overrides if o.startswith("output_dir=")), RunConfig.output_dir)
+    saved = Path(output_dir).expanduser() / run_id / "config.yaml"
+    if not saved.is_file():
+        raise ConfigError(f"--resume {run_id}: {saved} does not exist; pass output_dir= of the run to resume")
+    return compose(saved, overrides)
+
+
+def _progress_bar(console: Console, cfg: RunConfig) -> Progress:
+    import os
+
+    return Progress(
+        TextColumn(f"[bold]{cfg.algorithm.name}[/] {cfg.model.tier}/{cfg.dataset.name} seed {cfg.seed}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        TimeRemainingColumn(),
+        TextColumn("{task.fields[status]}"),
+        console=console,
+        disable=os.environ.get("RANK", "0") != "0",
+    )
+
+
+def _print_done(cfg: RunConfig, run_id: str) -> None:
+    from rlvrlab.tracking.mlflow_tracker import default_uri
+
+    output_dir = Path(cfg.output_dir).expanduser().resolve()
+    uri = cfg.tracking.uri or default_uri(output_dir)
+    console = Console()
+    console.print(f"[green]done[/]: MLflow run [bold]{run_id}[/] (experiment {cfg.experiment!r}) in {uri}")
+    console.print(f"  look at it: [bold]mlflow ui --backend-store-uri {uri}[/]  then open http://127.0.0.1:5000")
+    console.print(f"  checkpoints and resolved config: {output_dir / run_id}")

@@ -1,0 +1,47 @@
+"""Rollout engine of the toy tier: samples one response index per row from its own copy of the table."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import torch
+
+from rlvrlab.policy.toy import response_text
+from rlvrlab.rollout.base import Generation
+
+
+class ToyEngine:
+    def __init__(self, logits: torch.Tensor, *, temperature: float, top_p: float):
+        self.logits = logits.detach().clone()  # [P, M]; updated only through sync_weights, like a real engine
+        self.temperature = temperature
+        self.top_p = top_p
+
+    def generate(self, prompts: list[list[int]], *, n: int, seed: int) -> list[list[Generation]]:
+        generator = torch.Generator().manual_seed(seed)
+        result = []
+        for prompt in prompts:
+            raw = torch.log_softmax(self.logits[prompt[0]].double(), dim=-1)  # [M]
+            probs = torch.softmax(self.logits[prompt[0]].double() / self.temperature, dim=-1)
+            probs = _nucleus(probs, self.top_p)
+            picks = torch.multinomial(probs, n, replacement=True, generator=generator)  # [n]
+            result.append([
+                Generation(tuple(prompt), (int(j),), response_text(int(j)), (float(raw[j]),)) for j in picks
+            ])
+        return result
+
+    def sync_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> None:
+        self.logits = dict(named_tensors)["logits"].detach().clone()
+
+    def close(self) -> None:
+        pass
+
+
+def _nucleus(probs: torch.Tensor, top_p: float) -> torch.Tensor:
+    """Keep the smallest set of most likely responses whose mass reaches top_p, renormalised."""
+    if top_p >= 1.0:
+        return probs
+    sorted_probs, order = probs.sort(descending=True)
+    keep = sorted_probs.cumsum(0) - sorted_probs < top_p  # the first response is always kept
+    filtered = torch.zeros_like(probs)
+    filtered[order[keep]] = sorted_probs[keep]
+    return filtered / filtered.sum()

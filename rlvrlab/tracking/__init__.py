@@ -1,0 +1,1 @@
+"""Tracking: MLflow records of every run; metric names exist only in tracking.metrics."""

@@ -1,0 +1,47 @@
+"""The only place metric names exist: typed step statistics -> {"train/reward": 0.4, ...}.
+
+Groups: train/ (outcomes), loss/ (the policy loss and its diagnostics), policy/ (entropy, KL, collapse
+diagnostics), rollout/ (engine agreement, lag, throughput), time/ (seconds per stage).
+"""
+
+from __future__ import annotations
+
+from dataclasses import fields
+
+from rlvrlab.train.stats import StepStats
+
+
+def step_metrics(s: StepStats) -> dict[str, float]:
+    metrics = {
+        "train/reward": s.reward,
+        "train/accuracy": s.accuracy,
+        "train/solved_groups": s.solved_groups,
+        "train/signal_groups": s.signal_groups,
+        "train/response_length": s.response_length,
+        "loss/policy": s.policy_loss,
+        "loss/grad_norm": s.grad_norm,
+        "loss/clip_frac": s.loss.clip_frac,
+        "loss/clip_frac_upper": s.loss.clip_frac_upper,
+        "loss/clip_frac_lower": s.loss.clip_frac_lower,
+        "loss/dual_clip_frac": s.loss.dual_clip_frac,
+        "loss/masked_frac": s.loss.masked_frac,
+        "loss/approx_kl": s.loss.approx_kl,
+        "loss/ratio_mean": s.loss.ratio_mean,
+        "loss/ratio_max": s.loss.ratio_max,
+        "policy/entropy": s.entropy,
+        "rollout/lag": float(s.lag),
+        "rollout/logp_gap_max": s.logp_gap_max,
+        "rollout/logp_gap_mean": s.logp_gap_mean,
+        "rollout/tokens_per_s": s.tokens_per_s,
+    }
+    optional = {
+        "loss/cap_pos_mean": s.loss.cap_pos_mean,  # UP paper eq. 11, over A > 0 tokens
+        "policy/kl_ref": s.kl_ref,
+        "policy/correct_entropy": s.correct_entropy,  # UCPO's H(q)
+        "policy/correct_max_q": s.correct_max_q,
+        "policy/toy_correct_mass": s.toy_correct_mass,
+        "policy/toy_correct_uniformity": s.toy_correct_uniformity,
+    }
+    metrics.update({k: v for k, v in optional.items() if v is not None})
+    metrics.update({f"time/{f.name}": getattr(s.timings, f.name) for f in fields(s.timings)})
+    return metrics

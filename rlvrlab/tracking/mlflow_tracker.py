@@ -1,0 +1,89 @@
+"""MLflow through its client API, batched: one `log_batch` per flush (PLATFORM_NOTES: 10k points cost 103 s
+with log_metric calls and 2.3 s with log_batch).
+
+Default store: `sqlite:////<output_dir>/mlflow.db` with artifacts in `<output_dir>/mlartifacts`;
+`tracking.uri` points at a shared server instead (`http://host:5000`).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Mapping
+from pathlib import Path
+
+from rlvrlab.errors import RlvrlabError
+
+_BATCH = 1000  # MLflow's limit of metrics per log_batch call
+_PARAMS_BATCH = 100  # ... and of params
+_FLUSH_SECONDS = 15.0  # metrics reach the store at least this often while a run is alive
+
+
+def default_uri(output_dir: Path) -> str:
+    return f"sqlite:///{output_dir.resolve() / 'mlflow.db'}"
+
+
+class MlflowTracker:
+    def __init__(self, uri: str, experiment: str, *, artifact_root: Path | None, run_id: str | None = None,
+                 run_name: str | None = None):
+        import logging
+
+        from mlflow.tracking import MlflowClient
+
+        for name in ("alembic", "mlflow"):  # sqlite schema migrations log at INFO
+            logging.getLogger(name).setLevel(logging.WARNING)
+        self.client = MlflowClient(tracking_uri=uri)
+        if run_id is None:
+            found = self.client.get_experiment_by_name(experiment)
+            if found is None:
+                location = artifact_root.resolve().as_uri() if artifact_root is not None else None
+                experiment_id = self.client.create_experiment(experiment, artifact_location=location)
+            else:
+                experiment_id = found.experiment_id
+            run_id = self.client.create_run(experiment_id, run_name=run_name).info.run_id
+        else:
+            try:
+                self.client.get_run(run_id)
+            except Exception as error:  # mlflow raises its own MlflowException for unknown ids
+                raise RlvrlabError(f"--resume {run_id}: no such MLflow run in {uri} ({error})") from None
+            self.client.update_run(run_id, status="RUNNING")
+        self.run_id = run_id
+        self._buffer: list = []
+        self._last_flush = time.monotonic()
+
+    def log_params(self, params: Mapping[str, object]) -> None:
+        from mlflow.entities import Param
+
+        items = [Param(k, str(v)[:6000]) for k, v in params.items()]
+        for i in range(0, len(items), _PARAMS_BATCH):
+            self.client.log_batch(self.run_id, params=items[i : i + _PARAMS_BATCH])
+
+    def set_tags(self, tags: Mapping[str, str]) -> None:
+        from mlflow.entities import RunTag
+
+        self.client.log_batch(self.run_id, tags=[RunTag(k, str(v)) for k, v in tags.items()])
+
+    def log_metrics(self, step: int, metrics: Mapping[str, float]) -> None:
+        from mlflow.entities import Metric
+
+        now = int(time.time() * 1000)
+        # MLflow stores NaN but not +-inf portably; non-finite values are logged as NaN
+        self._buffer += [Metric(k, v if math.isfinite(v) else math.nan, now, step) for k, v in metrics.items()]
+        if time.monotonic() - self._last_flush > _FLUSH_SECONDS:
+            self.flush()
+
+    def log_text(self, text: str, artifact_path: str) -> None:
+        self.client.log_text(self.run_id, text, artifact_path)
+
+    def log_artifact(self, path: Path, artifact_path: str | None = None) -> None:
+        self.client.log_artifact(self.run_id, str(path), artifact_path)
+
+    def flush(self) -> None:
+        for i in range(0, len(self._buffer), _BATCH):
+            self.client.log_batch(self.run_id, metrics=self._buffer[i : i + _BATCH])
+        self._buffer = []
+        self._last_flush = time.monotonic()
+
+    def finish(self, status: str) -> None:
+        self.flush()
+        self.client.set_terminated(self.run_id, status=status)

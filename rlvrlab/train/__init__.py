@@ -1,0 +1,1 @@
+"""The training loop and what it is made of: batches, checkpoints, run setup."""

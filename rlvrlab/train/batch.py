@@ -1,0 +1,110 @@
+"""Rollouts -> padded tensors, and the trainer-side log-probs of a batch.
+
+Layout of every batch (B rows = prompts x group_size):
+
+    input_ids  [B, P + T]   prompt left-padded to width P, then the response right-padded to width T
+    mask       [B, T]       1 on response tokens (eos included), 0 on padding
+    the logits at positions P-1 .. P+T-2 predict the T response tokens.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+import torch
+
+from rlvrlab.algorithms import entropy_from_logits
+from rlvrlab.rollout.base import Generation
+
+
+@dataclass
+class RolloutBatch:
+    input_ids: torch.Tensor  # [B, P + T]
+    attention_mask: torch.Tensor  # [B, P + T]
+    mask: torch.Tensor  # [B, T] response mask
+    prompt_width: int  # P
+    group_ids: list[str]  # [B]
+    rewards: torch.Tensor  # [B]
+    engine_logp: torch.Tensor  # [B, T] the rollout engine's raw log-probs
+    texts: list[str]
+    version: int  # policy version (optimizer steps taken) of the weights that generated it
+    batch_index: int  # position in the data stream
+    generate_seconds: float = 0.0  # wall-clock time the rollout engine took for this batch
+    old_logp: torch.Tensor | None = None  # [B, T] trainer's behaviour log-probs at generation time (tempered)
+    raw_logp: torch.Tensor | None = None  # [B, T] the same at temperature 1 (compared with engine_logp)
+    ref_logp: torch.Tensor | None = None  # [B, T] reference-policy log-probs, when a KL term is used
+    old_entropy: torch.Tensor | None = None  # [B, T] behaviour-policy token entropy (Ent-Adv shaping)
+    adv: torch.Tensor | None = None  # [B, T] advantages, set when the batch is consumed
+
+    def rows(self, index: torch.Tensor | slice) -> RolloutBatch:
+        """The sub-batch of the given rows (micro- and mini-batches)."""
+        pick = (lambda t: None if t is None else t[index])
+        ids = index.tolist() if isinstance(index, torch.Tensor) else range(len(self.group_ids))[index]
+        return replace(
+            self,
+            input_ids=self.input_ids[index],
+            attention_mask=self.attention_mask[index],
+            mask=self.mask[index],
+            group_ids=[self.group_ids[i] for i in ids],
+            rewards=self.rewards[index],
+            engine_logp=self.engine_logp[index],
+            texts=[self.texts[i] for i in ids],
+            old_logp=pick(self.old_logp),
+            raw_logp=pick(self.raw_logp),
+            ref_logp=pick(self.ref_logp),
+            old_entropy=pick(self.old_entropy),
+            adv=pick(self.adv),
+        )
+
+    def __len__(self) -> int:
+        return self.input_ids.shape[0]
+
+
+def collate(groups: list[list[Generation]], group_ids: list[str], rewards: list[float], *, pad_id: int,
+            version: int, batch_index: int) -> RolloutBatch:
+    """Flatten [prompt][sample] generations into one padded batch; rewards are per response, same order."""
+    flat = [g for group in groups for g in group]
+    ids = [gid for gid, group in zip(group_ids, groups) for _ in group]
+    width_p = max(len(g.prompt_ids) for g in flat)
+    width_t = max(max(len(g.response_ids) for g in flat), 1)
+    input_ids = torch.full((len(flat), width_p + width_t), pad_id, dtype=torch.long)
+    attention = torch.zeros_like(input_ids)
+    mask = torch.zeros(len(flat), width_t)
+    engine_logp = torch.zeros(len(flat), width_t)
+    for row, g in enumerate(flat):
+        p, t = len(g.prompt_ids), len(g.response_ids)
+        input_ids[row, width_p - p : width_p] = torch.tensor(g.prompt_ids)
+        input_ids[row, width_p : width_p + t] = torch.tensor(g.response_ids, dtype=torch.long)
+        attention[row, width_p - p : width_p + t] = 1
+        mask[row, :t] = 1
+        engine_logp[row, :t] = torch.tensor(g.logp)
+    return RolloutBatch(
+        input_ids=input_ids,
+        attention_mask=attention,
+        mask=mask,
+        prompt_width=width_p,
+        group_ids=ids,
+        rewards=torch.tensor(rewards, dtype=torch.float32),
+        engine_logp=engine_logp,
+        texts=[g.text for g in flat],
+        version=version,
+        batch_index=batch_index,
+    )
+
+
+def token_logits(model: torch.nn.Module, batch: RolloutBatch) -> torch.Tensor:
+    """[B, T, V] logits that predict the response tokens (position ids follow the left padding, as generate)."""
+    position_ids = (batch.attention_mask.cumsum(-1) - 1).clamp(min=0)  # [B, P+T]
+    out = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask, position_ids=position_ids)
+    p = batch.prompt_width
+    return out.logits[:, p - 1 : -1].float()  # [B, T, V]
+
+
+def logp_and_entropy(model: torch.nn.Module, batch: RolloutBatch, *, temperature: float,
+                     with_entropy: bool = True) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Per-token log-probs [B, T] of the response under logits / temperature, and their entropy [B, T]."""
+    logits = token_logits(model, batch) / temperature  # [B, T, V]
+    targets = batch.input_ids[:, batch.prompt_width :]  # [B, T]
+    logp = torch.log_softmax(logits, dim=-1).gather(-1, targets.unsqueeze(-1)).squeeze(-1) * batch.mask
+    entropy = entropy_from_logits(logits) * batch.mask if with_entropy else None
+    return logp, entropy

@@ -1,0 +1,263 @@
+"""The training loop, top to bottom. One step:
+
+    generate (policy of step t - staleness) -> verify -> advantages -> ppo_epochs x mini-batches of policy-loss
+    updates through the update engine -> push weights to the rollout engine -> metrics -> checkpoint
+
+Run it with `rlvrlab train`; `train(cfg)` is the library entry point (sweeps call it in-process).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import signal
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from rlvrlab.algorithms import (
+    ADVANTAGES,
+    POLICY_LOSSES,
+    AdvantageInputs,
+    Aggregation,
+    LossInputs,
+    call_with_knobs,
+    correct_set_stats,
+    entropy_advantage_bonus,
+    entropy_bonus,
+    kl_loss,
+    masked_mean,
+    with_unbounded_positive,
+)
+from rlvrlab.config.schema import RunConfig
+from rlvrlab.errors import RlvrlabError
+from rlvrlab.tracking.metrics import step_metrics
+from rlvrlab.train import checkpoint
+from rlvrlab.train.batch import RolloutBatch, collate, logp_and_entropy
+from rlvrlab.train.checkpoint import TrainState
+from rlvrlab.train.setup import Run, build
+from rlvrlab.train.stats import LossStatsMean, StepStats, Timings, correct_set_means, group_outcomes
+from rlvrlab.update.dist import all_sum
+
+OnStep = Callable[[int, RolloutBatch, Run, StepStats], None]
+
+
+def train(cfg: RunConfig, *, resume: str | None = None, on_step: OnStep | None = None, progress=None) -> str:
+    """Run cfg.steps steps (or continue run `resume` from its last checkpoint); returns the MLflow run id."""
+    run = build(cfg, run_id=resume)
+    state = TrainState()
+    if resume:
+        folder = checkpoint.latest(run.run_dir)
+        if folder is None:
+            raise RlvrlabError(f"run {resume} has no complete checkpoint in {run.run_dir / 'checkpoints'}; "
+                               "it cannot be resumed (set trainer.checkpoint_every > 0 for future runs)")
+        state = checkpoint.restore(run, folder)
+    status = "FAILED"
+    try:
+        for step in range(state.step, cfg.steps):
+            stats, batch = train_step(run, state, step)
+            state.step = step + 1
+            run.tracker.log_metrics(step, step_metrics(stats))
+            if on_step is not None:
+                on_step(step, batch, run, stats)
+            if progress is not None:
+                progress(step, stats)
+            every = cfg.trainer.checkpoint_every
+            if every and (state.step % every == 0 or state.step == cfg.steps):
+                checkpoint.save(run, state)
+                run.tracker.flush()
+            _fault_injection(step)
+        status = "FINISHED"
+    except KeyboardInterrupt:
+        status = "KILLED"
+        raise
+    finally:
+        run.tracker.finish(status)
+        run.rollout.close()
+    return run.tracker.run_id
+
+
+def train_step(run: Run, state: TrainState, step: int) -> tuple[StepStats, RolloutBatch]:
+    """One step; returns its statistics and the batch it consumed."""
+    cfg, t = run.cfg, Timings()
+    start = time.perf_counter()
+
+    # 1. Rollouts. The queue holds staleness + 1 batches: the one consumed now was generated at step t - s
+    #    (the first s steps consume batches of the initial policy, so their lag is t).
+    while len(state.queue) <= cfg.trainer.staleness:
+        state.queue.append(generate(run, batch_index=state.next_batch, version=step, timings=t))
+        state.next_batch += 1
+    batch = state.queue.popleft()
+
+    # 2. Advantages from outcome rewards (on each response's last token) and the behaviour log-probs.
+    adv_inputs = set_advantages(cfg, batch)
+
+    # 3. Policy updates through the update engine.
+    update_start = time.perf_counter()
+    update = update_policy(run, batch, step)
+    t.update = time.perf_counter() - update_start
+
+    # 4. The rollout engine samples the next batch from the updated weights.
+    sync_start = time.perf_counter()
+    run.rollout.sync_weights(run.update.weights())
+    t.sync = time.perf_counter() - sync_start
+    t.step = time.perf_counter() - start
+
+    # 5. Statistics of the consumed batch (means over ranks) and of the update.
+    solved, signal_share = group_outcomes(batch.rewards, batch.group_ids)
+    h_q, max_q = correct_set_means(correct_set_stats(adv_inputs))
+    gap = (batch.engine_logp - batch.raw_logp).abs() * batch.mask
+    toy = run.toy_diagnostics() if run.toy_diagnostics is not None else (None, None)
+    outcome = all_sum(torch.tensor([batch.rewards.mean(), (batch.rewards > 0).float().mean(), solved, signal_share,
+                                    batch.mask.sum(-1).mean()], dtype=torch.float64)) / run.world_size
+    stats = StepStats(
+        reward=float(outcome[0]), accuracy=float(outcome[1]), solved_groups=float(outcome[2]),
+        signal_groups=float(outcome[3]), response_length=float(outcome[4]),
+        policy_loss=float(np.mean(update.losses)), kl_ref=float(np.mean(update.kls)) if update.kls else None,
+        entropy=float(np.mean(update.entropies)), grad_norm=float(np.mean(update.norms)),
+        loss=update.loss_stats.result(),
+        correct_entropy=h_q, correct_max_q=max_q, lag=step - batch.version,
+        logp_gap_max=float(gap.max()), logp_gap_mean=float(gap.sum() / batch.mask.sum()),
+        tokens_per_s=float(batch.mask.sum()) / max(batch.generate_seconds, 1e-9), timings=t,
+        toy_correct_mass=toy[0], toy_correct_uniformity=toy[1],
+    )
+    return stats, batch
+
+
+def set_advantages(cfg: RunConfig, batch: RolloutBatch) -> AdvantageInputs:
+    """Fill batch.adv [B, T]; returns the estimator's inputs (the correct-set statistics reuse them)."""
+    lengths = batch.mask.sum(-1).long()  # [B]
+    token_rewards = torch.zeros_like(batch.mask)  # [B, T]
+    token_rewards[torch.arange(len(batch)), lengths - 1] = batch.rewards
+    inputs = AdvantageInputs(token_rewards, batch.mask, batch.group_ids, old_logp=batch.old_logp)
+    batch.adv = call_with_knobs(ADVANTAGES[cfg.algorithm.estimator], inputs, source=cfg.algorithm).advantages
+    if cfg.algorithm.ent_adv_alpha > 0:
+        shaped = call_with_knobs(entropy_advantage_bonus, batch.adv, batch.old_entropy, source=cfg.algorithm)
+        batch.adv = shaped * batch.mask
+    return inputs
+
+
+@dataclass
+class UpdateResult:
+    loss_stats: LossStatsMean = field(default_factory=LossStatsMean)
+    losses: list[float] = field(default_factory=list)  # policy term of each micro-batch
+    entropies: list[float] = field(default_factory=list)
+    kls: list[float] = field(default_factory=list)  # k3 KL to the reference, when used
+    norms: list[float] = field(default_factory=list)  # gradient norm of each optimizer step
+
+
+def update_policy(run: Run, batch: RolloutBatch, step: int) -> UpdateResult:
+    """ppo_epochs passes over this process's rows, each split into mini-batches (one optimizer step each),
+    each accumulated over micro-batches. Losses are normalised by the mini-batch's counts over all processes,
+    so the update does not depend on how rows are split into micro-batches or processes."""
+    cfg, result = run.cfg, UpdateResult()
+    loss_fn = POLICY_LOSSES[cfg.algorithm.loss]
+    if cfg.algorithm.unbounded_positive:
+        loss_fn = with_unbounded_positive(loss_fn)
+    for epoch in range(cfg.trainer.ppo_epochs):
+        order = _shuffle(len(batch), seed=(cfg.seed, step, epoch)) if cfg.trainer.mini_batches > 1 else None
+        for rows in (order if order is not None else torch.arange(len(batch))).chunk(cfg.trainer.mini_batches):
+            mini = batch.rows(rows)
+            counts = all_sum(torch.tensor([mini.mask.sum(), (mini.mask.sum(-1) > 0).sum(), len(mini)],
+                                          dtype=torch.float64))  # tokens, non-empty rows, rows
+            agg = Aggregation(cfg.algorithm.agg, num_tokens=float(counts[0]), num_seqs=float(counts[1]),
+                              num_rows=float(counts[2]), dp_size=run.world_size,
+                              loss_scale_factor=cfg.algorithm.loss_scale_factor)
+            for micro_rows in _split(len(mini), cfg.trainer.micro_batch_size):
+                x = mini.rows(micro_rows)
+                logp, entropy = logp_and_entropy(run.update.module, x, temperature=cfg.rollout.temperature)
+                out = call_with_knobs(loss_fn, LossInputs(logp, x.old_logp, x.adv, x.mask), agg, source=cfg.algorithm)
+                loss = out.loss
+                if run.reference is not None:
+                    loss = loss + call_with_knobs(kl_loss, logp, x.ref_logp, x.mask, agg, source=cfg.algorithm)
+                    delta = (x.ref_logp - logp).detach()
+                    result.kls.append(float(masked_mean(torch.expm1(delta) - delta, x.mask)))
+                if cfg.algorithm.entropy_coef > 0:
+                    loss = loss + call_with_knobs(entropy_bonus, entropy, x.mask, agg, source=cfg.algorithm)
+                _require_finite(loss.item(), "loss", step, run)
+                run.update.backward(loss)
+                result.loss_stats.add(out.stats)
+                result.losses.append(out.loss.item())
+                result.entropies.append(float(masked_mean(entropy.detach(), x.mask)))
+            result.norms.append(run.update.step())
+            _require_finite(result.norms[-1], "gradient norm", step, run)
+    return result
+
+
+def generate(run: Run, *, batch_index: int, version: int, timings: Timings) -> RolloutBatch:
+    """Sample, verify and collate one batch; the trainer's log-probs of the generating weights go with it."""
+    cfg = run.cfg
+    problems = _problems_of(run, batch_index)
+    seed = int(np.random.SeedSequence([cfg.seed, batch_index, run.rank]).generate_state(1)[0])
+    tic = time.perf_counter()
+    groups = run.rollout.generate([run.prompt_ids(p) for p in problems], n=cfg.rollout.group_size, seed=seed)
+    generate_time = time.perf_counter() - tic
+    rewards = [run.verifier(g.text, p.answer) for p, group in zip(problems, groups) for g in group]
+    timings.verify += time.perf_counter() - tic - generate_time
+    timings.generate += generate_time
+    batch = collate(groups, [p.id for p in problems], rewards, pad_id=run.pad_id, version=version,
+                    batch_index=batch_index)
+    batch.generate_seconds = generate_time
+
+    tic = time.perf_counter()
+    temperature, old, raw, ref, ent = cfg.rollout.temperature, [], [], [], []
+    with torch.no_grad():
+        for rows in _split(len(batch), cfg.trainer.micro_batch_size):
+            x = batch.rows(rows)
+            logp, entropy = logp_and_entropy(run.update.module, x, temperature=temperature)
+            old.append(logp)
+            ent.append(entropy)
+            raw.append(logp if temperature == 1.0 else logp_and_entropy(run.update.module, x, temperature=1.0,
+                                                                         with_entropy=False)[0])
+            if run.reference is not None:
+                ref.append(logp_and_entropy(run.reference, x, temperature=temperature, with_entropy=False)[0])
+    batch.old_logp, batch.raw_logp, batch.old_entropy = torch.cat(old), torch.cat(raw), torch.cat(ent)
+    batch.ref_logp = torch.cat(ref) if ref else None
+    timings.logp += time.perf_counter() - tic
+    return batch
+
+
+def _problems_of(run: Run, batch_index: int) -> list:
+    """This rank's prompts of batch `batch_index`: an endless stream of seeded permutations of the problems."""
+    per_batch, n = run.cfg.rollout.prompts_per_step, len(run.problems)
+    picked = []
+    for position in range(batch_index * per_batch, (batch_index + 1) * per_batch):
+        epoch, offset = divmod(position, n)
+        picked.append(run.problems[_permutation(run.cfg.seed, epoch, n)[offset]])
+    return picked[run.rank :: run.world_size]
+
+
+_PERMUTATIONS: dict[tuple[int, int, int], np.ndarray] = {}
+
+
+def _permutation(seed: int, epoch: int, n: int) -> np.ndarray:
+    key = (seed, epoch, n)
+    if key not in _PERMUTATIONS:
+        _PERMUTATIONS.clear()
+        _PERMUTATIONS[key] = np.random.default_rng([seed, epoch]).permutation(n)
+    return _PERMUTATIONS[key]
+
+
+def _shuffle(size: int, *, seed: tuple[int, ...]) -> torch.Tensor:
+    return torch.from_numpy(np.random.default_rng(list(seed)).permutation(size))
+
+
+def _split(size: int, width: int) -> list[slice]:
+    return [slice(i, min(i + width, size)) for i in range(0, size, width)]
+
+
+def _require_finite(value: float, what: str, step: int, run: Run) -> None:
+    if not math.isfinite(value):
+        last = checkpoint.latest(run.run_dir)
+        kept = f"the last good checkpoint is {last}" if last else "no checkpoint was written yet"
+        raise RlvrlabError(f"step {step}: the {what} is {value}; run {run.tracker.run_id} is marked FAILED and "
+                           f"{kept}; lower trainer.lr or check the rewards")
+
+
+def _fault_injection(step: int) -> None:
+    """RLVRLAB_KILL_AFTER_STEP=k: SIGKILL this process right after step k (tests of resume after a crash)."""
+    if os.environ.get("RLVRLAB_KILL_AFTER_STEP") == str(step):
+        os.kill(os.getpid(), signal.SIGKILL)

@@ -1,0 +1,79 @@
+"""Typed statistics of one training step. Names for the tracker are made in rlvrlab.tracking.metrics only."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+
+import torch
+
+from rlvrlab.algorithms import CorrectSetStats, LossStats
+
+
+@dataclass
+class Timings:
+    """Wall-clock seconds spent in each stage of one step (rank 0's view)."""
+
+    generate: float = 0.0
+    verify: float = 0.0
+    logp: float = 0.0  # behaviour / reference log-probs at generation time
+    update: float = 0.0
+    sync: float = 0.0
+    step: float = 0.0
+
+
+@dataclass
+class StepStats:
+    reward: float  # mean reward of the consumed batch
+    accuracy: float  # share of responses with reward > 0
+    solved_groups: float  # share of prompts with at least one correct response
+    signal_groups: float  # share of prompts whose rewards are not all equal (they carry a gradient)
+    response_length: float  # mean response tokens
+    policy_loss: float  # mean over micro-batch losses (policy term only)
+    kl_ref: float | None  # mean k3 KL to the reference policy, when a reference is used
+    entropy: float  # mean token entropy of the current policy on the batch
+    grad_norm: float  # mean over the step's optimizer steps, before clipping
+    loss: LossStats  # averaged over micro-batches (ratio_max: max)
+    correct_entropy: float | None  # UCPO's H(q) over correct sets with >= 2 members, group mean
+    correct_max_q: float | None
+    lag: int  # optimizer-step versions between the policy being trained and the one that sampled the batch
+    logp_gap_max: float  # max |engine log-prob - trainer log-prob| over response tokens
+    logp_gap_mean: float
+    tokens_per_s: float  # generated response tokens per second of generation
+    timings: Timings
+    toy_correct_mass: float | None = None  # exact Z = P(correct) averaged over toy problems
+    toy_correct_uniformity: float | None = None  # exact H(q) / log |C| (1 = uniform over the correct set)
+
+
+class LossStatsMean:
+    """Averages LossStats over the micro-batches of a step (ratio_max is a max, cap_pos over defined ones)."""
+
+    def __init__(self) -> None:
+        self.items: list[LossStats] = []
+
+    def add(self, stats: LossStats) -> None:
+        self.items.append(stats)
+
+    def result(self) -> LossStats:
+        def mean(name: str) -> float:
+            return sum(getattr(s, name) for s in self.items) / len(self.items)
+
+        caps = [s.cap_pos_mean for s in self.items if s.cap_pos_mean is not None]
+        averaged = {f.name: mean(f.name) for f in fields(LossStats) if f.name not in ("ratio_max", "cap_pos_mean")}
+        return LossStats(**averaged, ratio_max=max(s.ratio_max for s in self.items),
+                         cap_pos_mean=sum(caps) / len(caps) if caps else None)
+
+
+def group_outcomes(rewards: torch.Tensor, group_ids: list[str]) -> tuple[float, float]:
+    """(share of groups with a correct response, share of groups whose rewards differ)."""
+    groups: dict[str, list[float]] = {}
+    for gid, r in zip(group_ids, rewards.tolist()):
+        groups.setdefault(gid, []).append(r)
+    solved = sum(max(v) > 0 for v in groups.values()) / len(groups)
+    signal = sum(max(v) != min(v) for v in groups.values()) / len(groups)
+    return solved, signal
+
+
+def correct_set_means(stats: CorrectSetStats) -> tuple[float | None, float | None]:
+    if stats.correct_entropy.numel() == 0:
+        return None, None
+    return float(stats.correct_entropy.mean()), float(stats.correct_max_q.mean())

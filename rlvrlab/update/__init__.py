@@ -1,0 +1,1 @@
+"""Update engines: turn a loss into an optimizer step (DeepSpeed for transformers, plain torch for the toy)."""

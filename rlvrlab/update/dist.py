@@ -1,0 +1,41 @@
+"""Process-group plumbing for one process or many (torchrun / the deepspeed launcher set the env)."""
+
+from __future__ import annotations
+
+import os
+import socket
+
+import torch
+import torch.distributed as dist
+
+
+def world() -> tuple[int, int]:
+    """(rank, world size) from the launcher's environment; (0, 1) for a plain process."""
+    return int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
+
+
+def init_process_group() -> None:
+    """DeepSpeed needs a process group even for one process; set the env a launcher would have set."""
+    if dist.is_initialized():
+        return
+    if "RANK" not in os.environ:
+        os.environ.update(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", MASTER_ADDR="127.0.0.1",
+                          MASTER_PORT=str(_free_port()))
+    backend = "nccl" if torch.cuda.is_available() else "gloo"
+    import deepspeed
+
+    deepspeed.init_distributed(dist_backend=backend)
+
+
+def all_sum(values: torch.Tensor) -> torch.Tensor:
+    """Sum a tensor over ranks (identity for one process)."""
+    if dist.is_initialized() and dist.get_world_size() > 1:
+        values = values.clone()
+        dist.all_reduce(values, op=dist.ReduceOp.SUM)
+    return values
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]

@@ -1,0 +1,40 @@
+"""Plain torch AdamW: the toy tier's update engine, and the baseline DeepSpeed is benchmarked against."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from pathlib import Path
+
+import torch
+
+
+class TorchEngine:
+    def __init__(self, module: torch.nn.Module, *, lr: float, weight_decay: float, betas: tuple[float, float],
+                 grad_clip: float):
+        self.module = module
+        self.optimizer = torch.optim.AdamW(module.parameters(), lr=lr, weight_decay=weight_decay, betas=betas)
+        self.grad_clip = grad_clip
+
+    def backward(self, loss: torch.Tensor) -> None:
+        loss.backward()
+
+    def step(self) -> float:
+        max_norm = self.grad_clip if self.grad_clip > 0 else math.inf  # inf: measure the norm, clip nothing
+        norm = float(torch.nn.utils.clip_grad_norm_(self.module.parameters(), max_norm))
+        if math.isfinite(norm):  # a non-finite norm stops the run before these weights are touched
+            self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        return norm
+
+    def weights(self) -> Iterable[tuple[str, torch.Tensor]]:
+        return self.module.state_dict().items()
+
+    def save(self, folder: Path) -> None:
+        state = {"model": self.module.state_dict(), "optimizer": self.optimizer.state_dict()}
+        torch.save(state, folder / "torch_engine.pt")
+
+    def load(self, folder: Path) -> None:
+        state = torch.load(folder / "torch_engine.pt", weights_only=True)
+        self.module.load_state_dict(state["model"])
+        self.optimizer.load_state_dict(state["optimizer"])

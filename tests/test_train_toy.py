@@ -1,0 +1,160 @@
+"""The training loop on the toy tier: records, determinism, staleness, engines, resume, failures.
+
+Each run takes a second or two: the toy policy is one logit table (rlvrlab.policy.toy).
+"""
+
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from rlvrlab.config import compose
+from rlvrlab.errors import RlvrlabError
+from rlvrlab.train.batch import logp_and_entropy
+from rlvrlab.train.loop import train
+
+
+def toy(tmp_path: Path, *overrides: str):
+    return compose("toy", [f"output_dir={tmp_path}", "steps=6", *overrides])
+
+
+def test_toy_run_records_everything(tmp_path, mlflow_history):
+    from mlflow.tracking import MlflowClient
+
+    cfg = toy(tmp_path, "trainer.checkpoint_every=3", "algorithm=ucpo")
+    first = {}
+    run_id = train(cfg, on_step=lambda step, batch, run, stats: first.setdefault("w", run.update.module.logits.detach().clone()))
+    client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    run = client.get_run(run_id)
+    assert run.info.status == "FINISHED"
+    assert run.data.params["algorithm.tau"] == "0.2" and run.data.params["seed"] == "0"
+    tags = run.data.tags
+    assert tags["algorithm"] == "ucpo" and tags["seed"] == "0" and len(tags["config_hash"]) == 12
+    assert tags["git_sha"] and tags["git_dirty"] in ("true", "false")
+    artifacts = {a.path for a in client.list_artifacts(run_id)}
+    assert {"config.yaml", "packages.txt"} <= artifacts
+    history = mlflow_history(tmp_path, run_id)
+    for name in ("train/reward", "loss/policy", "loss/grad_norm", "loss/clip_frac_upper", "loss/ratio_max",
+                 "policy/entropy", "policy/correct_entropy", "rollout/lag", "rollout/logp_gap_max", "time/update",
+                 "rollout/tokens_per_s", "policy/toy_correct_uniformity"):
+        assert sorted(history[name]) == list(range(6)), name
+        assert all(math.isfinite(v) for v in history[name].values()), name
+    checkpoints = sorted(p.name for p in (tmp_path / run_id / "checkpoints").iterdir())
+    assert checkpoints == ["step_000003", "step_000006"]
+    assert (tmp_path / run_id / "checkpoints" / "step_000006" / "model" / "model.safetensors").is_file()
+    # the policy moved
+    from safetensors.torch import load_file
+
+    final = load_file(str(tmp_path / run_id / "checkpoints" / "step_000006" / "model" / "model.safetensors"))
+    assert not torch.equal(final["logits"], first["w"])
+
+
+def test_same_seed_same_metrics_other_seed_differs(tmp_path, mlflow_history):
+    def metrics(seed: int, folder: str) -> dict:
+        run_id = train(toy(tmp_path / folder, f"seed={seed}", "trainer.checkpoint_every=0"))
+        history = mlflow_history(tmp_path / folder, run_id)
+        return {k: v for k, v in history.items() if not k.startswith(("time/", "rollout/tokens_per_s"))}
+
+    assert metrics(1, "a") == metrics(1, "b")
+    assert metrics(1, "a")["train/reward"] != metrics(2, "c")["train/reward"]
+
+
+def test_on_policy_single_epoch_ratio_is_exactly_one(tmp_path):
+    seen = []
+    train(toy(tmp_path, "trainer.staleness=0", "trainer.ppo_epochs=1", "trainer.micro_batch_size=8"),
+          on_step=lambda step, batch, run, stats: seen.append(stats.loss))
+    for loss_stats in seen:
+        assert loss_stats.ratio_max == 1.0 and loss_stats.ratio_mean == 1.0
+        assert loss_stats.clip_frac == 0.0 and loss_stats.approx_kl == 0.0
+
+
+def test_staleness_two_consumes_version_t_minus_two_with_its_logp(tmp_path):
+    from rlvrlab.data import load_problems
+    from rlvrlab.policy.toy import ToyPolicy
+
+    cfg = toy(tmp_path, "trainer.staleness=2", "steps=8")
+    problems, _ = load_problems(cfg.dataset, cfg.model)
+    initial = ToyPolicy.initial(problems, num_responses=cfg.model.toy_num_responses, init=cfg.model.toy_init,
+                                skew=cfg.model.toy_init_skew)
+    snapshots = {0: initial.logits.detach().clone()}  # policy version -> weights
+    versions, gaps = [], []
+
+    def observe(step, batch, run, stats):
+        versions.append((step, batch.version, stats.lag))
+        # the consumed batch's pi_old must be the log-probs of the weights that generated it
+        logp, _ = logp_and_entropy(ToyPolicy(snapshots[batch.version]), batch, temperature=cfg.rollout.temperature)
+        gaps.append(float((logp.detach() - batch.old_logp).abs().max()))
+        snapshots[step + 1] = run.update.module.logits.detach().clone()  # version step+1: after this update
+
+    train(cfg, on_step=observe)
+    assert versions == [(t, max(t - 2, 0), min(t, 2)) for t in range(8)]
+    assert max(gaps) < 1e-6
+    assert not torch.equal(snapshots[8], snapshots[6])  # the weights did move between generation and use
+
+
+def test_deepspeed_and_torch_engines_take_the_same_steps(tmp_path, mlflow_history):
+    def metrics(engine: str) -> dict:
+        run_id = train(toy(tmp_path / engine, f"trainer.engine={engine}", "steps=4", "trainer.checkpoint_every=0"))
+        history = mlflow_history(tmp_path / engine, run_id)
+        return {k: v for k, v in history.items() if k.startswith(("train/", "loss/", "policy/"))}
+
+    torch_run, ds_run = metrics("torch"), metrics("deepspeed")
+    assert torch_run.keys() == ds_run.keys()
+    for name in torch_run:
+        for step in torch_run[name]:
+            assert ds_run[name][step] == pytest.approx(torch_run[name][step], rel=1e-5, abs=1e-6), (name, step)
+
+
+@pytest.mark.slow
+def test_resume_after_kill_equals_uninterrupted_run(tmp_path, mlflow_history):
+    args = ["toy", f"output_dir={tmp_path}", "steps=10", "trainer.checkpoint_every=2", "trainer.staleness=1",
+            "algorithm=ucpo"]
+    cli = [sys.executable, "-m", "rlvrlab.cli.main", "train"]
+    env = {**os.environ, "RLVRLAB_KILL_AFTER_STEP": "6"}
+    killed = subprocess.run([*cli, *args], env=env, capture_output=True, text=True)
+    assert killed.returncode == -9, killed.stderr  # SIGKILL: no cleanup ran
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    (run,) = client.search_runs(client.get_experiment_by_name("toy").experiment_id)
+    run_id = run.info.run_id
+    assert run.info.status == "RUNNING"
+    resumed = subprocess.run([*cli, "--resume", run_id, f"output_dir={tmp_path}"], capture_output=True, text=True)
+    assert resumed.returncode == 0, resumed.stderr
+    assert client.get_run(run_id).info.status == "FINISHED"
+
+    reference_id = train(compose("toy", [a for a in args[1:] if not a.startswith("output_dir")] +
+                                 [f"output_dir={tmp_path / 'ref'}"]))
+    want, got = mlflow_history(tmp_path / "ref", reference_id), mlflow_history(tmp_path, run_id)
+    for name in want:
+        if name.startswith(("time/", "rollout/tokens_per_s")):
+            continue
+        assert got[name] == want[name], name
+
+
+def test_non_finite_loss_stops_the_run_and_marks_it_failed(tmp_path, monkeypatch):
+    from mlflow.tracking import MlflowClient
+
+    from rlvrlab.algorithms import POLICY_LOSSES
+
+    calls = {"n": 0}
+    clip = POLICY_LOSSES["clip"]
+
+    def poisoned(x, agg, **knobs):  # a loss that turns NaN at its 4th evaluation (step 3)
+        calls["n"] += 1
+        out = clip(x, agg, **knobs)
+        return out if calls["n"] < 4 else type(out)(out.loss * math.nan, out.per_token, out.stats)
+
+    poisoned.__wrapped__ = clip  # the same knobs as clip
+    monkeypatch.setitem(POLICY_LOSSES, "clip", poisoned)
+    with pytest.raises(RlvrlabError, match=r"step 3: the loss is nan; run \w+ is marked FAILED and the last good "
+                                           r"checkpoint is .*step_000002"):
+        train(toy(tmp_path, "trainer.checkpoint_every=2"))
+    client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    (run,) = client.search_runs(client.get_experiment_by_name("toy").experiment_id)
+    assert run.info.status == "FAILED"
+    assert (tmp_path / run.info.run_id / "checkpoints" / "step_000002" / "COMPLETE").exists()
