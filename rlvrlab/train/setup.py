@@ -82,7 +82,7 @@ def build(cfg: RunConfig, *, run_id: str | None = None) -> Run:
                            f"{', '.join(sorted(VERIFIERS))}")
     problems, _ = load_problems(cfg.dataset, cfg.model)
     if cfg.model.tier == "toy":
-        parts = _toy_parts(cfg, problems)
+        parts = _toy_parts(cfg, problems, world_size)
     else:
         parts = _hf_parts(cfg, model_folder(cfg, problems), world_size)
     module, engine, prompt_ids, pad_id, save_model, reference, toy_diagnostics = parts
@@ -98,19 +98,16 @@ def build(cfg: RunConfig, *, run_id: str | None = None) -> Run:
                world_size, pad_id, run_dir, save_model, toy_diagnostics)
 
 
-def _toy_parts(cfg: RunConfig, problems: list[Problem]):
+def _toy_parts(cfg: RunConfig, problems: list[Problem], world_size: int):
     from safetensors.torch import save_file
 
     from rlvrlab.policy.toy import ToyPolicy, diagnostics
     from rlvrlab.rollout.toy_engine import ToyEngine
-    from rlvrlab.update.torch_engine import TorchEngine
-
     torch.manual_seed(cfg.seed)
     policy = ToyPolicy.initial(problems, num_responses=cfg.model.toy_num_responses, init=cfg.model.toy_init,
                                skew=cfg.model.toy_init_skew)
     reference = copy.deepcopy(policy).requires_grad_(False) if cfg.algorithm.kl_coef > 0 else None
-    update = TorchEngine(policy, lr=cfg.trainer.lr, weight_decay=cfg.trainer.weight_decay,
-                         betas=tuple(cfg.trainer.betas), grad_clip=cfg.trainer.grad_clip)
+    update = _update_engine(cfg, policy, world_size)
     engine = ToyEngine(policy.logits, temperature=cfg.rollout.temperature, top_p=cfg.rollout.top_p)
 
     def save_model(module: torch.nn.Module, folder: Path) -> None:
