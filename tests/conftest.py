@@ -10,11 +10,13 @@ WriteTree = Callable[[Path, dict[str, str]], Path]
 # A self-contained experiments folder, so composition tests do not depend on the shipped YAML files.
 SMALL_EXPERIMENTS = {
     "default.yaml": "defaults: {algorithm: grpo, model: tiny, dataset: countdown}\n",
+    "toy.yaml": "defaults: {algorithm: grpo, model: toy, dataset: toy}\n",
     "algorithms/grpo.yaml": "name: grpo\nestimator: grpo\nloss: clip\n",
     "algorithms/ucpo.yaml": "# UCPO, arXiv 2605.00365, eq. 7\nname: ucpo\nestimator: ucpo\ntau: 0.2\n",
     "models/tiny.yaml": "tier: tiny\n",
     "models/toy.yaml": "tier: toy\n",
     "datasets/countdown.yaml": "name: countdown\nformat: synthetic\n",
+    "datasets/toy.yaml": "name: toy\nformat: synthetic\nverifier: exact\n",
 }
 
 

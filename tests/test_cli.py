@@ -36,7 +36,7 @@ def test_config_show_prints_yaml_then_the_hash(experiments: Path) -> None:
 
 
 def test_config_show_takes_an_experiment_path_before_the_overrides(experiments: Path) -> None:
-    result = rlvrlab("config", "show", str(experiments / "default.yaml"), "model=toy")
+    result = rlvrlab("config", "show", str(experiments / "default.yaml"), "model=toy", "dataset=toy")
     assert result.returncode == 0, result.stderr
     assert "  tier: toy" in result.stdout.splitlines()
 

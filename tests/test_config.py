@@ -27,7 +27,7 @@ def layered(experiments: Path, write_tree: WriteTree) -> Path:
         {
             "algorithms/a.yaml": "name: a\nestimator: ucpo\ntau: 0.3\n",
             "algorithms/b.yaml": "name: b\nestimator: ucpo\ntau: 0.4\nalpha: 1.0\n",
-            "layered.yaml": "defaults: {algorithm: a, model: toy}\nalgorithm: {tau: 0.5}\nsteps: 7\n",
+            "layered.yaml": "defaults: {algorithm: a, model: tiny}\nalgorithm: {tau: 0.5}\nsteps: 7\n",
         },
     )
     return experiments
@@ -37,8 +37,8 @@ def test_group_file_beats_schema_and_body_beats_group_file(layered: Path) -> Non
     cfg = compose("layered")
     assert (cfg.algorithm.name, cfg.algorithm.tau, cfg.steps) == ("a", 0.5, 7)
     assert cfg.algorithm.alpha == 0.0  # schema default: neither file sets it
-    assert cfg.model.tier == "toy"
-    assert cfg.dataset.name == "toy"  # no dataset in defaults: the schema's
+    assert cfg.model.tier == "tiny"
+    assert cfg.dataset.name == "countdown"  # no dataset in defaults: the schema's
 
 
 def test_cli_field_override_beats_experiment_body(layered: Path) -> None:
@@ -235,7 +235,9 @@ BAD_OVERRIDES = [
     (["model.path=/models/qwen"], "model.path has no effect with model.tier 'tiny'"),
     (["dataset.format=jsonl"], "dataset.format=jsonl needs dataset.path"),
     (["dataset.template=Q: {question}"], "dataset.template has no {prompt} placeholder"),
-    (["model=toy", "model.toy_num_correct=16"], "model.toy_num_correct=16 must be below model.toy_num_responses=16"),
+    (["model=toy"], "model.tier=toy with dataset countdown: the toy policy answers only the toy dataset"),
+    (["model.dtype=bfloat16", "trainer.engine=torch"], "model.dtype=bfloat16 trains with DeepSpeed's bf16 mixed precision"),
+    (["model=toy", "dataset=toy", "model.toy_num_correct=16"], "model.toy_num_correct=16 must be below model.toy_num_responses=16"),
     (["trainer.mini_batches=3"], "trainer.mini_batches=3 does not divide the 64 responses per step"),
     (["trainer.betas=[0.9]"], "trainer.betas=[0.9] must be two values"),
     (["algorithm.loss=clip_cov", "algorithm.clip_cov_lb=6"], "algorithm.clip_cov_ub=5.0 must be greater than"),
@@ -273,7 +275,7 @@ def test_invalid_yaml_is_one_line_with_the_line_number(experiments: Path, write_
 
 
 def test_unknown_experiment_lists_what_exists(experiments: Path) -> None:
-    expected = r"unknown experiment 'defualt' in .*; did you mean 'default'\? available: default$"
+    expected = r"unknown experiment 'defualt' in .*; did you mean 'default'\? available: default, toy$"
     with pytest.raises(RlvrlabError, match=expected):
         compose("defualt")
 

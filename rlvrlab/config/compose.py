@@ -115,12 +115,18 @@ def to_yaml(cfg: RunConfig) -> str:
 
 
 def check_files() -> list[FileCheck]:
-    """Compose every experiment file, and every group file with the default experiment."""
+    """Compose every experiment file, and every group file into the default experiment (or, when they do not
+    fit together, such as the toy model and a text dataset, into any other experiment file it fits)."""
     folder = experiments_dir()
-    checks = [_check(path, path, ()) for path in sorted(folder.glob("*.yaml"))]
+    experiments = sorted(folder.glob("*.yaml"))
+    checks = [_check(path, path, ()) for path in experiments]
     for group, subfolder in GROUP_FOLDERS.items():
         for path in sorted((folder / subfolder).glob("*.yaml")):
-            checks.append(_check(path, None, [f"{group}={path.stem}"]))
+            check = _check(path, None, [f"{group}={path.stem}"])
+            others = (_check(path, experiment, [f"{group}={path.stem}"]) for experiment in experiments)
+            if check.error and any(other.error is None for other in others):
+                check = FileCheck(path, None)
+            checks.append(check)
     return checks
 
 

@@ -22,7 +22,6 @@ CHOICES: dict[str, tuple[Any, ...]] = {
     "rollout.engine": ("hf", "vllm"),
     "trainer.engine": ("deepspeed", "torch"),
     "trainer.zero_stage": (0, 1, 2),
-    "trainer.precision": ("fp32", "bf16"),
 }
 
 
@@ -292,6 +291,19 @@ def _toy_has_incorrect_responses(cfg: RunConfig) -> None:
         )
 
 
+def _bf16_needs_deepspeed(cfg: RunConfig) -> None:
+    if cfg.model.dtype == "bfloat16" and cfg.trainer.engine != "deepspeed":
+        raise ConfigError("model.dtype=bfloat16 trains with DeepSpeed's bf16 mixed precision (fp32 master weights); "
+                          "set trainer.engine=deepspeed or model.dtype=float32")
+
+
+def _toy_model_with_toy_data(cfg: RunConfig) -> None:
+    toy_model, toy_data = cfg.model.tier == "toy", cfg.dataset.format == "synthetic" and cfg.dataset.name == "toy"
+    if toy_model != toy_data:
+        raise ConfigError(f"model.tier={cfg.model.tier} with dataset {cfg.dataset.name}: the toy policy answers only "
+                          "the toy dataset and vice versa; use model=toy dataset=toy, or another model and dataset")
+
+
 def _tiny_heads_divide_hidden(cfg: RunConfig) -> None:
     if cfg.model.tiny_hidden % cfg.model.tiny_heads:
         raise ConfigError(
@@ -321,6 +333,8 @@ CROSS_FIELD_RULES: tuple[Callable[[RunConfig], None], ...] = (
     _file_dataset_has_path,
     _toy_has_incorrect_responses,
     _tiny_heads_divide_hidden,
+    _bf16_needs_deepspeed,
+    _toy_model_with_toy_data,
     _template_has_prompt,
     _betas_are_a_pair,
 )

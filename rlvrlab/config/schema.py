@@ -45,9 +45,9 @@ class AlgorithmConfig:
 
 @dataclass
 class ModelConfig:
-    tier: str = "toy"  # toy: a categorical over fixed responses; tiny: a small random transformer; real: HF folder
+    tier: str = "tiny"  # toy: a categorical over fixed responses; tiny: a small random transformer; real: HF folder
     path: Optional[str] = None  # HF model folder; required for tier=real, contradictory otherwise
-    dtype: str = "float32"  # float32 | bfloat16
+    dtype: str = "float32"  # float32 | bfloat16: rollout weights, and DeepSpeed bf16 mixed precision (fp32 master weights)
     toy_num_responses: int = 16  # M candidate responses of the toy policy, >= 2
     toy_num_correct: int = 4  # how many of the M are correct, in [1, M)
     toy_init: str = "skewed"  # skewed | uniform initial toy policy
@@ -60,7 +60,7 @@ class ModelConfig:
 
 @dataclass
 class DatasetConfig:
-    name: str = "toy"  # which synthetic task to generate (format=synthetic) or a label for a file
+    name: str = "countdown"  # which synthetic task to generate (format=synthetic: countdown | toy) or a file's label
     path: Optional[str] = None  # data file; required for jsonl/parquet, contradictory for synthetic
     format: str = "synthetic"  # synthetic | jsonl | parquet
     split: str = "train"
@@ -68,7 +68,7 @@ class DatasetConfig:
     answer_field: str = "answer"  # record field holding the reference answer
     template: Optional[str] = None  # prompt template containing {prompt}; null = the prompt as is
     use_chat_template: bool = False  # wrap the prompt with the tokenizer's chat template
-    verifier: str = "exact"  # name of the reward verifier
+    verifier: str = "countdown"  # name of the reward verifier (rlvrlab.verifiers.VERIFIERS)
     num_problems: int = 256  # problems generated when format=synthetic, >= 1
     eval_fraction: float = 0.1  # share of problems held out for evaluation, in [0, 1)
 
@@ -97,7 +97,6 @@ class TrainerConfig:
     micro_batch_size: int = 8  # sequences per forward/backward, >= 1
     staleness: int = 0  # how many steps rollouts may lag the trained policy, >= 0
     checkpoint_every: int = 50  # steps between checkpoints, >= 0; 0 = off
-    precision: str = "fp32"  # fp32 | bf16
 
 
 @dataclass

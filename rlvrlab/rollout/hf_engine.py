@@ -25,8 +25,9 @@ class HFEngine:
     def generate(self, prompts: list[list[int]], *, n: int, seed: int) -> list[list[Generation]]:
         pad, eos = self.tokenizer.pad_token_id, self.tokenizer.eos_token_id
         width = max(len(p) for p in prompts)
-        input_ids = torch.tensor([[pad] * (width - len(p)) + p for p in prompts])  # [P, L] left-padded
-        attention_mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts])
+        device = next(self.model.parameters()).device
+        input_ids = torch.tensor([[pad] * (width - len(p)) + p for p in prompts], device=device)  # [P, L] left-pad
+        attention_mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts], device=device)
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(seed)
             out = self.model.generate(
@@ -45,7 +46,8 @@ class HFEngine:
             )
         new_tokens = out.sequences[:, width:]  # [P*n, T]
         logp = torch.stack(out.logits, dim=1).float().log_softmax(-1)  # [P*n, T, V] raw, temperature 1
-        token_logp = logp.gather(-1, new_tokens.unsqueeze(-1)).squeeze(-1)  # [P*n, T]
+        token_logp = logp.gather(-1, new_tokens.unsqueeze(-1)).squeeze(-1).cpu()  # [P*n, T]
+        new_tokens = new_tokens.cpu()
         result: list[list[Generation]] = [[] for _ in prompts]
         for row in range(new_tokens.shape[0]):
             ids = new_tokens[row].tolist()

@@ -56,6 +56,13 @@ class RolloutBatch:
             adv=pick(self.adv),
         )
 
+    def to(self, device: torch.device) -> RolloutBatch:
+        move = (lambda t: None if t is None else t.to(device))
+        return replace(self, input_ids=move(self.input_ids), attention_mask=move(self.attention_mask),
+                       mask=move(self.mask), rewards=move(self.rewards), engine_logp=move(self.engine_logp),
+                       old_logp=move(self.old_logp), raw_logp=move(self.raw_logp), ref_logp=move(self.ref_logp),
+                       old_entropy=move(self.old_entropy), adv=move(self.adv))
+
     def __len__(self) -> int:
         return self.input_ids.shape[0]
 

@@ -198,8 +198,9 @@ def generate(run: Run, *, batch_index: int, version: int, timings: Timings) -> R
     rewards = [run.verifier(g.text, p.answer) for p, group in zip(problems, groups) for g in group]
     timings.verify += time.perf_counter() - tic - generate_time
     timings.generate += generate_time
+    device = next(run.update.module.parameters()).device
     batch = collate(groups, [p.id for p in problems], rewards, pad_id=run.pad_id, version=version,
-                    batch_index=batch_index)
+                    batch_index=batch_index).to(device)
     batch.generate_seconds = generate_time
 
     tic = time.perf_counter()

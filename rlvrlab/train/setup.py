@@ -125,7 +125,8 @@ def _hf_parts(cfg: RunConfig, folder: Path, world_size: int):
     try:
         tokenizer = AutoTokenizer.from_pretrained(folder)
         torch.manual_seed(cfg.seed)
-        model = AutoModelForCausalLM.from_pretrained(folder, dtype=dtype)
+        # the trainer keeps fp32 weights (DeepSpeed bf16 computes in bf16 from fp32 masters)
+        model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32)
     except (OSError, ValueError) as error:
         raise RlvrlabError(f"model folder {folder} could not be loaded ({str(error).splitlines()[0]}); "
                            "check that it is a complete Hugging Face causal-LM folder") from None
@@ -133,9 +134,11 @@ def _hf_parts(cfg: RunConfig, folder: Path, world_size: int):
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
     model.eval()  # no dropout: the behaviour and current log-probs of the same weights must agree
-    reference = copy.deepcopy(model).requires_grad_(False) if cfg.algorithm.kl_coef > 0 else None
+    reference = copy.deepcopy(model).to(dtype).requires_grad_(False) if cfg.algorithm.kl_coef > 0 else None
     engine = _rollout_engine(cfg, folder, model, tokenizer)
     update = _update_engine(cfg, model, world_size)
+    if reference is not None:
+        reference.to(next(update.module.parameters()).device)
 
     def save_model(module: torch.nn.Module, out: Path) -> None:
         module.save_pretrained(out, safe_serialization=True)
@@ -154,8 +157,10 @@ def _rollout_engine(cfg: RunConfig, folder: Path, model: torch.nn.Module, tokeni
                           seed=cfg.seed)
     from rlvrlab.rollout.hf_engine import HFEngine
 
-    return HFEngine(copy.deepcopy(model), tokenizer, temperature=r.temperature, top_p=r.top_p,
-                    max_new_tokens=r.max_new_tokens)
+    dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16}[cfg.model.dtype]
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    return HFEngine(copy.deepcopy(model).to(device=device, dtype=dtype), tokenizer, temperature=r.temperature,
+                    top_p=r.top_p, max_new_tokens=r.max_new_tokens)
 
 
 def _update_engine(cfg: RunConfig, model: torch.nn.Module, world_size: int) -> UpdateEngine:
@@ -169,7 +174,7 @@ def _update_engine(cfg: RunConfig, model: torch.nn.Module, world_size: int) -> U
 
     rows_per_mini = cfg.rollout.prompts_per_step // world_size * cfg.rollout.group_size // t.mini_batches
     micro = min(t.micro_batch_size, rows_per_mini)
-    return DeepSpeedEngine(model, **common, zero_stage=t.zero_stage, precision=t.precision, micro_batch_size=micro,
+    return DeepSpeedEngine(model, **common, zero_stage=t.zero_stage, bf16=cfg.model.dtype == "bfloat16", micro_batch_size=micro,
                            accumulation_steps=-(-rows_per_mini // micro), world_size=world_size)
 
 

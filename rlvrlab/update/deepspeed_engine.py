@@ -16,7 +16,7 @@ import torch
 
 class DeepSpeedEngine:
     def __init__(self, module: torch.nn.Module, *, lr: float, weight_decay: float, betas: tuple[float, float],
-                 grad_clip: float, zero_stage: int, precision: str, micro_batch_size: int,
+                 grad_clip: float, zero_stage: int, bf16: bool, micro_batch_size: int,
                  accumulation_steps: int, world_size: int):
         import deepspeed
 
@@ -30,7 +30,7 @@ class DeepSpeedEngine:
             # clipping at a huge norm still measures it; 0 would switch the measurement off too
             "gradient_clipping": grad_clip if grad_clip > 0 else 1e30,
             "zero_optimization": {"stage": zero_stage},
-            "bf16": {"enabled": precision == "bf16"},
+            "bf16": {"enabled": bf16},  # bf16 compute, fp32 master weights in the optimizer
             "steps_per_print": 10**9,
             "wall_clock_breakdown": False,
         }

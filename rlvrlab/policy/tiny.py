@@ -1,0 +1,436 @@
+"""The tiny tier: a small randomly initialised Qwen2 with its own byte-level BPE tokenizer, built offline.
+
+`build_tiny_model` trains the tokenizer on the task's text and saves a random model; `warm_start` fine-tunes
+it on prompt -> one correct solution so that RL starts with a non-zero success rate; `tiny_model_folder`
+does both once and caches the folder under a hash of everything that determines it.
+
+Conventions the rest of rlvrlab relies on:
+- The prompt is ``problem.prompt`` tokenised as is: the tokenizer adds no BOS or any other special token.
+  The response follows it directly and ends with the eos token ``<|im_end|>``.
+- Padding is on the left with ``<|endoftext|>``; a ChatML chat template is attached for use_chat_template.
+- The saved generation config samples from the raw distribution (do_sample, temperature 1, top_p 1,
+  top_k 0): transformers' global default ``top_k=50`` would otherwise truncate it silently.
+
+Heavy imports (torch, transformers, tokenizers) happen inside the functions.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import random
+import shutil
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from rlvrlab.data.problems import Problem
+
+# Bump when anything below changes what a folder contains (tokenizer, model or warm start recipe):
+# it is part of the cache key, so stale folders are never reused.
+CODE_VERSION = "tiny-v1"
+
+EOS_TOKEN = "<|im_end|>"
+PAD_TOKEN = "<|endoftext|>"
+IM_START_TOKEN = "<|im_start|>"
+SPECIAL_TOKENS = [PAD_TOKEN, EOS_TOKEN, IM_START_TOKEN]
+VOCAB_SIZE = 320  # upper bound: 256 bytes + 3 special tokens + merges (~20 on Countdown: digits stay single)
+# transformers.models.qwen2.tokenization_qwen2.PRETOKENIZE_REGEX (digits split one by one)
+QWEN2_PRETOKENIZE_REGEX = (
+    r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"""
+)
+MAX_POSITIONS = 256
+CHAT_TEMPLATE = (
+    "{% for message in messages %}"
+    "{{ '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + '\\n' }}"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"
+)
+
+# Warm-start recipe (tuned for the Countdown task and the default 4 x 128 model on 2 CPU cores).
+WARMSTART_LR = 3e-3
+WARMSTART_BATCH_SIZE = 32
+WARMSTART_WARMUP_STEPS = 20
+
+SolutionsFn = Callable[[Problem], Sequence[str]]
+
+
+def _default_solutions_fn() -> SolutionsFn:
+    from rlvrlab.data.countdown import problem_solutions
+
+    return problem_solutions
+
+
+def tokenizer_corpus(problems: Sequence[Problem], solutions_fn: SolutionsFn | None = None) -> list[str]:
+    """The text the tokenizer is trained on: every prompt and every solution."""
+    solutions_fn = solutions_fn or _default_solutions_fn()
+    corpus = []
+    for problem in problems:
+        corpus.append(problem.prompt)
+        corpus.extend(solutions_fn(problem))
+    return corpus
+
+
+def train_tokenizer(corpus: Sequence[str], *, vocab_size: int = VOCAB_SIZE) -> Any:
+    """A byte-level BPE trained on `corpus`, wrapped as a left-padding PreTrainedTokenizerFast."""
+    from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    tok = Tokenizer(models.BPE())
+    # Exactly Qwen2's normalizer and pre-tokenizer: transformers' AutoTokenizer rebuilds a Qwen2Tokenizer
+    # (from config.json's model_type) with these, whatever tokenizer.json says; with any other pre-tokenizer,
+    # tokenizers.Tokenizer.from_file and AutoTokenizer would split the same text differently.
+    tok.normalizer = normalizers.NFC()
+    tok.pre_tokenizer = pre_tokenizers.Sequence(
+        [
+            pre_tokenizers.Split(Regex(QWEN2_PRETOKENIZE_REGEX), behavior="isolated", invert=False),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+        ]
+    )
+    tok.decoder = decoders.ByteLevel()  # no post-processor: no BOS or other special token is added
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=SPECIAL_TOKENS,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tok.train_from_iterator(list(corpus), trainer=trainer)
+    wrapped = PreTrainedTokenizerFast(
+        tokenizer_object=tok,
+        eos_token=EOS_TOKEN,
+        pad_token=PAD_TOKEN,
+        additional_special_tokens=[IM_START_TOKEN],
+        padding_side="left",
+        model_max_length=MAX_POSITIONS,
+        clean_up_tokenization_spaces=False,
+    )
+    wrapped.chat_template = CHAT_TEMPLATE
+    return wrapped
+
+
+def build_tiny_model(
+    folder: Path,
+    *,
+    corpus: Sequence[str],
+    layers: int,
+    hidden: int,
+    heads: int,
+    seed: int,
+    vocab_size: int = VOCAB_SIZE,
+) -> Path:
+    """Train the tokenizer on `corpus`, build a random Qwen2 (seeded) and save both into `folder`."""
+    import torch
+    from transformers import GenerationConfig, Qwen2Config, Qwen2ForCausalLM
+
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    tokenizer = train_tokenizer(corpus, vocab_size=vocab_size)
+    eos_id = tokenizer.convert_tokens_to_ids(EOS_TOKEN)
+    pad_id = tokenizer.convert_tokens_to_ids(PAD_TOKEN)
+    config = Qwen2Config(
+        vocab_size=len(tokenizer),
+        hidden_size=hidden,
+        intermediate_size=2 * hidden,
+        num_hidden_layers=layers,
+        num_attention_heads=heads,
+        num_key_value_heads=heads,
+        max_position_embeddings=MAX_POSITIONS,
+        tie_word_embeddings=True,
+        bos_token_id=None,
+        eos_token_id=eos_id,
+        pad_token_id=pad_id,
+        use_sliding_window=False,
+    )
+    torch.manual_seed(seed)
+    model = Qwen2ForCausalLM(config)
+    model.generation_config = GenerationConfig(
+        do_sample=True,
+        temperature=1.0,
+        top_p=1.0,
+        top_k=0,  # not the global default 50: sample from the whole distribution
+        max_new_tokens=32,
+        eos_token_id=eos_id,
+        pad_token_id=pad_id,
+    )
+    model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder
+
+
+def _lr_factor(step: int, steps: int, warmup: int) -> float:
+    if step < warmup:
+        return (step + 1) / warmup
+    progress = (step - warmup) / max(1, steps - warmup)
+    return 0.1 + 0.9 * 0.5 * (1.0 + math.cos(math.pi * progress))  # cosine down to 10%
+
+
+def warm_start(
+    folder: Path,
+    problems: Sequence[Problem],
+    *,
+    steps: int,
+    seed: int,
+    solutions_fn: SolutionsFn | None = None,
+    lr: float = WARMSTART_LR,
+    batch_size: int = WARMSTART_BATCH_SIZE,
+    warmup_steps: int = WARMSTART_WARMUP_STEPS,
+    threads: int | None = 1,
+) -> dict[str, float]:
+    """Supervised fine-tune of the model in `folder` on prompt -> one random correct solution + eos.
+
+    Loss on the response tokens only; plain torch AdamW, fp32, CPU; linear warm-up then cosine decay to 10%.
+    The model is saved back into `folder`. Returns {"loss": mean loss of the last 10% of steps, "seconds"}.
+
+    threads: torch intra-op threads while training (restored afterwards; None = leave as is). One thread is
+    the default: for a model this small it is about as fast as two on an idle 2-core machine and several
+    times faster when other processes compete for the cores. The result does not depend on it.
+    """
+    import torch
+
+    folder = Path(folder)
+    if steps <= 0:
+        return {"loss": float("nan"), "seconds": 0.0}
+    solutions_fn = solutions_fn or _default_solutions_fn()
+    previous_threads = torch.get_num_threads()
+    if threads:
+        torch.set_num_threads(threads)
+    try:
+        return _warm_start(folder, problems, steps, seed, solutions_fn, lr, batch_size, warmup_steps)
+    finally:
+        torch.set_num_threads(previous_threads)
+
+
+def _warm_start(
+    folder: Path,
+    problems: Sequence[Problem],
+    steps: int,
+    seed: int,
+    solutions_fn: SolutionsFn,
+    lr: float,
+    batch_size: int,
+    warmup_steps: int,
+) -> dict[str, float]:
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    start = time.perf_counter()
+    tokenizer = AutoTokenizer.from_pretrained(folder)
+    model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32)
+    model.train()
+    eos_id = tokenizer.eos_token_id
+    pad_id = tokenizer.pad_token_id
+
+    # (prompt ids, [response ids + eos, ...]) per problem, tokenised separately as at RL time.
+    examples = []
+    for problem in problems:
+        responses = [tokenizer(s)["input_ids"] + [eos_id] for s in solutions_fn(problem)]
+        if responses:
+            examples.append((tokenizer(problem.prompt)["input_ids"], responses))
+    if not examples:
+        raise ValueError("warm_start needs at least one problem with a solution")
+
+    rng = random.Random(seed)
+    torch.manual_seed(seed)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(
+        optimizer, lambda s: _lr_factor(s, steps, min(warmup_steps, steps))
+    )
+    tail_losses = []
+    for step in range(steps):
+        batch = []
+        for _ in range(batch_size):
+            prompt, responses = examples[rng.randrange(len(examples))]
+            batch.append((prompt, responses[rng.randrange(len(responses))]))
+        width = max(len(p) + len(r) for p, r in batch)
+        # Right padding, so positions start at 0 as they do for left-padded prompts in generate().
+        input_ids = torch.full((len(batch), width), pad_id, dtype=torch.long)
+        labels = torch.full((len(batch), width), -100, dtype=torch.long)
+        attention = torch.zeros((len(batch), width), dtype=torch.long)
+        for i, (p, r) in enumerate(batch):
+            n = len(p) + len(r)
+            input_ids[i, :n] = torch.tensor(p + r)
+            labels[i, len(p) : n] = torch.tensor(r)
+            attention[i, :n] = 1
+        loss = model(input_ids=input_ids, attention_mask=attention, labels=labels).loss
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+        scheduler.step()
+        if step >= steps - max(1, steps // 10):
+            tail_losses.append(float(loss.detach()))
+    model.eval()
+    model.save_pretrained(folder)
+    return {"loss": sum(tail_losses) / len(tail_losses), "seconds": time.perf_counter() - start}
+
+
+def cache_key(
+    *,
+    layers: int,
+    hidden: int,
+    heads: int,
+    warmstart_steps: int,
+    problems: Sequence[Problem],
+    seed: int,
+    solutions_fn: SolutionsFn | None = None,
+) -> str:
+    """The hex digest naming a tiny-model folder: everything that determines its contents."""
+    fn = solutions_fn or _default_solutions_fn()
+    payload = {
+        "version": CODE_VERSION,
+        "layers": layers,
+        "hidden": hidden,
+        "heads": heads,
+        "warmstart_steps": warmstart_steps,
+        "seed": seed,
+        "solutions_fn": f"{getattr(fn, '__module__', '')}.{getattr(fn, '__qualname__', repr(fn))}",
+        "recipe": [VOCAB_SIZE, MAX_POSITIONS, WARMSTART_LR, WARMSTART_BATCH_SIZE, WARMSTART_WARMUP_STEPS],
+        "problems": [[p.prompt, p.answer] for p in problems],
+    }
+    return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()
+
+
+def tiny_model_folder(
+    *,
+    layers: int,
+    hidden: int,
+    heads: int,
+    warmstart_steps: int,
+    problems: Sequence[Problem],
+    seed: int,
+    cache_root: Path,
+    solutions_fn: SolutionsFn | None = None,
+) -> Path:
+    """The cached, warm-started tiny model for these settings: built on the first call, reused after.
+
+    The folder is cache_root/"tiny"/<first 20 hex digits of `cache_key`>. It is built in a temporary folder
+    next to it and renamed into place, so a crash never leaves a half-written folder under the final name.
+    """
+    key = cache_key(
+        layers=layers,
+        hidden=hidden,
+        heads=heads,
+        warmstart_steps=warmstart_steps,
+        problems=problems,
+        seed=seed,
+        solutions_fn=solutions_fn,
+    )
+    parent = Path(cache_root) / "tiny"
+    final = parent / key[:20]
+    if (final / "config.json").is_file():
+        return final
+    parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{key[:20]}-", dir=parent))
+    try:
+        corpus = tokenizer_corpus(problems, solutions_fn)
+        start = time.perf_counter()
+        build_tiny_model(tmp, corpus=corpus, layers=layers, hidden=hidden, heads=heads, seed=seed)
+        build_seconds = time.perf_counter() - start
+        stats = warm_start(tmp, problems, steps=warmstart_steps, seed=seed, solutions_fn=solutions_fn)
+        info = {
+            "key": key,
+            "version": CODE_VERSION,
+            "layers": layers,
+            "hidden": hidden,
+            "heads": heads,
+            "warmstart_steps": warmstart_steps,
+            "seed": seed,
+            "num_problems": len(problems),
+            "build_seconds": build_seconds,
+            "warmstart": stats,
+        }
+        (tmp / "rlvrlab_tiny.json").write_text(json.dumps(info, indent=2) + "\n")
+        try:
+            os.rename(tmp, final)
+        except OSError:
+            if not (final / "config.json").is_file():  # not a concurrent builder winning the race
+                raise
+            shutil.rmtree(tmp, ignore_errors=True)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return final
+
+
+def estimate_pass_at_1(
+    folder_or_model: Path | Any,
+    problems: Sequence[Problem],
+    verifier: Callable[[str, str], float],
+    *,
+    samples_per_problem: int = 4,
+    seed: int = 0,
+    temperature: float = 1.0,
+    top_p: float = 1.0,
+    max_new_tokens: int = 32,
+    batch_size: int = 64,
+    tokenizer: Any = None,
+    threads: int | None = 1,
+) -> float:
+    """Mean verifier reward of sampled responses (sampling with top_k=0 from `problem.prompt` as is).
+
+    A quick estimate for tuning and tests; `threads` as in `warm_start`.
+    """
+    import torch
+
+    previous_threads = torch.get_num_threads()
+    if threads:
+        torch.set_num_threads(threads)
+    try:
+        return _estimate_pass_at_1(
+            folder_or_model, problems, verifier, samples_per_problem, seed, temperature, top_p,
+            max_new_tokens, batch_size, tokenizer,
+        )
+    finally:
+        torch.set_num_threads(previous_threads)
+
+
+def _estimate_pass_at_1(
+    folder_or_model: Path | Any,
+    problems: Sequence[Problem],
+    verifier: Callable[[str, str], float],
+    samples_per_problem: int,
+    seed: int,
+    temperature: float,
+    top_p: float,
+    max_new_tokens: int,
+    batch_size: int,
+    tokenizer: Any,
+) -> float:
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    if isinstance(folder_or_model, (str, Path)):
+        tokenizer = AutoTokenizer.from_pretrained(folder_or_model)
+        model = AutoModelForCausalLM.from_pretrained(folder_or_model, dtype=torch.float32)
+    else:
+        model = folder_or_model
+        if tokenizer is None:
+            raise ValueError("pass the tokenizer with a model object")
+    model.eval()
+    torch.manual_seed(seed)
+    total, count = 0.0, 0
+    per_batch = max(1, batch_size // samples_per_problem)
+    with torch.no_grad():
+        for i in range(0, len(problems), per_batch):
+            chunk = problems[i : i + per_batch]
+            enc = tokenizer([p.prompt for p in chunk], return_tensors="pt", padding=True)
+            out = model.generate(
+                **enc,
+                do_sample=True,
+                temperature=temperature,
+                top_p=top_p,
+                top_k=0,
+                max_new_tokens=max_new_tokens,
+                num_return_sequences=samples_per_problem,
+                pad_token_id=tokenizer.pad_token_id,
+                eos_token_id=tokenizer.eos_token_id,
+            )
+            texts = tokenizer.batch_decode(out[:, enc["input_ids"].shape[1] :], skip_special_tokens=True)
+            for j, text in enumerate(texts):
+                total += verifier(text, chunk[j // samples_per_problem].answer)
+                count += 1
+    return total / count

