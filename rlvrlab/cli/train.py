@@ -37,15 +37,19 @@ def train(experiment: ExperimentArg = None, overrides: OverridesArg = None, resu
         cfg = _resumed_config(resume, experiment, overrides)
     else:
         cfg = compose(experiment, overrides)
-    console = Console(stderr=True)
-    with _progress_bar(console, cfg) as progress:
-        task = progress.add_task("train", total=cfg.steps, status="")
+    progress = _progress_bar(Console(stderr=True), cfg)  # shown from the first step: setup errors stay one line
+    task = progress.add_task("train", total=cfg.steps, status="", start=False)
 
-        def show(step: int, stats) -> None:
-            status = f"reward {stats.reward:.3f}  acc {stats.accuracy:.3f}  entropy {stats.entropy:.3f}"
-            progress.update(task, completed=step + 1, status=status)
+    def show(step: int, stats) -> None:
+        if not progress.live.is_started:
+            progress.start()
+            progress.start_task(task)
+        progress.update(task, completed=step + 1, status=f"reward {stats.reward:.3f} entropy {stats.entropy:.3f}")
 
+    try:
         run_id = run_training(cfg, resume=resume, progress=show)
+    finally:
+        progress.stop()
     _print_done(cfg, run_id)
 
 
@@ -81,7 +85,7 @@ def _print_done(cfg: RunConfig, run_id: str) -> None:
 
     output_dir = Path(cfg.output_dir).expanduser().resolve()
     uri = cfg.tracking.uri or default_uri(output_dir)
-    console = Console()
+    console = Console(soft_wrap=True)
     console.print(f"[green]done[/]: MLflow run [bold]{run_id}[/] (experiment {cfg.experiment!r}) in {uri}")
     console.print(f"  look at it: [bold]mlflow ui --backend-store-uri {uri}[/]  then open http://127.0.0.1:5000")
     console.print(f"  checkpoints and resolved config: {output_dir / run_id}")

@@ -120,6 +120,9 @@ def _toy_parts(cfg: RunConfig, problems: list[Problem], world_size: int):
 
 def _hf_parts(cfg: RunConfig, folder: Path, world_size: int):
     from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()  # "Loading weights" / "Writing model shards" bars would break rich's
 
     dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16}[cfg.model.dtype]
     try:

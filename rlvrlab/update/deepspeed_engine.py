@@ -18,11 +18,11 @@ class DeepSpeedEngine:
     def __init__(self, module: torch.nn.Module, *, lr: float, weight_decay: float, betas: tuple[float, float],
                  grad_clip: float, zero_stage: int, bf16: bool, micro_batch_size: int,
                  accumulation_steps: int, world_size: int):
-        import deepspeed
-
         from rlvrlab.update.dist import init_process_group
 
         init_process_group()
+        import deepspeed
+
         config = {
             "train_micro_batch_size_per_gpu": micro_batch_size,
             "gradient_accumulation_steps": accumulation_steps,

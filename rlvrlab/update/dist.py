@@ -22,9 +22,20 @@ def init_process_group() -> None:
         os.environ.update(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", MASTER_ADDR="127.0.0.1",
                           MASTER_PORT=str(_free_port()))
     backend = "nccl" if torch.cuda.is_available() else "gloo"
+    quiet_deepspeed()
     import deepspeed
 
     deepspeed.init_distributed(dist_backend=backend)
+
+
+def quiet_deepspeed() -> None:
+    """Name the accelerator on CPU-only machines (else DeepSpeed warns it could not find a GPU) and keep its
+    INFO lines out of the progress bar."""
+    import logging
+
+    if not torch.cuda.is_available():
+        os.environ.setdefault("DS_ACCELERATOR", "cpu")
+    logging.getLogger("DeepSpeed").setLevel(logging.WARNING)
 
 
 def all_sum(values: torch.Tensor) -> torch.Tensor:
