@@ -103,3 +103,29 @@ def test_vllm_engine_module_imports_without_vllm() -> None:
                        gpu_memory_utilization=0.1, dtype="float32", seed=0)
     else:  # pragma: no cover - a main environment with vllm in it
         pytest.skip("vllm is installed in this environment")
+
+
+def test_rlvrlab_train_with_the_vllm_engine(tmp_path: Path) -> None:
+    """`rlvrlab train rollout.engine=vllm` in the vllm environment: the engine gets the trainer's weights after
+    every update (one DeepSpeed step per training step), and its log-probs of the sampled responses agree with
+    the trainer's recompute at every step; a stale engine would drift away from the trainer (gap ~1, see above)."""
+    rlvrlab = vllm_python().parent / "rlvrlab"
+    if not rlvrlab.exists():
+        pytest.fail(f"no vllm environment at {rlvrlab.parent}: run `make vllm-env`")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST")}
+    env.update(HF_HUB_OFFLINE="1", VLLM_NO_USAGE_STATS="1", DO_NOT_TRACK="1")
+    proc = subprocess.run(
+        [str(rlvrlab), "train", "rollout.engine=vllm", "rollout.vllm_gpu_memory_utilization=0.02", "steps=6",
+         "trainer.lr=1e-3", f"output_dir={tmp_path}"],
+        cwd=REPO, env=env, capture_output=True, text=True, timeout=600,
+    )
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    (run,) = client.search_runs(client.get_experiment_by_name("default").experiment_id)
+    gaps = [m.value for m in client.get_metric_history(run.info.run_id, "rollout/logp_gap_max")]
+    grad_norms = [m.value for m in client.get_metric_history(run.info.run_id, "loss/grad_norm")]
+    print(f"\nvllm train: logp gap max per step {gaps}")
+    assert len(gaps) == 6 and max(gaps) < FP32_TOL
+    assert min(grad_norms) > 0  # the policy was updated at every step, so every sync carried new weights

@@ -155,7 +155,7 @@ def _rollout_engine(cfg: RunConfig, folder: Path, model: torch.nn.Module, tokeni
     if r.engine == "vllm":
         from rlvrlab.rollout.vllm_engine import VLLMEngine
 
-        return VLLMEngine(str(folder), temperature=r.temperature, top_p=r.top_p, max_new_tokens=r.max_new_tokens,
+        return VLLMEngine(model_path=str(folder), temperature=r.temperature, top_p=r.top_p, max_new_tokens=r.max_new_tokens,
                           gpu_memory_utilization=r.vllm_gpu_memory_utilization, dtype=cfg.model.dtype,
                           seed=cfg.seed)
     from rlvrlab.rollout.hf_engine import HFEngine

@@ -15,12 +15,17 @@ def world() -> tuple[int, int]:
 
 
 def init_process_group() -> None:
-    """DeepSpeed needs a process group even for one process; set the env a launcher would have set."""
+    """DeepSpeed needs a process group even for one process; set the env a launcher would have set.
+
+    An in-process vLLM engine may have created the (one-process) group already; DeepSpeed joins it, but still
+    reads LOCAL_RANK from the environment.
+    """
+    if "RANK" not in os.environ:
+        for key, value in dict(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", MASTER_ADDR="127.0.0.1").items():
+            os.environ.setdefault(key, value)
+        os.environ.setdefault("MASTER_PORT", str(_free_port()))
     if dist.is_initialized():
         return
-    if "RANK" not in os.environ:
-        os.environ.update(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", MASTER_ADDR="127.0.0.1",
-                          MASTER_PORT=str(_free_port()))
     backend = "nccl" if torch.cuda.is_available() else "gloo"
     quiet_deepspeed()
     import deepspeed
