@@ -24,6 +24,10 @@ SMALL_EXPERIMENTS = {
 def _isolated_env(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("RLVRLAB_EXPERIMENTS_DIR", raising=False)
     monkeypatch.delenv("RLVRLAB_DEBUG", raising=False)
+    # an in-process DeepSpeed run sets the launcher variables for its one-process group; subprocesses of later
+    # tests must not inherit them (they would try to join that group's port)
+    for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
+        monkeypatch.delenv(name, raising=False)
 
 
 def _write_tree(root: Path, files: dict[str, str]) -> Path:

@@ -61,17 +61,32 @@ def _read_file(dataset: DatasetConfig) -> list[Problem]:
     rows = _read_rows(path, dataset.format)
     problems = []
     for number, row in enumerate(rows, start=1):
-        for field in (dataset.prompt_field, dataset.answer_field):
-            if field not in row or row[field] is None:
-                raise RlvrlabError(
-                    f"{path} record {number} has no field {field!r} (fields: {', '.join(map(str, row))}); "
-                    f"set dataset.prompt_field / dataset.answer_field to the right names"
-                )
-        problems.append(Problem(id=str(row.get("id", number - 1)), prompt=str(row[dataset.prompt_field]),
-                                answer=str(row[dataset.answer_field])))
+        prompt, answer = (_field(row, name, path, number) for name in (dataset.prompt_field, dataset.answer_field))
+        problems.append(Problem(id=str(row.get("id", number - 1)), prompt=_prompt_text(prompt), answer=str(answer)))
     if not problems:
         raise RlvrlabError(f"{path} holds no records; a {dataset.format} file with one problem per record is needed")
     return problems
+
+
+def _field(row: dict, name: str, path: Path, number: int) -> object:
+    """row["a"]["b"] for name "a.b" (verl parquet files keep the answer in reward_model.ground_truth)."""
+    value: object = row
+    for part in name.split("."):
+        if not isinstance(value, dict) or value.get(part) is None:
+            raise RlvrlabError(
+                f"{path} record {number} has no field {name!r} (fields: {', '.join(map(str, row))}); "
+                "set dataset.prompt_field / dataset.answer_field to the right names"
+            )
+        value = value[part]
+    return value
+
+
+def _prompt_text(prompt: object) -> str:
+    """A prompt given as chat messages ([{"role": "user", "content": ...}], verl's format) -> the last user turn."""
+    if isinstance(prompt, list) and prompt and all(isinstance(m, dict) and "content" in m for m in prompt):
+        users = [m["content"] for m in prompt if m.get("role", "user") == "user"]
+        return str(users[-1] if users else prompt[-1]["content"])
+    return str(prompt)
 
 
 def _read_rows(path: Path, fmt: str) -> list[dict]:

@@ -22,7 +22,9 @@ class Tracker(Protocol):
 
     def log_artifact(self, path: Path, artifact_path: str | None = None) -> None: ...
 
-    def flush(self) -> None: ...
+    def flush(self, wait: bool = True) -> None:
+        """Write buffered metrics; wait=False may return before they are stored."""
+        ...
 
     def finish(self, status: str) -> None:
         """status: FINISHED | FAILED | KILLED."""
@@ -48,7 +50,7 @@ class NullTracker:
     def log_artifact(self, path: Path, artifact_path: str | None = None) -> None:
         pass
 
-    def flush(self) -> None:
+    def flush(self, wait: bool = True) -> None:
         pass
 
     def finish(self, status: str) -> None:
