@@ -33,6 +33,11 @@ class RolloutEngine(Protocol):
         """Replace the engine's weights with the trainer's (names as in the HF model's state_dict)."""
         ...
 
+    def sleep(self) -> None:
+        """Give the accelerator memory back while the trainer updates (vLLM on GPU); a no-op where it is not
+        needed. The next sync_weights or generate wakes the engine."""
+        ...
+
     def close(self) -> None:
         """Free the engine's memory (and its worker processes, if any)."""
         ...

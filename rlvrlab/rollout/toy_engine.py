@@ -32,6 +32,9 @@ class ToyEngine:
     def sync_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> None:
         self.logits = dict(named_tensors)["logits"].detach().clone()
 
+    def sleep(self) -> None:
+        pass  # shares memory with nothing worth freeing
+
     def close(self) -> None:
         pass
 

@@ -91,6 +91,7 @@ def train_step(run: Run, state: TrainState, step: int) -> tuple[StepStats, Rollo
         state.queue.append(generate(run, batch_index=state.next_batch, version=step, timings=t))
         state.next_batch += 1
     batch = state.queue.popleft()
+    run.rollout.sleep()  # vLLM on GPU frees its KV cache for the update; the sync below wakes it
 
     # 2. Advantages from outcome rewards (on each response's last token) and the behaviour log-probs.
     adv_inputs = set_advantages(cfg, batch)
