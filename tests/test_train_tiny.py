@@ -42,3 +42,17 @@ def test_resume_after_kill_with_deepspeed_and_staleness(tmp_path, mlflow_history
     reference = train(compose(None, [*args, f"output_dir={tmp_path / 'ref'}"]))
     want, got = stable(mlflow_history(tmp_path / "ref", reference)), stable(mlflow_history(tmp_path, run_id))
     assert got == want
+
+
+def test_real_tier_loads_any_hf_folder_with_its_chat_template(tmp_path, mlflow_history):
+    """tier=real on a local HF folder (here the tiny model's), prompts through the tokenizer's chat template."""
+    from rlvrlab.data import load_problems
+    from rlvrlab.train.setup import model_folder
+
+    tiny = compose(None, [])
+    folder = model_folder(tiny, load_problems(tiny.dataset, tiny.model)[0])
+    cfg = compose(None, ["model.tier=real", f"model.path={folder}", "dataset.use_chat_template=true", "steps=2",
+                         "trainer.engine=torch", "trainer.checkpoint_every=0", f"output_dir={tmp_path}"])
+    history = mlflow_history(tmp_path, train(cfg))
+    assert sorted(history["train/reward"]) == [0, 1]
+    assert max(history["rollout/logp_gap_max"].values()) < 1e-4
