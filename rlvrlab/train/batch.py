@@ -11,9 +11,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+import numpy as np
 import torch
 
 from rlvrlab.algorithms import entropy_from_logits
+from rlvrlab.data.problems import Problem
 from rlvrlab.rollout.base import Generation
 
 
@@ -115,3 +117,33 @@ def logp_and_entropy(model: torch.nn.Module, batch: RolloutBatch, *, temperature
     logp = torch.log_softmax(logits, dim=-1).gather(-1, targets.unsqueeze(-1)).squeeze(-1) * batch.mask
     entropy = entropy_from_logits(logits) * batch.mask if with_entropy else None
     return logp, entropy
+
+
+def stream_problems(problems: list[Problem], *, seed: int, batch_index: int, per_batch: int, rank: int,
+                    world: int) -> list[Problem]:
+    """This rank's prompts of batch `batch_index` in an endless stream of seeded permutations of `problems`
+    (epoch e is permutation (seed, e)); rank r of w takes prompts r::w, whole groups."""
+    picked = []
+    for position in range(batch_index * per_batch, (batch_index + 1) * per_batch):
+        epoch, offset = divmod(position, len(problems))
+        picked.append(problems[_permutation(seed, epoch, len(problems))[offset]])
+    return picked[rank::world]
+
+
+_PERMUTATIONS: dict[tuple[int, int, int], np.ndarray] = {}  # one entry: the current epoch's order
+
+
+def _permutation(seed: int, epoch: int, n: int) -> np.ndarray:
+    if (seed, epoch, n) not in _PERMUTATIONS:
+        _PERMUTATIONS.clear()
+        _PERMUTATIONS[(seed, epoch, n)] = np.random.default_rng([seed, epoch]).permutation(n)
+    return _PERMUTATIONS[(seed, epoch, n)]
+
+
+def shuffled_rows(size: int, *, seed: tuple[int, ...]) -> torch.Tensor:
+    return torch.from_numpy(np.random.default_rng(list(seed)).permutation(size))
+
+
+def split_rows(size: int, width: int) -> list[slice]:
+    """Consecutive slices of at most `width` rows (micro-batches)."""
+    return [slice(i, min(i + width, size)) for i in range(0, size, width)]

@@ -36,7 +36,7 @@ from rlvrlab.config.schema import RunConfig
 from rlvrlab.errors import RlvrlabError
 from rlvrlab.tracking.metrics import step_metrics
 from rlvrlab.train import checkpoint
-from rlvrlab.train.batch import RolloutBatch, collate, logp_and_entropy
+from rlvrlab.train.batch import RolloutBatch, collate, logp_and_entropy, shuffled_rows, split_rows, stream_problems
 from rlvrlab.train.checkpoint import TrainState
 from rlvrlab.train.setup import Run, build
 from rlvrlab.train.stats import LossStatsMean, StepStats, Timings, correct_set_means, group_outcomes
@@ -159,7 +159,7 @@ def update_policy(run: Run, batch: RolloutBatch, step: int) -> UpdateResult:
     if cfg.algorithm.unbounded_positive:
         loss_fn = with_unbounded_positive(loss_fn)
     for epoch in range(cfg.trainer.ppo_epochs):
-        order = _shuffle(len(batch), seed=(cfg.seed, step, epoch)) if cfg.trainer.mini_batches > 1 else None
+        order = shuffled_rows(len(batch), seed=(cfg.seed, step, epoch)) if cfg.trainer.mini_batches > 1 else None
         for rows in (order if order is not None else torch.arange(len(batch))).chunk(cfg.trainer.mini_batches):
             mini = batch.rows(rows)
             counts = all_sum(torch.tensor([mini.mask.sum(), (mini.mask.sum(-1) > 0).sum(), len(mini)],
@@ -167,7 +167,7 @@ def update_policy(run: Run, batch: RolloutBatch, step: int) -> UpdateResult:
             agg = Aggregation(cfg.algorithm.agg, num_tokens=float(counts[0]), num_seqs=float(counts[1]),
                               num_rows=float(counts[2]), dp_size=run.world_size,
                               loss_scale_factor=cfg.algorithm.loss_scale_factor)
-            for micro_rows in _split(len(mini), cfg.trainer.micro_batch_size):
+            for micro_rows in split_rows(len(mini), cfg.trainer.micro_batch_size):
                 x = mini.rows(micro_rows)
                 logp, entropy = logp_and_entropy(run.update.module, x, temperature=cfg.rollout.temperature)
                 out = call_with_knobs(loss_fn, LossInputs(logp, x.old_logp, x.adv, x.mask), agg, source=cfg.algorithm)
@@ -191,7 +191,8 @@ def update_policy(run: Run, batch: RolloutBatch, step: int) -> UpdateResult:
 def generate(run: Run, *, batch_index: int, version: int, timings: Timings) -> RolloutBatch:
     """Sample, verify and collate one batch; the trainer's log-probs of the generating weights go with it."""
     cfg = run.cfg
-    problems = _problems_of(run, batch_index)
+    problems = stream_problems(run.problems, seed=cfg.seed, batch_index=batch_index,
+                               per_batch=cfg.rollout.prompts_per_step, rank=run.rank, world=run.world_size)
     seed = int(np.random.SeedSequence([cfg.seed, batch_index, run.rank]).generate_state(1)[0])
     tic = time.perf_counter()
     groups = run.rollout.generate([run.prompt_ids(p) for p in problems], n=cfg.rollout.group_size, seed=seed)
@@ -207,7 +208,7 @@ def generate(run: Run, *, batch_index: int, version: int, timings: Timings) -> R
     tic = time.perf_counter()
     temperature, old, raw, ref, ent = cfg.rollout.temperature, [], [], [], []
     with torch.no_grad():
-        for rows in _split(len(batch), cfg.trainer.micro_batch_size):
+        for rows in split_rows(len(batch), cfg.trainer.micro_batch_size):
             x = batch.rows(rows)
             logp, entropy = logp_and_entropy(run.update.module, x, temperature=temperature)
             old.append(logp)
@@ -220,35 +221,6 @@ def generate(run: Run, *, batch_index: int, version: int, timings: Timings) -> R
     batch.ref_logp = torch.cat(ref) if ref else None
     timings.logp += time.perf_counter() - tic
     return batch
-
-
-def _problems_of(run: Run, batch_index: int) -> list:
-    """This rank's prompts of batch `batch_index`: an endless stream of seeded permutations of the problems."""
-    per_batch, n = run.cfg.rollout.prompts_per_step, len(run.problems)
-    picked = []
-    for position in range(batch_index * per_batch, (batch_index + 1) * per_batch):
-        epoch, offset = divmod(position, n)
-        picked.append(run.problems[_permutation(run.cfg.seed, epoch, n)[offset]])
-    return picked[run.rank :: run.world_size]
-
-
-_PERMUTATIONS: dict[tuple[int, int, int], np.ndarray] = {}
-
-
-def _permutation(seed: int, epoch: int, n: int) -> np.ndarray:
-    key = (seed, epoch, n)
-    if key not in _PERMUTATIONS:
-        _PERMUTATIONS.clear()
-        _PERMUTATIONS[key] = np.random.default_rng([seed, epoch]).permutation(n)
-    return _PERMUTATIONS[key]
-
-
-def _shuffle(size: int, *, seed: tuple[int, ...]) -> torch.Tensor:
-    return torch.from_numpy(np.random.default_rng(list(seed)).permutation(size))
-
-
-def _split(size: int, width: int) -> list[slice]:
-    return [slice(i, min(i + width, size)) for i in range(0, size, width)]
 
 
 def _require_finite(value: float, what: str, step: int, run: Run) -> None:
