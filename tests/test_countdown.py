@@ -11,8 +11,8 @@ from rlvrlab.data.countdown import (
     problem_solutions,
     solutions,
 )
-from rlvrlab.verifiers import VERIFIERS
-from rlvrlab.verifiers.countdown import countdown, format_answer, parse_answer
+from rlvrlab.rewards import VERIFIERS
+from rlvrlab.rewards.countdown import countdown, format_answer, parse_answer
 
 ANSWER = "target=22;numbers=3,5,7"
 

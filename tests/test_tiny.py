@@ -11,7 +11,7 @@ transformers = pytest.importorskip("transformers")
 
 from rlvrlab.data.countdown import make_problems  # noqa: E402
 from rlvrlab.policy import tiny  # noqa: E402
-from rlvrlab.verifiers import countdown  # noqa: E402
+from rlvrlab.rewards import countdown  # noqa: E402
 
 SMALL = dict(layers=1, hidden=32, heads=2)
 

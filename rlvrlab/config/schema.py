@@ -68,7 +68,7 @@ class DatasetConfig:
     answer_field: str = "answer"  # record field holding the reference answer
     template: Optional[str] = None  # prompt template containing {prompt}; null = the prompt as is
     use_chat_template: bool = False  # wrap the prompt with the tokenizer's chat template
-    verifier: str = "countdown"  # name of the reward verifier (rlvrlab.verifiers.VERIFIERS)
+    verifier: str = "countdown"  # name of the reward verifier (rlvrlab.rewards.VERIFIERS)
     num_problems: int = 256  # problems generated when format=synthetic, >= 1
     eval_fraction: float = 0.1  # share of problems held out for evaluation, in [0, 1)
 

@@ -3,7 +3,7 @@
 A problem gives `NUM_NUMBERS` numbers drawn from `NUMBER_RANGE` and a target; a correct response is an
 arithmetic expression with + - * / and parentheses that uses each given number **at most once** (not
 necessarily all of them) and equals the target exactly (rational arithmetic: 7/2*2 is 7). The verifier
-`rlvrlab.verifiers.countdown.countdown` applies the same rules.
+`rlvrlab.rewards.countdown.countdown` applies the same rules.
 
 Prompt:  "3 5 7 -> 22:"            (the numbers, then the target; the response follows directly)
 Answer:  "target=22;numbers=3,5,7"
@@ -26,7 +26,7 @@ from fractions import Fraction
 from functools import lru_cache
 
 from rlvrlab.data.problems import Problem
-from rlvrlab.verifiers.countdown import format_answer, parse_answer, parse_expression
+from rlvrlab.rewards.countdown import format_answer, parse_answer, parse_expression
 
 NUM_NUMBERS = 3
 NUMBER_RANGE = (2, 9)  # inclusive; drawn independently (repeats happen); no 1, so no x*1 "variants"

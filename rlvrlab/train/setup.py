@@ -23,7 +23,7 @@ from rlvrlab.rollout.base import RolloutEngine
 from rlvrlab.tracking.base import NullTracker, Tracker
 from rlvrlab.update.base import UpdateEngine
 from rlvrlab.update.dist import world
-from rlvrlab.verifiers import VERIFIERS, Verifier
+from rlvrlab.rewards import VERIFIERS, Verifier
 
 
 @dataclass

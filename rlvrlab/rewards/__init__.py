@@ -6,7 +6,7 @@ from collections.abc import Callable
 
 Verifier = Callable[[str, str], float]
 
-from rlvrlab.verifiers.countdown import countdown  # noqa: E402
+from rlvrlab.rewards.countdown import countdown  # noqa: E402
 
 
 def exact(response: str, answer: str) -> float:
