@@ -103,3 +103,38 @@ def _wait_for(uri: str, server: subprocess.Popen, timeout: float = 120.0) -> Non
         except OSError:
             time.sleep(0.5)
     raise TimeoutError(f"mlflow server at {uri} did not answer within {timeout} s")
+
+
+@pytest.mark.slow
+@pytest.mark.heavy
+def test_mlflow_ui_on_the_default_store_shows_the_run(tmp_path):
+    """What the end of `rlvrlab train` tells the user to do: `mlflow ui --backend-store-uri sqlite:///...`."""
+    import json
+    import urllib.request
+
+    from rlvrlab.config import compose
+    from rlvrlab.train.loop import train
+
+    run_id = train(compose("toy", ["steps=3", f"output_dir={tmp_path}"]))
+    port = _free_port()
+    ui = subprocess.Popen([sys.executable, "-m", "mlflow", "ui", "--backend-store-uri",
+                           f"sqlite:///{tmp_path / 'mlflow.db'}", "--host", "127.0.0.1", "--port", str(port)],
+                          cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    uri = f"http://127.0.0.1:{port}"
+    try:
+        _wait_for(uri, ui)
+
+        def get(path: str) -> dict:
+            with urllib.request.urlopen(f"{uri}{path}", timeout=10) as response:
+                return json.load(response)
+
+        run = get(f"/api/2.0/mlflow/runs/get?run_id={run_id}")["run"]
+        assert run["info"]["status"] == "FINISHED"
+        assert {"algorithm.estimator", "trainer.lr", "seed"} <= {p["key"] for p in run["data"]["params"]}
+        assert {"config_hash", "git_sha", "algorithm"} <= {t["key"] for t in run["data"]["tags"]}
+        assert {"train/reward", "loss/clip_frac", "rollout/logp_gap_max"} <= {m["key"] for m in run["data"]["metrics"]}
+        files = {f["path"] for f in get(f"/api/2.0/mlflow/artifacts/list?run_id={run_id}")["files"]}
+        assert {"config.yaml", "packages.txt"} <= files
+    finally:
+        ui.terminate()
+        ui.wait(timeout=30)
