@@ -28,7 +28,9 @@ def main(out: str) -> None:
     problems = run.problems[: cfg.rollout.prompts_per_step]
     groups = run.rollout.generate([run.prompt_ids(p) for p in problems], n=cfg.rollout.group_size, seed=1234)
     mine = list(range(run.rank, len(problems), run.world_size))
-    rewards = [run.verifier(g.text, problems[i].answer) for i in mine for g in groups[i]]
+    verdicts = run.verifier.score([g.text for i in mine for g in groups[i]],
+                                  [problems[i].answer for i in mine for _ in groups[i]])
+    rewards = [v.score for v in verdicts]
     batch = collate([groups[i] for i in mine], [problems[i].id for i in mine], rewards, pad_id=run.pad_id,
                     version=0, batch_index=0)
     with torch.no_grad():

@@ -12,9 +12,22 @@ from rlvrlab.data.countdown import (
     solutions,
 )
 from rlvrlab.rewards import VERIFIERS
-from rlvrlab.rewards.countdown import countdown, format_answer, parse_answer
+from rlvrlab.rewards.countdown import (
+    countdown,
+    format_answer,
+    parse_answer,
+    same_answer,
+)
 
 ANSWER = "target=22;numbers=3,5,7"
+
+
+def score(response: str, answer: str) -> float:
+    """The score of countdown's Verdict (the cases below were written against the score)."""
+    verdict = countdown(response, answer)
+    assert verdict.reason in ("correct", "wrong", "no_answer", "error")
+    assert (verdict.score == 1.0) == (verdict.reason == "correct")
+    return verdict.score
 
 
 @pytest.mark.parametrize(
@@ -67,43 +80,63 @@ ANSWER = "target=22;numbers=3,5,7"
     ],
 )
 def test_verifier_cases(response: str, reward: float) -> None:
-    assert countdown(response, ANSWER) == reward
+    assert score(response, ANSWER) == reward
 
 
 def test_verifier_rational_arithmetic_unary_minus_and_repeats() -> None:
-    assert countdown("8/(3-8/3)", "target=24;numbers=8,3,8,3") == 1.0  # needs exact fractions
-    assert countdown("8/(3-8/3)", "target=24;numbers=8,3,8") == 0.0  # the second 3 is not given
-    assert countdown("7/2*2", "target=7;numbers=7,2,2") == 1.0  # a number given twice may be used twice
-    assert countdown("-3+5", "target=2;numbers=3,5") == 1.0  # unary minus is allowed
-    assert countdown("--3+5", "target=8;numbers=3,5") == 1.0
-    assert countdown("3+5", "target=8;numbers=3,5,7") == 1.0  # not all numbers need to be used
-    assert countdown("7/2", "target=3;numbers=7,2") == 0.0  # 3.5 is not 3
+    assert score("8/(3-8/3)", "target=24;numbers=8,3,8,3") == 1.0  # needs exact fractions
+    assert score("8/(3-8/3)", "target=24;numbers=8,3,8") == 0.0  # the second 3 is not given
+    assert score("7/2*2", "target=7;numbers=7,2,2") == 1.0  # a number given twice may be used twice
+    assert score("-3+5", "target=2;numbers=3,5") == 1.0  # unary minus is allowed
+    assert score("--3+5", "target=8;numbers=3,5") == 1.0
+    assert score("3+5", "target=8;numbers=3,5,7") == 1.0  # not all numbers need to be used
+    assert score("7/2", "target=3;numbers=7,2") == 0.0  # 3.5 is not 3
 
 
 def test_verifier_malformed_answers_score_zero() -> None:
     for answer in ["", "22", "target=22", "numbers=3,5", "target=x;numbers=3", "target=22;numbers=", "a=1;b=2"]:
-        assert countdown("3*5+7", answer) == 0.0
+        assert score("3*5+7", answer) == 0.0
 
 
 def test_verifier_never_raises_on_odd_inputs() -> None:
     for response in ["\x00", "\u0663*5+7", "３*5+7", "(" * 30 + "3" + ")" * 30, "-" * 199 + "3", "1e9", "'22'"]:
-        assert countdown(response, ANSWER) in (0.0, 1.0)
-    assert countdown(None, ANSWER) == 0.0  # type: ignore[arg-type]
-    assert countdown("3*5+7", None) == 0.0  # type: ignore[arg-type]
+        assert score(response, ANSWER) in (0.0, 1.0)
+    assert score(None, ANSWER) == 0.0  # type: ignore[arg-type]
+    assert score("3*5+7", None) == 0.0  # type: ignore[arg-type]
 
 
 def test_verifier_refuses_deep_and_long_inputs_quickly() -> None:
     start = time.perf_counter()
-    assert countdown("(" * 10_000 + "22" + ")" * 10_000, "target=22;numbers=22") == 0.0
-    assert countdown("-" * 10_000 + "22", "target=22;numbers=22") == 0.0
-    assert countdown("3+" * 5_000 + "3", "target=3;numbers=3") == 0.0
-    assert countdown("(" * 60 + "22" + ")" * 60, "target=22;numbers=22") == 0.0  # short but > 50 deep
-    assert countdown("(" * 10 + "22" + ")" * 10, "target=22;numbers=22") == 1.0
+    assert score("(" * 10_000 + "22" + ")" * 10_000, "target=22;numbers=22") == 0.0
+    assert score("-" * 10_000 + "22", "target=22;numbers=22") == 0.0
+    assert score("3+" * 5_000 + "3", "target=3;numbers=3") == 0.0
+    assert score("(" * 60 + "22" + ")" * 60, "target=22;numbers=22") == 0.0  # short but > 50 deep
+    assert score("(" * 10 + "22" + ")" * 10, "target=22;numbers=22") == 1.0
     assert time.perf_counter() - start < 1.0
 
 
 def test_registered() -> None:
-    assert VERIFIERS["countdown"] is countdown
+    spec = VERIFIERS["countdown"]
+    assert spec.check is countdown and spec.same_answer is same_answer
+    assert not spec.isolated  # a bounded AST walk: runs in-process
+
+
+def test_verdict_reasons_answer_and_form() -> None:
+    v = countdown("7+5*3", ANSWER)
+    assert (v.score, v.reason, v.answer, v.form) == (1.0, "correct", "22", "3*5+7")
+    assert countdown("(3*5)+7 = 22", ANSWER).form == "3*5+7"  # the same canonical equation
+    v = countdown("3*5-7", ANSWER)
+    assert (v.score, v.reason, v.answer, v.form) == (0.0, "wrong", "8", "3*5-7")
+    assert countdown("7/2", "target=3;numbers=7,2").answer == "7/2"
+    assert countdown("3*5+7 = 23", ANSWER).reason == "wrong"  # an expression with a wrong stated result
+    assert countdown("3*3+7+5+1", ANSWER).reason == "wrong"  # the right value with reused numbers
+    v = countdown("7/(3-3)+5", ANSWER)
+    assert (v.reason, v.answer) == ("wrong", None)  # division by zero: no value reached
+    for response in ["", "   ", "x", "abs(-22)", "__import__('os')", "3**5", "3*5+", "The answer is 22", None]:
+        v = countdown(response, ANSWER)  # type: ignore[arg-type]
+        assert (v.score, v.reason, v.answer, v.form) == (0.0, "no_answer", None, None), response
+    assert countdown("3*5+7", "target=22").reason == "error"  # a malformed ground truth is not a wrong answer
+    assert same_answer("22", "44/2") and not same_answer("22", "23") and same_answer("x", "x")
 
 
 def test_answer_round_trip() -> None:
@@ -151,8 +184,8 @@ def test_solutions_all_verify_and_are_distinct() -> None:
         assert len({canonical(s) for s in sols}) == len(sols)  # distinct even up to reordering
         for s in sols:
             assert canonical(s) == s
-            assert countdown(s, p.answer) == 1.0, (p, s)
-            assert countdown(f"{s} = {parse_answer(p.answer)[1]}", p.answer) == 1.0
+            assert score(s, p.answer) == 1.0, (p, s)
+            assert score(f"{s} = {parse_answer(p.answer)[1]}", p.answer) == 1.0
     # Most (here: all) problems have several distinct correct answers.
     assert sum(c >= 2 for c in counts) >= 0.9 * len(counts)
     assert min(counts) >= MIN_SOLUTIONS
@@ -169,6 +202,6 @@ def test_solutions_are_complete_against_brute_force() -> None:
         for o1, o2 in itertools.product(ops, ops):
             candidates += [f"({a}{o1}{b}){o2}{c}", f"{a}{o1}({b}{o2}{c})"]
         for expr in candidates:
-            if countdown(expr, format_answer(numbers, 12)) == 1.0:
+            if score(expr, format_answer(numbers, 12)) == 1.0:
                 found.add(canonical(expr))
     assert found == set(solutions(numbers, 12))

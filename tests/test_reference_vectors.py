@@ -29,7 +29,7 @@ from rlvrlab.algorithms import advantages as adv_fns
 from rlvrlab.algorithms import losses as loss_fns
 
 SHIPPED = Path(__file__).parent / "vectors"
-VERIFIER_FILE = "ucpo_verifier_probe.json"  # verifier data, used by the verifier tests
+VERIFIER_FILE = "ucpo_verifier_probe.json"  # the UCPO repo's math-verify scoring, both argument orders
 LEGACY_FILE = "verl_legacy_b178a3c_diff.json"  # legacy verl values; rlvrlab follows current verl
 ATOL, RTOL = 1e-6, 1e-5
 
@@ -340,6 +340,24 @@ def check_ucpo_repo_grpo(case: dict, shared: dict) -> None:
     _check_correct_set_stats(_ucpo_inputs(case, torch.float64), case["outputs"]["diagnostics_float64"])
 
 
+# ---------------------------------------------------------------- verifier (UCPO repo's math-verify scoring)
+
+
+def check_ucpo_verifier(case: dict, shared: dict) -> None:
+    """The probe in both argument orders, parsed with math-verify's defaults as the repo does: the repo's
+    ``verify(parsed response, parsed truth)`` must give ``ucpo_score``; rlvrlab's documented order
+    ``verify(parsed truth, parsed response)`` must give ``score_if_verify_called_gold_first``. The two differ
+    only on relations against intervals (case ineq_pred_interval_gt; see rlvrlab/rewards/math.py), and rlvrlab
+    trains with the documented order (tests/test_rewards.py runs the probe through the pool as well)."""
+    from rlvrlab.rewards import math as math_verifier
+
+    response, truth = case["response"], case["ground_truth"]
+    assert [str(x) for x in math_verifier.parse_response(response, "mathverify")] == case["parsed_response"]
+    assert [str(x) for x in math_verifier.parse_truth(truth, "mathverify")] == case["parsed_ground_truth"]
+    assert math_verifier.check_ucpo_order(response, truth, "mathverify").score == case["ucpo_score"]
+    assert math_verifier.check(response, truth, "mathverify").score == case["score_if_verify_called_gold_first"]
+
+
 CHECKS: dict[str, Callable[[dict, dict], None]] = {
     "verl_advantages.json": check_verl_advantages,
     "verl_policy_loss_vanilla.json": check_vanilla,
@@ -350,6 +368,7 @@ CHECKS: dict[str, Callable[[dict, dict], None]] = {
     "up_dapo_grads.json": check_up_dapo,
     "ucpo_iq_vectors.json": check_ucpo_iq,
     "ucpo_repo_grpo_vectors.json": check_ucpo_repo_grpo,
+    VERIFIER_FILE: check_ucpo_verifier,
 }
 
 
@@ -358,7 +377,7 @@ def _cases() -> list:
     for folder in _dirs():
         tag = "shipped" if folder == SHIPPED else "extra"
         for path in sorted(folder.glob("*.json")):
-            if path.name in (VERIFIER_FILE, LEGACY_FILE):
+            if path.name == LEGACY_FILE:
                 continue
             data = json.loads(path.read_text())
             for i, case in enumerate(data["cases"]):
@@ -374,10 +393,10 @@ def test_reference_case(file_name: str, case: dict, shared: dict) -> None:
 
 
 def test_every_shipped_file_and_case_is_checked() -> None:
-    shipped = {p.name for p in SHIPPED.glob("*.json")} - {VERIFIER_FILE}
+    shipped = {p.name for p in SHIPPED.glob("*.json")}
     assert shipped == set(CHECKS)
     num_cases = sum(len(json.loads((SHIPPED / name).read_text())["cases"]) for name in shipped)
-    assert sum(1 for p in _cases() if p.id.startswith("shipped/")) == num_cases == 69
+    assert sum(1 for p in _cases() if p.id.startswith("shipped/")) == num_cases == 69 + 16  # + 16 verifier probes
 
 
 def test_deviation_rules_change_only_documented_values() -> None:

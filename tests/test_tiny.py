@@ -152,7 +152,7 @@ def test_warm_started_default_model_has_room_to_learn(tmp_path: Path) -> None:
             num_return_sequences=4,
         )
     texts = tok.batch_decode(out[:, enc["input_ids"].shape[1] :], skip_special_tokens=True)
-    rewards = [countdown(t, sample[i // 4].answer) for i, t in enumerate(texts)]
+    rewards = [countdown(t, sample[i // 4].answer).score for i, t in enumerate(texts)]
     pass_at_1 = sum(rewards) / len(rewards)
     print(f"pass@1={pass_at_1:.3f} build+warm start {build_seconds:.1f}s, warm start {info['warmstart']}")
     assert 0.05 <= pass_at_1 <= 0.80

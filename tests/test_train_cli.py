@@ -39,7 +39,7 @@ def test_dataset_row_without_the_answer_field_names_the_record(tmp_path):
     data.write_text(json.dumps({"prompt": "1+1", "answer": "2"}) + "\n" + json.dumps({"prompt": "2+2"}) + "\n")
     result = rlvrlab("train", "dataset.format=jsonl", f"dataset.path={data}", "dataset.name=mine",
                      f"output_dir={tmp_path}")
-    assert_one_line_error(result, "record 2 has no field 'answer'", "dataset.answer_field")
+    assert_one_line_error(result, "data.jsonl line 2 has no field 'answer'", "dataset.answer_field")
     assert not (tmp_path / "mlflow.db").exists()
 
 

@@ -6,6 +6,7 @@ import typer
 from rich.console import Console
 
 from rlvrlab.cli.config import config_app
+from rlvrlab.cli.eval import eval_app
 from rlvrlab.cli.train import train
 from rlvrlab.errors import RlvrlabError
 
@@ -17,6 +18,7 @@ app = typer.Typer(
     pretty_exceptions_enable=False,  # RLVRLAB_DEBUG=1 shows Python's own traceback, easy to paste
 )
 app.add_typer(config_app, name="config")
+app.add_typer(eval_app, name="eval")
 app.command()(train)
 
 

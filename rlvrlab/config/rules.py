@@ -19,6 +19,8 @@ CHOICES: dict[str, tuple[Any, ...]] = {
     "model.dtype": ("float32", "bfloat16"),
     "model.toy_init": ("skewed", "uniform"),
     "dataset.format": ("synthetic", "jsonl", "parquet"),
+    "dataset.math_extraction": ("boxed", "mathverify", "any"),  # rlvrlab.rewards.math.EXTRACTIONS
+    "dataset.split": ("train", "eval", "all"),
     "rollout.engine": ("hf", "vllm"),
     "trainer.engine": ("deepspeed", "torch"),
     "trainer.zero_stage": (0, 1, 2),
@@ -86,6 +88,9 @@ RANGES: dict[str, Range] = {
     "model.warmstart_steps": NON_NEGATIVE,
     "dataset.num_problems": AT_LEAST_ONE,
     "dataset.eval_fraction": Range(0, 1, high_open=True),
+    "dataset.verifier_timeout": POSITIVE,
+    "dataset.verifier_workers": NON_NEGATIVE,  # 0 = all cores
+    "dataset.expected_rows": Range(1, null_is_off=True),
     "rollout.group_size": AT_LEAST_ONE,
     "rollout.prompts_per_step": AT_LEAST_ONE,
     "rollout.temperature": POSITIVE,
@@ -127,6 +132,9 @@ KNOB_READERS: dict[str, tuple[str, tuple[Any, ...]]] = {
     "model.warmstart_steps": ("model.tier", ("tiny",)),
     "dataset.num_problems": ("dataset.format", ("synthetic",)),
     "dataset.path": ("dataset.format", ("jsonl", "parquet")),
+    "dataset.math_extraction": ("dataset.verifier", ("math",)),
+    "dataset.expected_rows": ("dataset.format", ("jsonl", "parquet")),
+    "dataset.provide": ("dataset.format", ("jsonl", "parquet")),
     "rollout.vllm_gpu_memory_utilization": ("rollout.engine", ("vllm",)),
     "trainer.zero_stage": ("trainer.engine", ("deepspeed",)),
 }
@@ -282,6 +290,14 @@ def _file_dataset_has_path(cfg: RunConfig) -> None:
         )
 
 
+def _split_all_holds_nothing_out(cfg: RunConfig) -> None:
+    if cfg.dataset.split == "all" and cfg.dataset.eval_fraction > 0:
+        raise ConfigError(
+            f"dataset.split=all reads every row and holds none out, but dataset.eval_fraction="
+            f"{cfg.dataset.eval_fraction}; set dataset.eval_fraction=0, or dataset.split=train or eval for a hold-out"
+        )
+
+
 def _toy_has_incorrect_responses(cfg: RunConfig) -> None:
     # With every response correct, all rewards in a group are equal and there is nothing to learn.
     if cfg.model.toy_num_correct >= cfg.model.toy_num_responses:
@@ -331,6 +347,7 @@ CROSS_FIELD_RULES: tuple[Callable[[RunConfig], None], ...] = (
     _mini_batches_divide_batch,
     _real_model_has_path,
     _file_dataset_has_path,
+    _split_all_holds_nothing_out,
     _toy_has_incorrect_responses,
     _tiny_heads_divide_hidden,
     _bf16_needs_deepspeed,

@@ -63,14 +63,19 @@ class DatasetConfig:
     name: str = "countdown"  # which synthetic task to generate (format=synthetic: countdown | toy) or a file's label
     path: Optional[str] = None  # data file; required for jsonl/parquet, contradictory for synthetic
     format: str = "synthetic"  # synthetic | jsonl | parquet
-    split: str = "train"
+    split: str = "train"  # train | eval: the two sides of the eval_fraction hold-out; all: every row (eval_fraction 0)
     prompt_field: str = "prompt"  # record field holding the question
     answer_field: str = "answer"  # record field holding the reference answer
     template: Optional[str] = None  # prompt template containing {prompt}; null = the prompt as is
     use_chat_template: bool = False  # wrap the prompt with the tokenizer's chat template
     verifier: str = "countdown"  # name of the reward verifier (rlvrlab.rewards.VERIFIERS)
+    math_extraction: str = "boxed"  # verifier=math: what to look for in a response: boxed | mathverify | any
+    verifier_timeout: float = 5.0  # wall-clock seconds per response for isolated verifiers (math), > 0
+    verifier_workers: int = 0  # processes that run isolated verifiers; 0 = all cores, else >= 1
     num_problems: int = 256  # problems generated when format=synthetic, >= 1
     eval_fraction: float = 0.1  # share of problems held out for evaluation, in [0, 1)
+    expected_rows: Optional[int] = None  # file formats: rows the file must hold (a benchmark's size), >= 1; null = any
+    provide: Optional[str] = None  # file formats: what to put at dataset.path, named when the file is missing
 
 
 @dataclass

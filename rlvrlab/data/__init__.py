@@ -2,11 +2,29 @@
 
 `load_problems(dataset, model)` returns (train, eval) lists of Problem for any dataset config: a synthetic
 task generated from a fixed seed, or a JSONL / Parquet file with a prompt and an answer field.
+`load_split(dataset, model)` returns the one list that `dataset.split` names:
+
+    train  the problems left after holding out the last eval_fraction of a fixed (seeded) shuffle
+    eval   the held-out problems
+    all    every row in file order, nothing held out (eval_fraction must be 0): what benchmarks use
+
+File rows. A row is a JSON object (one per line of a JSONL file) or a Parquet row, and gives
+    dataset.prompt_field   a string, or chat messages [{"role": "user", "content": ...}] (verl's `prompt`;
+                           the last user turn is the prompt)
+    dataset.answer_field   a string or a number (27.0 is read as "27"), or a list of exactly one of them;
+                           dotted names reach into nested fields (verl: reward_model.ground_truth)
+    id                     optional, a string or an integer; else verl's extra_info.index; else the row's
+                           0-based position among the file's rows. Ids must be unique.
+    data_source            optional (verl), the Problem's source; else the dataset's name
+Empty prompts or answers are errors. Every malformed row is reported as one line that names the file, the row
+(JSONL: its 1-based line; Parquet: its 0-based row index, as pyarrow and pandas count) and the field.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import math
 from pathlib import Path
 
 import numpy as np
@@ -37,13 +55,17 @@ SYNTHETIC_TASKS = {"toy": _toy, "countdown": _countdown}
 
 
 def load_problems(dataset: DatasetConfig, model: ModelConfig) -> tuple[list[Problem], list[Problem]]:
-    """(train, eval): the last eval_fraction of the problems, after a fixed shuffle, is held out."""
+    """(train, eval): the last eval_fraction of the problems, after a fixed shuffle, is held out.
+    With dataset.split=all: (every problem in file order, [])."""
     if dataset.format == "synthetic":
         problems = SYNTHETIC_TASKS[dataset.name](dataset, model)
     else:
         problems = _read_file(dataset)
+    problems = [p if p.source else dataclasses.replace(p, source=dataset.name) for p in problems]
     if dataset.format == "synthetic" and dataset.name == "toy":
         return problems, []  # toy problems are rows of the policy table; all are trained
+    if dataset.split == "all":
+        return problems, []  # the config rules keep eval_fraction at 0 here
     order = np.random.default_rng(DATA_SEED).permutation(len(problems))
     held = int(len(problems) * dataset.eval_fraction)
     shuffled = [problems[i] for i in order]
@@ -54,60 +76,163 @@ def load_problems(dataset: DatasetConfig, model: ModelConfig) -> tuple[list[Prob
     return train, held_out
 
 
+def load_split(dataset: DatasetConfig, model: ModelConfig) -> list[Problem]:
+    """The problems dataset.split names: train, eval (the held-out part) or all (every row, file order)."""
+    train, held_out = load_problems(dataset, model)
+    if dataset.split != "eval":
+        return train
+    if not held_out:
+        raise RlvrlabError(f"dataset {dataset.name} split eval is empty: eval_fraction {dataset.eval_fraction} "
+                           f"holds out none of its {len(train)} problems; raise dataset.eval_fraction or set "
+                           "dataset.split=all")
+    return held_out
+
+
 def _read_file(dataset: DatasetConfig) -> list[Problem]:
     path = Path(dataset.path).expanduser()
     if not path.is_file():
-        raise RlvrlabError(f"dataset.path {path} does not exist; point dataset.path at a {dataset.format} file")
+        raise RlvrlabError(_missing_file(dataset, path))
     rows = _read_rows(path, dataset.format)
-    problems = []
-    for number, row in enumerate(rows, start=1):
-        prompt, answer = (_field(row, name, path, number) for name in (dataset.prompt_field, dataset.answer_field))
-        problems.append(Problem(id=str(row.get("id", number - 1)), prompt=_prompt_text(prompt), answer=str(answer)))
-    if not problems:
+    if not rows:
         raise RlvrlabError(f"{path} holds no records; a {dataset.format} file with one problem per record is needed")
+    if dataset.expected_rows is not None and len(rows) != dataset.expected_rows:
+        hint = f" ({dataset.provide})" if dataset.provide else ""
+        raise RlvrlabError(
+            f"{path} has {len(rows)} rows but dataset {dataset.name} expects {dataset.expected_rows} "
+            f"(dataset.expected_rows); point dataset.path at the complete file{hint}, or set "
+            "dataset.expected_rows=null to use this file as it is"
+        )
+    problems: list[Problem] = []
+    first_seen: dict[str, str] = {}  # id -> the row that used it first
+    for index, (where, row) in enumerate(rows):
+        at = f"{path} {where}"
+        prompt = _prompt_text(_field(row, dataset.prompt_field, at, "dataset.prompt_field"), dataset.prompt_field, at)
+        answer = _answer_text(_field(row, dataset.answer_field, at, "dataset.answer_field"), dataset.answer_field, at)
+        problem_id = _row_id(row, index, at)
+        if problem_id in first_seen:
+            raise RlvrlabError(
+                f"{at} repeats id {problem_id!r} of {first_seen[problem_id]}; ids (the id field, else "
+                "extra_info.index, else the row number) must be unique: fix or remove the duplicate row"
+            )
+        first_seen[problem_id] = where
+        problems.append(Problem(id=problem_id, prompt=prompt, answer=answer, source=_source(row, at)))
     return problems
 
 
-def _field(row: dict, name: str, path: Path, number: int) -> object:
+def _missing_file(dataset: DatasetConfig, path: Path) -> str:
+    relative = "" if path.is_absolute() else f" (relative to {Path.cwd()})"
+    if dataset.provide:
+        return (f"dataset.path {path} does not exist{relative}; provide {dataset.provide}, "
+                "or set dataset.path to where it is")
+    return f"dataset.path {path} does not exist{relative}; point dataset.path at a {dataset.format} file"
+
+
+def _field(row: dict, name: str, at: str, knob: str) -> object:
     """row["a"]["b"] for name "a.b" (verl parquet files keep the answer in reward_model.ground_truth)."""
     value: object = row
-    for part in name.split("."):
-        if not isinstance(value, dict) or value.get(part) is None:
-            raise RlvrlabError(
-                f"{path} record {number} has no field {name!r} (fields: {', '.join(map(str, row))}); "
-                "set dataset.prompt_field / dataset.answer_field to the right names"
-            )
+    parts = name.split(".")
+    for depth, part in enumerate(parts):
+        if not isinstance(value, dict) or part not in value:
+            inside = ".".join(parts[:depth])
+            keys = ", ".join(map(str, value)) if isinstance(value, dict) else f"none: {inside} is {_kind(value)}"
+            fields = f"fields of {inside}: {keys}" if inside else f"fields: {keys}"
+            raise RlvrlabError(f"{at} has no field {name!r} ({fields}); set {knob} to the field that holds it")
         value = value[part]
+    if value is None:
+        raise RlvrlabError(f"{at} has a null {name!r}; give the row a value or remove it")
     return value
 
 
-def _prompt_text(prompt: object) -> str:
-    """A prompt given as chat messages ([{"role": "user", "content": ...}], verl's format) -> the last user turn."""
-    if isinstance(prompt, list) and prompt and all(isinstance(m, dict) and "content" in m for m in prompt):
+def _prompt_text(prompt: object, name: str, at: str) -> str:
+    """A string, or chat messages ([{"role": "user", "content": ...}], verl's format) -> the last user turn."""
+    if isinstance(prompt, list):
+        if not prompt or not all(isinstance(m, dict) and isinstance(m.get("content"), str) for m in prompt):
+            raise RlvrlabError(f"{at} field {name!r} is a list but not chat messages with string content "
+                               "([{\"role\": \"user\", \"content\": \"...\"}]); fix the row or dataset.prompt_field")
         users = [m["content"] for m in prompt if m.get("role", "user") == "user"]
-        return str(users[-1] if users else prompt[-1]["content"])
-    return str(prompt)
+        prompt = users[-1] if users else prompt[-1]["content"]
+    if not isinstance(prompt, str):
+        raise RlvrlabError(f"{at} field {name!r} is {_kind(prompt)}, not a string or chat messages; "
+                           "fix the row or set dataset.prompt_field to the question's field")
+    if not prompt.strip():
+        raise RlvrlabError(f"{at} has an empty {name!r}; give the row its question or remove it")
+    return prompt
 
 
-def _read_rows(path: Path, fmt: str) -> list[dict]:
+def _answer_text(answer: object, name: str, at: str) -> str:
+    """A string or a number (an integral float such as 27.0 -> "27"); a one-element list -> its element."""
+    if isinstance(answer, list) and len(answer) == 1:
+        answer = answer[0]  # OlympiadBench keeps its final answer in a one-element list
+    if isinstance(answer, float) and math.isfinite(answer) and answer.is_integer():
+        answer = int(answer)
+    if isinstance(answer, (int, float)) and not isinstance(answer, bool) and math.isfinite(answer):
+        answer = str(answer)
+    if not isinstance(answer, str):
+        raise RlvrlabError(f"{at} field {name!r} is {_kind(answer)}, not a string or a number; "
+                           "give one reference answer per row or set dataset.answer_field to the answer's field")
+    if not answer.strip():
+        raise RlvrlabError(f"{at} has an empty {name!r}; give the row its reference answer or remove it")
+    return answer
+
+
+def _row_id(row: dict, index: int, at: str) -> str:
+    """The id field, else verl's extra_info.index, else the row's 0-based position among the rows."""
+    extra = row.get("extra_info")
+    index_field = extra.get("index") if isinstance(extra, dict) else None
+    for name, value in (("id", row.get("id")), ("extra_info.index", index_field)):
+        if value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, (str, int)) or not str(value).strip():
+            raise RlvrlabError(f"{at} field {name!r} is {_kind(value)}, not a non-empty string or an integer; "
+                               "fix it or remove the field (rows are then numbered)")
+        return str(value)
+    return str(index)
+
+
+def _source(row: dict, at: str) -> str:
+    source = row.get("data_source")
+    if source is None:
+        return ""  # load_problems fills in the dataset's name
+    if not isinstance(source, str):
+        raise RlvrlabError(f"{at} field 'data_source' is {_kind(source)}, not a string; fix it or remove the field")
+    return source
+
+
+def _kind(value: object) -> str:
+    """How a value's type reads in an error: 'a list ([1, 2])'."""
+    names = {bool: "a boolean", int: "a number", float: "a number", str: "a string", list: "a list", dict: "an object"}
+    preview = repr(value)
+    preview = preview if len(preview) <= 40 else preview[:37] + "..."
+    return f"{names.get(type(value), type(value).__name__)} ({preview})"
+
+
+def _read_rows(path: Path, fmt: str) -> list[tuple[str, dict]]:
+    """(where, row) pairs: where is "line N" (JSONL, 1-based) or "row N (0-based)" (Parquet)."""
     if fmt == "jsonl":
         rows = []
-        with path.open(encoding="utf-8") as handle:
-            for number, line in enumerate(handle, start=1):
-                if not line.strip():
-                    continue
-                try:
-                    row = json.loads(line)
-                except json.JSONDecodeError as error:
-                    raise RlvrlabError(f"{path} line {number} is not JSON ({error.msg}); "
-                                       "each line must be one JSON object") from None
-                if not isinstance(row, dict):
-                    raise RlvrlabError(f"{path} line {number} is a {type(row).__name__}, not a JSON object")
-                rows.append(row)
+        try:
+            text = path.read_text(encoding="utf-8")
+        except UnicodeDecodeError as error:
+            raise RlvrlabError(f"{path} is not UTF-8 text (byte {error.start}); a JSONL file is UTF-8 JSON, "
+                               "one object per line") from None
+        for number, line in enumerate(text.split("\n"), start=1):  # not splitlines: JSON may hold U+2028
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as error:
+                raise RlvrlabError(f"{path} line {number} is not JSON ({error.msg}); "
+                                   "each line must be one JSON object") from None
+            if not isinstance(row, dict):
+                raise RlvrlabError(f"{path} line {number} is {_kind(row)}, not a JSON object; "
+                                   "each line must be one JSON object")
+            rows.append((f"line {number}", row))
         return rows
     try:
         import pyarrow.parquet as pq
 
-        return pq.read_table(path).to_pylist()
+        table = pq.read_table(path).to_pylist()
     except Exception as error:  # pyarrow raises several types for unreadable files
-        raise RlvrlabError(f"{path} is not a readable parquet file ({type(error).__name__}: {error})") from None
+        detail = f"{type(error).__name__}: {' '.join(str(error).split())}"  # one line, whatever pyarrow says
+        raise RlvrlabError(f"{path} is not a readable parquet file ({detail})") from None
+    return [(f"row {index} (0-based)", row) for index, row in enumerate(table)]

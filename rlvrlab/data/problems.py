@@ -13,8 +13,11 @@ class Problem:
     prompt: the question as text (before any template or chat template).
     answer: the reference the verifier checks a response against, in the task's own encoding
             (Countdown: "target=24;numbers=3,4,2,1"; toy: the correct response ids, "r0|r3").
+    source: where the problem comes from, for per-source breakdowns: a verl file's data_source column, else the
+            dataset's name (load_problems fills it in); "" when built outside load_problems.
     """
 
     id: str
     prompt: str
     answer: str
+    source: str = ""

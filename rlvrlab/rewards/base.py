@@ -13,7 +13,8 @@ class Verdict:
     """The verifier's judgement of one response against its ground truth.
 
     score:  the reward, in [0, 1].
-    reason: one of REASONS ("timeout" / "error" come from the pool, never from a verifier itself).
+    reason: one of REASONS ("timeout" comes from the pool only; "error" from the pool when a verifier raises or
+            its worker dies, and from a verifier whose ground truth is malformed, e.g. countdown's).
     answer: the final answer extracted from the response as normalised text, None when there is none;
             maj@k groups responses by it (through VerifierSpec.same_answer).
     form:   the canonical form of the whole solution, for the diversity of correct answers (Countdown: the

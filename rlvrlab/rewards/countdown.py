@@ -13,7 +13,7 @@ Rules (the same ones `rlvrlab.data.countdown.solutions` enumerates):
 
 The expression is parsed with `ast` and walked by hand: nothing is ever evaluated by Python. Inputs longer than
 `MAX_RESPONSE_CHARS` characters or nested deeper than `MAX_DEPTH` are refused before they are walked. Any
-malformed response or reference answer scores 0.0; the function never raises.
+malformed response or reference answer scores 0.0; `countdown` never raises and returns a `Verdict`.
 """
 
 from __future__ import annotations
@@ -21,6 +21,8 @@ from __future__ import annotations
 import ast
 from collections import Counter
 from fractions import Fraction
+
+from rlvrlab.rewards.base import Verdict
 
 MAX_RESPONSE_CHARS = 200
 MAX_DEPTH = 50
@@ -117,28 +119,47 @@ def evaluate(tree: ast.expr) -> Fraction:
     return left / right  # Fraction raises ZeroDivisionError
 
 
-def _check(response: str, answer: str) -> bool:
-    numbers, target = parse_answer(answer)
-    text = response.strip()
-    if len(text) > MAX_RESPONSE_CHARS or not set(text) <= _ALLOWED_CHARS:
-        raise _Reject
-    if "=" in text:
-        expr_text, _, rhs = text.partition("=")
-        rhs = rhs.strip()
-        if not rhs.isascii() or not rhs.isdigit() or int(rhs) != target:
-            raise _Reject
-    else:
-        expr_text = text
-    tree = parse_expression(expr_text)
-    used = Counter(literals(tree))
-    if used - Counter(numbers):  # a literal not given, or used more often than given
-        raise _Reject
-    return evaluate(tree) == target
+def countdown(response: str, answer: str) -> Verdict:
+    """Does `response` reach the target of `answer` ("target=22;numbers=3,5,7") under the module's rules?
 
-
-def countdown(response: str, answer: str) -> float:
-    """1.0 when `response` reaches the target of `answer` ("target=22;numbers=3,5,7") under the module's rules."""
+    score 1.0 / reason "correct" when it does. reason "no_answer" when the response is not an arithmetic
+    expression (or ``expr = n``) at all, "wrong" when it is one that fails a rule (wrong value, a number not
+    given or reused, a wrong stated result, division by zero), "error" when `answer` is malformed. answer: the
+    value the expression reaches as text ("22", "7/2"; None on division by zero); form: its canonical equation
+    (`rlvrlab.data.countdown.canonical`, the same for reorderings and regroupings). Never raises.
+    """
     try:
-        return float(_check(response, answer))
-    except Exception:  # malformed response or answer, division by zero, anything: no reward, never a crash
-        return 0.0
+        numbers, target = parse_answer(answer)
+    except Exception:  # noqa: BLE001 - malformed reference answer (or not a string): not the response's fault
+        return Verdict(0.0, "error")
+    try:
+        text = response.strip()
+        if len(text) > MAX_RESPONSE_CHARS or not set(text) <= _ALLOWED_CHARS:
+            raise _Reject
+        expr_text, eq, rhs = text.partition("=")
+        tree = parse_expression(expr_text)
+    except Exception:  # noqa: BLE001 - not an expression: refused characters, too long or deep, syntax, a non-string
+        return Verdict(0.0, "no_answer")
+    from rlvrlab.data.countdown import (
+        canonical,  # here: rlvrlab.data.countdown imports this module
+    )
+
+    form = canonical(expr_text)
+    try:
+        value = evaluate(tree)
+    except (ZeroDivisionError, RecursionError):
+        return Verdict(0.0, "wrong", None, form)
+    answer_text = str(value)
+    rhs = rhs.strip()
+    stated_ok = not eq or (rhs.isascii() and rhs.isdigit() and int(rhs) == target)
+    numbers_ok = not (Counter(literals(tree)) - Counter(numbers))  # no literal not given or used too often
+    correct = stated_ok and numbers_ok and value == target
+    return Verdict(float(correct), "correct" if correct else "wrong", answer_text, form)
+
+
+def same_answer(a: str, b: str) -> bool:
+    """Two reached values ("22", "44/2") are the same number."""
+    try:
+        return Fraction(a) == Fraction(b)
+    except (ValueError, ZeroDivisionError, TypeError):
+        return a == b

@@ -75,8 +75,11 @@ def train(cfg: RunConfig, *, resume: str | None = None, on_step: OnStep | None =
         status = "KILLED"
         raise
     finally:
-        run.tracker.finish(status)
-        run.rollout.close()
+        try:
+            run.tracker.finish(status)
+            run.rollout.close()
+        finally:
+            run.verifier.close()
     return run.tracker.run_id
 
 
@@ -197,7 +200,9 @@ def generate(run: Run, *, batch_index: int, version: int, timings: Timings) -> R
     tic = time.perf_counter()
     groups = run.rollout.generate([run.prompt_ids(p) for p in problems], n=cfg.rollout.group_size, seed=seed)
     generate_time = time.perf_counter() - tic
-    rewards = [run.verifier(g.text, p.answer) for p, group in zip(problems, groups) for g in group]
+    verdicts = run.verifier.score([g.text for group in groups for g in group],
+                                  [p.answer for p, group in zip(problems, groups) for _ in group])
+    rewards = [v.score for v in verdicts]
     timings.verify += time.perf_counter() - tic - generate_time
     timings.generate += generate_time
     device = next(run.update.module.parameters()).device

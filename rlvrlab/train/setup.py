@@ -16,14 +16,15 @@ import torch
 
 from rlvrlab.config.compose import config_hash, to_yaml
 from rlvrlab.config.schema import RunConfig
-from rlvrlab.data import load_problems
+from rlvrlab.data import load_split
 from rlvrlab.data.problems import Problem
 from rlvrlab.errors import RlvrlabError
+from rlvrlab.rewards import VERIFIERS
+from rlvrlab.rewards.pool import RewardPool, default_workers
 from rlvrlab.rollout.base import RolloutEngine
 from rlvrlab.tracking.base import NullTracker, Tracker
 from rlvrlab.update.base import UpdateEngine
 from rlvrlab.update.dist import world
-from rlvrlab.rewards import VERIFIERS, Verifier
 
 
 @dataclass
@@ -31,7 +32,7 @@ class Run:
     cfg: RunConfig
     problems: list[Problem]  # training problems (the data stream cycles through them)
     prompt_ids: Callable[[Problem], list[int]]
-    verifier: Verifier
+    verifier: RewardPool  # scores whole batches (isolated verifiers in worker processes); closed by train()
     update: UpdateEngine
     rollout: RolloutEngine
     reference: torch.nn.Module | None  # frozen initial policy, when algorithm.kl_coef > 0
@@ -80,7 +81,7 @@ def build(cfg: RunConfig, *, run_id: str | None = None) -> Run:
     if cfg.dataset.verifier not in VERIFIERS:
         raise RlvrlabError(f"dataset.verifier {cfg.dataset.verifier!r} is unknown; expected one of "
                            f"{', '.join(sorted(VERIFIERS))}")
-    problems, _ = load_problems(cfg.dataset, cfg.model)
+    problems = load_split(cfg.dataset, cfg.model)  # dataset.split: train (default), eval or all
     if cfg.model.tier == "toy":
         parts = _toy_parts(cfg, problems, world_size)
     else:
@@ -94,8 +95,17 @@ def build(cfg: RunConfig, *, run_id: str | None = None) -> Run:
     if rank == 0:
         run_dir.mkdir(parents=True, exist_ok=True)
         (run_dir / "config.yaml").write_text(to_yaml(cfg))
-    return Run(cfg, problems, prompt_ids, VERIFIERS[cfg.dataset.verifier], module, engine, reference, tracker, rank,
+    return Run(cfg, problems, prompt_ids, reward_pool(cfg, world_size), module, engine, reference, tracker, rank,
                world_size, pad_id, run_dir, save_model, toy_diagnostics)
+
+
+def reward_pool(cfg: RunConfig, world_size: int = 1) -> RewardPool:
+    """The dataset's verifier as a RewardPool (workers start on the first batch that needs them). With
+    verifier_workers=0 the cores are shared among the processes of this node, not taken by each."""
+    d = cfg.dataset
+    local = int(os.environ.get("LOCAL_WORLD_SIZE", world_size))
+    workers = d.verifier_workers or max(1, default_workers() // max(1, local))
+    return RewardPool(d.verifier, workers=workers, timeout_s=d.verifier_timeout, math_extraction=d.math_extraction)
 
 
 def _toy_parts(cfg: RunConfig, problems: list[Problem], world_size: int):

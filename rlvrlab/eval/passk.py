@@ -1,0 +1,154 @@
+"""Per-problem evaluation statistics: pass@k, avg@n, maj@k and the diversity of correct answers.
+
+All functions are pure and work on one problem's counts; benchmark scores are unweighted means over problems
+(each estimator below is unbiased per problem, so the mean is unbiased for the benchmark). docs/evaluation.md
+states the same definitions for users.
+
+pass@k (Chen et al. 2021, arXiv:2107.03374): the probability that at least one of k responses drawn without
+replacement from the n sampled ones is correct, i.e. 1 - C(n-c, k) / C(n, k), computed in OpenAI's stable
+product form 1 - prod_{i=n-c+1}^{n} (1 - k/i).
+
+maj@k: the expected majority-vote accuracy of k responses drawn uniformly without replacement from the n,
+computed exactly (no sampling). See `maj_at_k` for the vote and tie rules.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from collections.abc import Sequence
+
+import numpy as np
+
+
+def _check_counts(n: int, k: int) -> None:
+    if n < 1:
+        raise ValueError(f"need at least one sample per problem, got n={n}")
+    if not 1 <= k <= n:
+        raise ValueError(f"k={k} must be between 1 and the number of samples n={n}")
+
+
+def pass_at_k(n: int, c: int, k: int) -> float:
+    """Unbiased pass@k of one problem with c correct responses among n samples.
+
+    pass@k = 1 - C(n-c, k) / C(n, k), in the numerically stable product form of OpenAI's human-eval:
+    1.0 when n - c < k (every k-subset holds a correct response), else 1 - prod_{i=n-c+1}^{n} (1 - k/i).
+    pass@1 = c/n exactly. Raises ValueError for k > n (the estimator is undefined; it is never clamped) or
+    c outside [0, n].
+    """
+    _check_counts(n, k)
+    if not 0 <= c <= n:
+        raise ValueError(f"c={c} correct responses must be between 0 and n={n}")
+    if n - c < k:
+        return 1.0
+    return 1.0 - float(np.prod(1.0 - k / np.arange(n - c + 1, n + 1, dtype=np.float64)))
+
+
+def avg_at_n(n: int, c: int) -> float:
+    """avg@n = c / n: the mean score of the n samples (the pass@1 estimate)."""
+    if n < 1 or not 0 <= c <= n:
+        raise ValueError(f"need 0 <= c <= n and n >= 1, got n={n}, c={c}")
+    return c / n
+
+
+def _binom_pmf(x: np.ndarray | int, m: int, p: float) -> np.ndarray:
+    from scipy.stats import binom
+
+    return binom.pmf(x, m, p)
+
+
+def maj_at_k(classes: Sequence[tuple[int, bool]], k: int, *, unanswered: int = 0) -> float:
+    """Expected majority-vote accuracy of k of the n responses of one problem.
+
+    classes: one (size, correct) pair per answer class: the responses whose final answers are equivalent
+             (and whose verdicts agree, see rlvrlab.eval.run); `correct` says whether the class's answer is right.
+    unanswered: responses without a final answer; they are drawn like the others but never vote.
+    n = sum of the sizes + unanswered.
+
+    Definition. Draw a subset S of k of the n responses uniformly at random (without replacement). Each class
+    gets x_j votes, the number of its members in S. If no class has a vote, S scores 0. Otherwise the classes
+    with the most votes form the tied set T, and S scores |T ∩ correct| / |T|: a tie is broken uniformly at
+    random, which gives fractional credit. maj@k is the expectation of that score over all C(n, k) subsets.
+    maj@1 = (number of correct responses) / n; maj@n is the plain majority vote over all n responses.
+
+    Computation (exact up to float rounding, no sampling). Counting subsets with prescribed votes
+    prod_j C(m_j, x_j) is the same, up to a constant, as drawing every class independently from
+    Binomial(m_j, p) with p = k/n and conditioning on the total being k; the binomial form keeps every
+    intermediate a probability (no overflow at large n). For each correct class j and each vote count
+    t >= 1, a dynamic programme over the other classes tracks (votes used, classes tied at t) with every other
+    class capped at t votes; the credit of those subsets is 1 / (1 + ties). Classes of equal size and
+    correctness contribute equally and are computed once.
+    """
+    sizes = [int(m) for m, _ in classes]
+    if any(m < 1 for m in sizes) or unanswered < 0:
+        raise ValueError("answer classes need at least one member and unanswered must be >= 0")
+    n = sum(sizes) + unanswered
+    _check_counts(n, k)
+    if not any(correct for _, correct in classes):
+        return 0.0
+    if k == 1:  # one response: it wins when it has an answer, and scores its class's correctness
+        return sum(m for m, correct in classes if correct) / n
+    if k == n:  # one subset: the plain vote
+        top = max(sizes, default=0)
+        tied = [correct for (m, correct) in classes if m == top]
+        return sum(tied) / len(tied)
+
+    p = k / n
+    total = float(_binom_pmf(k, n, p))  # P(sum of the independent draws = k)
+    kinds = Counter((int(m), bool(correct)) for m, correct in classes)
+    # pmfs[m][x] = P(Binomial(m, p) = x), for every class size and the unanswered pool
+    pmfs = {m: _binom_pmf(np.arange(m + 1), m, p) for m in {*sizes, unanswered}}
+    score = 0.0
+    for (m, correct), count in kinds.items():
+        if not correct:
+            continue
+        others = kinds.copy()
+        others[(m, correct)] -= 1
+        other_sizes = [size for (size, _), times in others.items() for _ in range(times)]
+        per_class = 0.0
+        for t in range(1, min(m, k) + 1):
+            per_class += pmfs[m][t] * _tied_credit(other_sizes, unanswered, k - t, t, pmfs)
+        score += count * per_class
+    return min(1.0, max(0.0, score / total))
+
+
+def _tied_credit(other_sizes: list[int], unanswered: int, room: int, t: int, pmfs: dict[int, np.ndarray]) -> float:
+    """E[1/(1+ties); others take exactly `room` votes, none more than t] under independent binomial draws.
+
+    ties = the number of other classes with exactly t votes.
+    """
+    max_ties = min(room // t, sum(1 for m in other_sizes if m >= t))
+    # w[s, r]: probability that the classes seen so far drew s votes in all, r of them exactly t
+    w = np.zeros((room + 1, max_ties + 1))
+    free = pmfs[unanswered][: room + 1]
+    w[: len(free), 0] = free  # responses without an answer: any number of them
+    for m in other_sizes:
+        top = min(m, t, room)
+        pmf = pmfs[m]
+        new = np.zeros_like(w)
+        for x in range(top + 1):
+            if x == t:  # a tie with the class we credit
+                if max_ties:
+                    new[x:, 1:] += pmf[x] * w[: room + 1 - x, :-1]
+            else:
+                new[x:, :] += pmf[x] * w[: room + 1 - x, :]
+        w = new
+    return float(w[room] @ (1.0 / np.arange(1, max_ties + 2)))
+
+
+def diversity_of_correct(forms: Sequence[str]) -> tuple[float | None, int, int]:
+    """(distinct / correct, distinct, correct) for the solution forms of one problem's correct responses.
+
+    forms: Verdict.form (or, where that is None, Verdict.answer) of each correct response. The ratio is 1.0
+    when every correct response is a different solution and 1/c when all are the same one; it is None when no
+    response is correct (there is nothing to be diverse about), so it never pulls a mean down.
+    """
+    correct = len(forms)
+    distinct = len(set(forms))
+    return (distinct / correct if correct else None), distinct, correct
+
+
+def mean(values: Sequence[float | None]) -> float | None:
+    """Mean of the values that are not None; None when there are none."""
+    kept = [v for v in values if v is not None and not math.isnan(v)]
+    return sum(kept) / len(kept) if kept else None
