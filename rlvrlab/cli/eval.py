@@ -272,7 +272,7 @@ def _sample_and_score(target: Target, datasets: list[Dataset], pools: list, samp
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from rlvrlab.eval.run import aggregate, evaluate, open_sampler, write_outputs
-    from rlvrlab.train.setup import _renderer
+    from rlvrlab.train.setup import prompt_renderer
 
     sampler = open_sampler(target.folder, sampling, seed=seed)
     progress = Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
@@ -283,7 +283,7 @@ def _sample_and_score(target: Target, datasets: list[Dataset], pools: list, samp
         with progress:
             for d, pool in zip(datasets, pools):
                 task = progress.add_task(f"{d.cfg.name} ({n} samples/problem)", total=len(d.problems))
-                render = _renderer(_DatasetOnly(d.cfg), sampler.tokenizer)
+                render = prompt_renderer(d.cfg.template, d.cfg.use_chat_template, sampler.tokenizer)
                 with pool:
                     result = evaluate(sampler, d.problems, render, n=n, ks=ks, seed=seed, pool=pool,
                                       dataset=d.cfg.name,
@@ -299,13 +299,6 @@ def _sample_and_score(target: Target, datasets: list[Dataset], pools: list, samp
             "ks": ks, "seed": seed, **{f"sampling.{key}": value for key, value in vars(sampling).items()}}
     files = write_outputs(out, records, samples, {"meta": meta, "datasets": summary}, ks)
     return summary, files
-
-
-@dataclass
-class _DatasetOnly:
-    """What rlvrlab.train.setup._renderer reads from a RunConfig."""
-
-    dataset: DatasetConfig
 
 
 def _track(target: Target, datasets: list[Dataset], sampling, summary: dict, files: list[Path], *, ks: list[int],

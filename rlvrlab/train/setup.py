@@ -157,7 +157,7 @@ def _hf_parts(cfg: RunConfig, folder: Path, world_size: int):
         module.save_pretrained(out, safe_serialization=True)
         tokenizer.save_pretrained(out)
 
-    return update, engine, _renderer(cfg, tokenizer), pad_id, save_model, reference, None
+    return update, engine, prompt_renderer(cfg.dataset.template, cfg.dataset.use_chat_template, tokenizer), pad_id, save_model, reference, None
 
 
 def _rollout_engine(cfg: RunConfig, folder: Path, model: torch.nn.Module, tokenizer) -> RolloutEngine:
@@ -191,8 +191,10 @@ def _update_engine(cfg: RunConfig, model: torch.nn.Module, world_size: int) -> U
                            accumulation_steps=-(-rows_per_mini // micro), world_size=world_size)
 
 
-def _renderer(cfg: RunConfig, tokenizer) -> Callable[[Problem], list[int]]:
-    template, chat = cfg.dataset.template, cfg.dataset.use_chat_template
+def prompt_renderer(template: str | None, use_chat_template: bool, tokenizer) -> Callable[[Problem], list[int]]:
+    """Problem -> prompt token ids, as training and evaluation both render them (dataset.template and
+    dataset.use_chat_template)."""
+    template, chat = template, use_chat_template
 
     def prompt_ids(problem: Problem) -> list[int]:
         text = template.format(prompt=problem.prompt) if template else problem.prompt
