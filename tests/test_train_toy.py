@@ -136,6 +136,16 @@ def test_resume_after_kill_equals_uninterrupted_run(tmp_path, mlflow_history):
         assert got[name] == want[name], name
 
 
+def test_resume_without_a_checkpoint_is_one_error_and_leaves_the_run_as_it_was(tmp_path):
+    from mlflow.tracking import MlflowClient
+
+    cfg = toy(tmp_path, "trainer.checkpoint_every=0")
+    run_id = train(cfg)
+    with pytest.raises(RlvrlabError, match=rf"run {run_id} has no complete checkpoint"):
+        train(cfg, resume=run_id)
+    assert MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}").get_run(run_id).info.status == "FINISHED"
+
+
 def test_non_finite_loss_stops_the_run_and_marks_it_failed(tmp_path, monkeypatch):
     from mlflow.tracking import MlflowClient
 

@@ -13,6 +13,7 @@ import os
 import signal
 import time
 from collections.abc import Callable
+from pathlib import Path
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -47,16 +48,14 @@ OnStep = Callable[[int, RolloutBatch, Run, StepStats], None]
 
 def train(cfg: RunConfig, *, resume: str | None = None, on_step: OnStep | None = None, progress=None) -> str:
     """Run cfg.steps steps (or continue run `resume` from its last checkpoint); returns the MLflow run id."""
+    folder = checkpoint.latest(Path(cfg.output_dir).expanduser().resolve() / resume) if resume else None
+    if resume and folder is None:  # checked before build() marks the MLflow run RUNNING again
+        raise RlvrlabError(f"run {resume} has no complete checkpoint in {cfg.output_dir}/{resume}/checkpoints; "
+                           "it cannot be resumed (set trainer.checkpoint_every > 0 for future runs)")
     run = build(cfg, run_id=resume)
-    state = TrainState()
-    if resume:
-        folder = checkpoint.latest(run.run_dir)
-        if folder is None:
-            raise RlvrlabError(f"run {resume} has no complete checkpoint in {run.run_dir / 'checkpoints'}; "
-                               "it cannot be resumed (set trainer.checkpoint_every > 0 for future runs)")
-        state = checkpoint.restore(run, folder)
     status = "FAILED"
     try:
+        state = checkpoint.restore(run, folder) if folder else TrainState()
         for step in range(state.step, cfg.steps):
             stats, batch = train_step(run, state, step)
             state.step = step + 1
