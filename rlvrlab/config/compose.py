@@ -31,7 +31,7 @@ GROUP_FOLDERS = {"algorithm": "algorithms", "model": "models", "dataset": "datas
 
 # Fields that do not change what is trained or how, so runs that differ only in them share a hash (seeds of
 # one configuration are grouped by it).
-NOT_HASHED = ("seed", "output_dir", "tracking")
+NOT_HASHED = ("seed", "output_dir", "tracking", "experiment")
 
 _REPO_EXPERIMENTS = Path(__file__).resolve().parents[2] / "experiments"
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import fields
 
-from rlvrlab.train.stats import StepStats
+from rlvrlab.train.stats import StepStats, Timings
 
 
 def step_metrics(s: StepStats) -> dict[str, float]:
@@ -45,3 +45,13 @@ def step_metrics(s: StepStats) -> dict[str, float]:
     metrics.update({k: v for k, v in optional.items() if v is not None})
     metrics.update({f"time/{f.name}": getattr(s.timings, f.name) for f in fields(s.timings)})
     return metrics
+
+
+def metric_names() -> list[str]:
+    """Every name step_metrics can produce (the optional ones only on some tiers or algorithms)."""
+    from rlvrlab.algorithms.types import LossStats
+
+    zero_loss = LossStats(**{f.name: 0.0 for f in fields(LossStats)})
+    full = StepStats(**{f.name: 0.0 for f in fields(StepStats) if f.name not in ("loss", "timings", "lag")},
+                     loss=zero_loss, lag=0, timings=Timings())
+    return sorted(step_metrics(full))

@@ -26,24 +26,41 @@ def default_uri(output_dir: Path) -> str:
     return f"sqlite:///{output_dir.resolve() / 'mlflow.db'}"
 
 
+def quiet_client(uri: str):
+    """An MlflowClient whose store does not log its sqlite schema migrations at INFO."""
+    import logging
+
+    from mlflow.tracking import MlflowClient
+
+    for name in ("alembic", "mlflow"):
+        logging.getLogger(name).setLevel(logging.WARNING)
+    return MlflowClient(tracking_uri=uri)
+
+
+def experiment_id_for(client, name: str, artifact_root: Path | None) -> str:
+    """The id of MLflow experiment `name`, created (artifacts under artifact_root) when it does not exist yet."""
+    from mlflow.exceptions import MlflowException
+
+    found = client.get_experiment_by_name(name)
+    if found is not None:
+        return found.experiment_id
+    location = artifact_root.resolve().as_uri() if artifact_root is not None else None
+    try:
+        return client.create_experiment(name, artifact_location=location)
+    except MlflowException:  # another process created it in between
+        found = client.get_experiment_by_name(name)
+        if found is None:
+            raise
+        return found.experiment_id
+
+
 class MlflowTracker:
     def __init__(self, uri: str, experiment: str, *, artifact_root: Path | None, run_id: str | None = None,
-                 run_name: str | None = None):
-        import logging
-
-        from mlflow.tracking import MlflowClient
-
-        for name in ("alembic", "mlflow"):  # sqlite schema migrations log at INFO
-            logging.getLogger(name).setLevel(logging.WARNING)
-        self.client = MlflowClient(tracking_uri=uri)
+                 run_name: str | None = None, tags: Mapping[str, str] | None = None):
+        self.client = quiet_client(uri)
         if run_id is None:
-            found = self.client.get_experiment_by_name(experiment)
-            if found is None:
-                location = artifact_root.resolve().as_uri() if artifact_root is not None else None
-                experiment_id = self.client.create_experiment(experiment, artifact_location=location)
-            else:
-                experiment_id = found.experiment_id
-            run_id = self.client.create_run(experiment_id, run_name=run_name).info.run_id
+            experiment_id = experiment_id_for(self.client, experiment, artifact_root)
+            run_id = self.client.create_run(experiment_id, run_name=run_name, tags=dict(tags or {})).info.run_id
         else:
             try:
                 self.client.get_run(run_id)

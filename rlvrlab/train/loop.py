@@ -46,13 +46,19 @@ from rlvrlab.update.dist import all_sum
 OnStep = Callable[[int, RolloutBatch, Run, StepStats], None]
 
 
-def train(cfg: RunConfig, *, resume: str | None = None, on_step: OnStep | None = None, progress=None) -> str:
-    """Run cfg.steps steps (or continue run `resume` from its last checkpoint); returns the MLflow run id."""
+class RunStopped(Exception):
+    """Raised by an on_step callback to end a run early on purpose (a sweep's pruner); the MLflow run ends KILLED."""
+
+
+def train(cfg: RunConfig, *, resume: str | None = None, on_step: OnStep | None = None, progress=None,
+          tags: dict[str, str] | None = None) -> str:
+    """Run cfg.steps steps (or continue run `resume` from its last checkpoint); returns the MLflow run id.
+    tags: extra MLflow tags for a new run (sweeps nest seed runs under their trial with mlflow.parentRunId)."""
     folder = checkpoint.latest(Path(cfg.output_dir).expanduser().resolve() / resume) if resume else None
     if resume and folder is None:  # checked before build() marks the MLflow run RUNNING again
         raise RlvrlabError(f"run {resume} has no complete checkpoint in {cfg.output_dir}/{resume}/checkpoints; "
                            "it cannot be resumed (set trainer.checkpoint_every > 0 for future runs)")
-    run = build(cfg, run_id=resume)
+    run = build(cfg, run_id=resume, tags=tags)
     status = "FAILED"
     try:
         state = checkpoint.restore(run, folder) if folder else TrainState()
@@ -70,7 +76,7 @@ def train(cfg: RunConfig, *, resume: str | None = None, on_step: OnStep | None =
                 run.tracker.flush()
             _fault_injection(step)
         status = "FINISHED"
-    except KeyboardInterrupt:
+    except (KeyboardInterrupt, RunStopped):
         status = "KILLED"
         raise
     finally:
@@ -187,6 +193,10 @@ def update_policy(run: Run, batch: RolloutBatch, step: int) -> UpdateResult:
                 result.entropies.append(float(masked_mean(entropy.detach(), x.mask)))
             result.norms.append(run.update.step())
             _require_finite(result.norms[-1], "gradient norm", step, run)
+            # a finite gradient times a huge learning rate can still overflow the weights; found here, not as a
+            # torch error inside the next step's sampling
+            weights = [p.detach() for p in run.update.module.parameters()]
+            _require_finite(float(torch.nn.utils.get_total_norm(weights)), "weight norm after the update", step, run)
     return result
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import copy
 import os
 import subprocess
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -65,8 +65,9 @@ def model_folder(cfg: RunConfig, problems: list[Problem]) -> Path:
                              cache_root=cache_root())
 
 
-def build(cfg: RunConfig, *, run_id: str | None = None) -> Run:
-    """Wire a run. run_id: continue that MLflow run (resume) instead of creating one."""
+def build(cfg: RunConfig, *, run_id: str | None = None, tags: Mapping[str, str] | None = None) -> Run:
+    """Wire a run. run_id: continue that MLflow run (resume) instead of creating one. tags: extra MLflow tags of a
+    new run (a sweep nests its seed runs with mlflow.parentRunId)."""
     rank, world_size = world()
     per_rank, rest = divmod(cfg.rollout.prompts_per_step, world_size)
     if rest:
@@ -89,7 +90,7 @@ def build(cfg: RunConfig, *, run_id: str | None = None) -> Run:
     module, engine, prompt_ids, pad_id, save_model, reference, toy_diagnostics = parts
 
     output_dir = Path(cfg.output_dir).expanduser().resolve()
-    tracker = _tracker(cfg, output_dir, run_id, rank)
+    tracker = _tracker(cfg, output_dir, run_id, rank, tags or {})
     run_id = _broadcast(tracker.run_id if rank == 0 else None)
     run_dir = output_dir / run_id
     if rank == 0:
@@ -207,7 +208,7 @@ def prompt_renderer(template: str | None, use_chat_template: bool, tokenizer) ->
     return prompt_ids
 
 
-def _tracker(cfg: RunConfig, output_dir: Path, run_id: str | None, rank: int) -> Tracker:
+def _tracker(cfg: RunConfig, output_dir: Path, run_id: str | None, rank: int, tags: Mapping[str, str]) -> Tracker:
     if rank != 0:
         return NullTracker(run_id or "")
     from rlvrlab.tracking.mlflow_tracker import MlflowTracker, default_uri
@@ -216,7 +217,7 @@ def _tracker(cfg: RunConfig, output_dir: Path, run_id: str | None, rank: int) ->
     uri = cfg.tracking.uri or default_uri(output_dir)
     artifacts = None if cfg.tracking.uri else output_dir / "mlartifacts"
     name = f"{cfg.algorithm.name}-{cfg.model.tier}-{cfg.dataset.name}-s{cfg.seed}"
-    tracker = MlflowTracker(uri, cfg.experiment, artifact_root=artifacts, run_id=run_id, run_name=name)
+    tracker = MlflowTracker(uri, cfg.experiment, artifact_root=artifacts, run_id=run_id, run_name=name, tags=tags)
     if run_id is None:
         _record_run(tracker, cfg)
     return tracker

@@ -1,0 +1,334 @@
+"""Sweep files: what a study searches over, with how many seeds, for which objective. Parsed and validated once,
+before any storage is opened or run started; every mistake is one ConfigError line.
+
+    name: ucpo_tau                      # the Optuna study (and MLflow experiment); default: the file name
+    experiment: toy                     # base experiment, as for `rlvrlab train`
+    overrides: [algorithm=ucpo, steps=200]
+    sampler: grid                       # grid | tpe | random
+    seeds: 5                            # 5 -> seeds 0..4, or a list [0, 1, 2]; the same seeds in every trial
+    space:                              # config keys (or groups: algorithm: [grpo, ucpo]) to vary
+      algorithm.tau: [0.0, 0.2, 1.0]           # a list: grid values (grid) or categorical choices (samplers)
+      trainer.lr: {low: 0.01, high: 0.1, log: true}   # a range (tpe, random); `step:` for a stepped range
+    objective:
+      metric: policy/toy_correct_uniformity    # any per-step metric the runs log to MLflow
+      direction: maximize                      # maximize | minimize
+      window: 10                               # per seed: mean of the metric over its last 10 steps
+      aggregate: mean                          # over seeds: mean | lcb95 (maximize) | ucb95 (minimize)
+    budget: {trials: null, timeout: null}      # trials (samplers; grid: every point) and seconds per invocation
+    pruner: {type: none}                       # none | median | hyperband; warmup_steps, startup_trials
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import itertools
+import json
+import math
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, Optional
+
+import yaml
+
+from rlvrlab.config.rules import unknown
+from rlvrlab.errors import ConfigError
+
+SAMPLERS = ("grid", "tpe", "random")
+PRUNERS = ("none", "median", "hyperband")
+AGGREGATES = {"mean": None, "lcb95": "maximize", "ucb95": "minimize"}  # value: the direction it fits
+DIRECTIONS = ("maximize", "minimize")
+TOP_KEYS = ("name", "experiment", "overrides", "sampler", "sampler_seed", "seeds", "space", "objective", "budget",
+            "pruner")
+_FIXED_KEYS = ("seed", "experiment")  # set by the sweep: seeds from `seeds:`, the MLflow experiment from the name
+_NOT_SCIENCE = ("output_dir=", "tracking.")  # overrides that move records, not results (not in the fingerprint)
+
+_REPO_SWEEPS = Path(__file__).resolve().parents[2] / "sweeps"
+
+
+@dataclasses.dataclass(frozen=True)
+class Param:
+    """One searched config key: grid values/choices, or a numeric range."""
+
+    key: str
+    values: Optional[tuple] = None  # grid values (grid sampler) or categorical choices (tpe, random)
+    low: Optional[float] = None
+    high: Optional[float] = None
+    log: bool = False
+    step: Optional[float] = None
+
+    @property
+    def is_int(self) -> bool:
+        return all(isinstance(v, int) and not isinstance(v, bool) for v in (self.low, self.high, self.step)
+                   if v is not None)
+
+    def suggest(self, trial) -> Any:
+        """The trial's value (Optuna returns the enqueued value for grid points and retries)."""
+        if self.values is not None:
+            return trial.suggest_categorical(self.key, list(self.values))
+        if self.is_int:
+            return trial.suggest_int(self.key, int(self.low), int(self.high), step=int(self.step or 1), log=self.log)
+        return trial.suggest_float(self.key, self.low, self.high, step=self.step, log=self.log)
+
+    def corners(self) -> list[Any]:
+        """Values that validation composes: every listed value, or both ends of a range."""
+        return list(self.values) if self.values is not None else [self.low, self.high]
+
+
+@dataclasses.dataclass(frozen=True)
+class Objective:
+    metric: str
+    direction: str = "maximize"
+    window: int = 1  # per seed run: mean of the metric over its last `window` logged steps
+    aggregate: str = "mean"
+
+
+@dataclasses.dataclass(frozen=True)
+class Pruner:
+    type: str = "none"
+    warmup_steps: int = 0  # per seed run: steps before a trial may be pruned
+    startup_trials: int = 5  # trials that finish before pruning starts (median)
+
+
+@dataclasses.dataclass(frozen=True)
+class SweepSpec:
+    name: str
+    file: Path
+    experiment: Optional[str]
+    overrides: tuple[str, ...]  # the file's overrides, then the command line's
+    space: tuple[Param, ...]
+    sampler: str
+    sampler_seed: int
+    seeds: tuple[int, ...]
+    objective: Objective
+    trials: Optional[int]
+    timeout: Optional[float]
+    pruner: Pruner
+
+    def grid(self) -> list[dict[str, Any]]:
+        """Every grid point, in file order (the last key varies fastest)."""
+        keys = [p.key for p in self.space]
+        return [dict(zip(keys, combo)) for combo in itertools.product(*(p.values for p in self.space))]
+
+    def total_trials(self) -> Optional[int]:
+        return len(self.grid()) if self.sampler == "grid" else self.trials
+
+    def overrides_for(self, params: dict[str, Any], seed: int) -> list[str]:
+        return [*self.overrides, *(f"{key}={format_value(value)}" for key, value in params.items()),
+                f"seed={seed}", f"experiment={self.name}"]
+
+    def fingerprint(self) -> str:
+        """What makes two invocations the same study: the runs they would make and how they are scored.
+        Budget, timeout and the name are not in it (more trials or time continue the same study)."""
+        science = {
+            "experiment": self.experiment, "sampler": self.sampler,
+            "overrides": [o for o in self.overrides if not o.startswith(_NOT_SCIENCE)],
+            "sampler_seed": self.sampler_seed, "seeds": list(self.seeds), "objective": dataclasses.asdict(
+                self.objective), "space": [dataclasses.asdict(p) for p in self.space],
+            "pruner": dataclasses.asdict(self.pruner),
+        }
+        return hashlib.sha256(json.dumps(science, sort_keys=True, default=str).encode()).hexdigest()[:12]
+
+
+def format_value(value: Any) -> str:
+    """A value as an override string that composes back to the same value (inf -> .inf)."""
+    if isinstance(value, float) and math.isinf(value):
+        return ".inf" if value > 0 else "-.inf"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if value is None:
+        return "null"
+    return str(value)
+
+
+def sweeps_dir() -> Path:
+    return Path(os.environ.get("RLVRLAB_SWEEPS_DIR") or _REPO_SWEEPS)
+
+
+def sweep_file(name: str) -> Path:
+    """A path to a YAML file, or a name in sweeps/."""
+    if name.endswith((".yaml", ".yml")) or os.sep in name:
+        if not Path(name).is_file():
+            raise ConfigError(f"sweep file {name} does not exist; give an existing .yaml file or a name in sweeps/")
+        return Path(name)
+    folder = sweeps_dir()
+    path = folder / f"{name}.yaml"
+    if not path.is_file():
+        names = sorted(p.stem for p in folder.glob("*.yaml")) if folder.is_dir() else []
+        raise unknown("sweep", name, names, where=str(folder))
+    return path
+
+
+def load_sweep(name: str, overrides: Sequence[str] = (), *, seeds: Optional[int] = None,
+               study: Optional[str] = None) -> SweepSpec:
+    """Parse and validate a sweep file (+ base-config overrides from the command line) and compose every grid
+    point (or both ends of every range) so that a bad key or value fails here, not in trial 17."""
+    path = sweep_file(name)
+    where = str(path)
+    try:
+        body = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as error:
+        raise ConfigError(f"{where} is not valid YAML ({str(error).splitlines()[0]}); fix the file") from None
+    if not isinstance(body, dict):
+        raise ConfigError(f"{where} must be a mapping with keys {', '.join(TOP_KEYS)}")
+    for key in body:
+        if key not in TOP_KEYS:
+            raise unknown("sweep key", key, TOP_KEYS, where=where)
+
+    file_overrides = body.get("overrides") or []
+    if not isinstance(file_overrides, list) or not all(isinstance(o, str) for o in file_overrides):
+        raise ConfigError(f"overrides in {where} must be a list of key=value strings, e.g. [algorithm=ucpo, steps=200]")
+    all_overrides = (*file_overrides, *overrides)
+    for text in all_overrides:
+        key = text.partition("=")[0].strip()
+        if key in _FIXED_KEYS:
+            raise ConfigError(f"override {text!r} in {where}: {key} is set by the sweep "
+                              f"({'use seeds:' if key == 'seed' else 'the MLflow experiment is the study name'})")
+
+    sampler = _choice(body.get("sampler", "grid"), SAMPLERS, "sampler", where)
+    space = _space(body.get("space"), sampler, where)
+    objective = _objective(body.get("objective"), where)
+    seed_list = _seeds(body.get("seeds", 5) if seeds is None else seeds, where)
+    if objective.aggregate != "mean" and len(seed_list) < 2:
+        raise ConfigError(f"objective.aggregate {objective.aggregate} in {where} needs at least 2 seeds")
+    budget = _mapping(body.get("budget"), ("trials", "timeout"), "budget", where)
+    trials = _optional_number(budget.get("trials"), "budget.trials", where, integer=True)
+    timeout = _optional_number(budget.get("timeout"), "budget.timeout", where)
+    if sampler != "grid" and trials is None and timeout is None:
+        raise ConfigError(f"sampler {sampler} in {where} needs budget.trials or budget.timeout (a grid has its size)")
+    pruner_body = _mapping(body.get("pruner"), ("type", "warmup_steps", "startup_trials"), "pruner", where)
+    pruner = Pruner(
+        type=_choice(pruner_body.get("type", "none"), PRUNERS, "pruner.type", where),
+        warmup_steps=int(_optional_number(pruner_body.get("warmup_steps", 0), "pruner.warmup_steps", where,
+                                          integer=True)),
+        startup_trials=int(_optional_number(pruner_body.get("startup_trials", 5), "pruner.startup_trials", where,
+                                            integer=True)),
+    )
+    sweep_name = study or body.get("name") or path.stem
+    if not isinstance(sweep_name, str) or not sweep_name.strip():
+        raise ConfigError(f"name in {where} must be a non-empty string")
+    experiment = body.get("experiment")
+    if experiment is not None and not isinstance(experiment, str):
+        raise ConfigError(f"experiment in {where} must be an experiment name or a path to its YAML file")
+    if experiment is not None and not experiment.endswith((".yaml", ".yml")) and os.sep in experiment:
+        experiment = str((path.parent / experiment).resolve())
+    sampler_seed = int(_optional_number(body.get("sampler_seed", 0), "sampler_seed", where, integer=True))
+    spec = SweepSpec(sweep_name, path, experiment, tuple(all_overrides), space, sampler, sampler_seed, seed_list,
+                     objective, trials, timeout, pruner)
+    _check_composes(spec, where)
+    return spec
+
+
+def _check_composes(spec: SweepSpec, where: str) -> None:
+    from rlvrlab.config import compose
+
+    compose(spec.experiment, spec.overrides_for({}, spec.seeds[0]))
+    points = spec.grid() if spec.sampler == "grid" else [
+        {p.key: value} for p in spec.space for value in p.corners()]
+    for params in points:
+        try:
+            compose(spec.experiment, spec.overrides_for(params, spec.seeds[0]))
+        except ConfigError as error:
+            shown = ", ".join(f"{k}={format_value(v)}" for k, v in params.items())
+            raise ConfigError(f"{where}: the point {shown} does not compose: {error}") from None
+
+
+def _space(body: Any, sampler: str, where: str) -> tuple[Param, ...]:
+    if not isinstance(body, dict) or not body:
+        raise ConfigError(f"space in {where} must map config keys to values, e.g. space: {{algorithm.tau: [0.1, 0.5]}}")
+    params = []
+    for key, spec in body.items():
+        key = str(key)
+        if key in _FIXED_KEYS or key.startswith(_NOT_SCIENCE) or key == "output_dir":
+            hint = "use seeds:" if key == "seed" else "it does not change what is trained"
+            raise ConfigError(f"space key {key!r} in {where} cannot be searched; {hint}")
+        if isinstance(spec, list):
+            if not spec or len(set(map(repr, spec))) != len(spec):
+                raise ConfigError(f"space.{key} in {where} must list distinct values")
+            if not all(v is None or isinstance(v, (bool, int, float, str)) for v in spec):
+                raise ConfigError(f"space.{key} in {where}: values must be numbers, strings, booleans or null")
+            params.append(Param(key, values=tuple(spec)))
+            continue
+        if isinstance(spec, dict) and "choices" in spec:
+            choices = spec["choices"]
+            if set(spec) != {"choices"} or not isinstance(choices, list) or not choices:
+                raise ConfigError(f"space.{key} in {where}: write {{choices: [a, b, ...]}} and nothing else")
+            params.append(Param(key, values=tuple(choices)))
+            continue
+        if not isinstance(spec, dict) or not {"low", "high"} <= set(spec) or not set(spec) <= {"low", "high", "log",
+                                                                                             "step"}:
+            raise ConfigError(f"space.{key} in {where} must be a list of values, {{choices: [...]}} or "
+                              "{low: L, high: H[, log: true][, step: S]}")
+        low, high, step = spec["low"], spec["high"], spec.get("step")
+        if not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (low, high)) or not low < high:
+            raise ConfigError(f"space.{key} in {where}: low and high must be numbers with low < high")
+        log = bool(spec.get("log", False))
+        if log and (low <= 0 or step is not None):
+            raise ConfigError(f"space.{key} in {where}: log ranges need low > 0 and no step")
+        if step is not None and (not isinstance(step, (int, float)) or step <= 0):
+            raise ConfigError(f"space.{key} in {where}: step must be a positive number")
+        params.append(Param(key, low=low, high=high, log=log, step=step))
+    if sampler == "grid":
+        ranged = [p.key for p in params if p.values is None]
+        if ranged:
+            raise ConfigError(f"space.{ranged[0]} in {where} is a range; the grid sampler needs a list of values "
+                              "(or use sampler: tpe or random)")
+    return tuple(params)
+
+
+def _objective(body: Any, where: str) -> Objective:
+    fields = _mapping(body, ("metric", "direction", "window", "aggregate"), "objective", where)
+    metric = fields.get("metric")
+    if not isinstance(metric, str) or not metric:
+        raise ConfigError(f"objective.metric in {where} must name a per-step metric, e.g. train/reward")
+    from rlvrlab.tracking.metrics import metric_names
+
+    if metric not in metric_names():
+        raise unknown("objective.metric", metric, metric_names(), where=where)
+    direction = _choice(fields.get("direction", "maximize"), DIRECTIONS, "objective.direction", where)
+    aggregate = _choice(fields.get("aggregate", "mean"), tuple(AGGREGATES), "objective.aggregate", where)
+    fits = AGGREGATES[aggregate]
+    if fits is not None and fits != direction:
+        other = next(name for name, d in AGGREGATES.items() if d == direction)
+        raise ConfigError(f"objective.aggregate {aggregate} with direction {direction} in {where} favours noisy "
+                          f"trials; use {other} (the pessimistic bound) or mean")
+    window = _optional_number(fields.get("window", 1), "objective.window", where, integer=True)
+    if window is None or window < 1:
+        raise ConfigError(f"objective.window in {where} must be an integer >= 1")
+    return Objective(metric, direction, int(window), aggregate)
+
+
+def _seeds(value: Any, where: str) -> tuple[int, ...]:
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 1:
+        return tuple(range(value))
+    if isinstance(value, list) and value and all(isinstance(s, int) and not isinstance(s, bool) and s >= 0
+                                                  for s in value) and len(set(value)) == len(value):
+        return tuple(value)
+    raise ConfigError(f"seeds in {where} must be a count >= 1 or a list of distinct seeds >= 0, e.g. seeds: 5")
+
+
+def _mapping(body: Any, keys: Sequence[str], name: str, where: str) -> dict:
+    if body is None:
+        return {}
+    if not isinstance(body, dict):
+        raise ConfigError(f"{name} in {where} must be a mapping with keys {', '.join(keys)}")
+    for key in body:
+        if key not in keys:
+            raise unknown(f"{name} key", key, keys, where=where)
+    return body
+
+
+def _choice(value: Any, options: Sequence[str], name: str, where: str) -> str:
+    if value not in options:
+        raise unknown(name, value, options, where=where)
+    return value
+
+
+def _optional_number(value: Any, name: str, where: str, *, integer: bool = False) -> Optional[float]:
+    if value is None:
+        return None
+    kinds = (int,) if integer else (int, float)
+    if isinstance(value, bool) or not isinstance(value, kinds) or value < 0:
+        raise ConfigError(f"{name} in {where} must be a{'n integer' if integer else ' number'} >= 0 or null")
+    return value

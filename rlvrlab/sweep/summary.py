@@ -1,0 +1,57 @@
+"""What a study has so far, as plain rows (the CLI draws them; tests read them)."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Optional
+
+from rlvrlab.sweep.study import ATTR, Sweep, counts, seed_summary
+
+
+@dataclass
+class TrialRow:
+    number: int
+    state: str  # COMPLETE | FAIL | PRUNED | RUNNING | WAITING
+    params: dict[str, Any]
+    value: Optional[float]  # the objective Optuna optimises (mean or a bound over seeds)
+    mean: Optional[float]
+    low: Optional[float]
+    high: Optional[float]
+    seeds_done: int
+    reason: str
+    retry_of: Optional[int]
+
+
+@dataclass
+class StudySummary:
+    rows: list[TrialRow]
+    best: Optional[TrialRow]
+    total: Optional[int]  # trials the study will have (grid size or budget.trials)
+    finished: int  # trials that count as done (complete, pruned, failed runs)
+
+
+def summarize(sweep: Sweep) -> StudySummary:
+    from optuna.trial import TrialState
+
+    rows = []
+    for t in sweep.study.get_trials(deepcopy=False):
+        values = [v for v in (t.user_attrs.get(ATTR + "values") or {}).values()]
+        summary = t.user_attrs.get(ATTR + "summary") or (seed_summary(values) if values else {})
+        rows.append(TrialRow(
+            number=t.number, state=t.state.name, params=dict(t.params),
+            value=t.value if t.state == TrialState.COMPLETE else None,
+            mean=summary.get("mean"), low=_finite(summary.get("low")), high=_finite(summary.get("high")),
+            seeds_done=len(values), reason=t.user_attrs.get(ATTR + "fail_reason", ""),
+            retry_of=t.system_attrs.get("failed_trial"),
+        ))
+    complete = [r for r in rows if r.state == "COMPLETE"]
+    sign = 1 if sweep.spec.objective.direction == "maximize" else -1
+    best = max(complete, key=lambda r: sign * r.value) if complete else None
+    finished = sum(1 for t in sweep.study.get_trials(deepcopy=False)
+                   if counts(t) and t.state not in (TrialState.RUNNING, TrialState.WAITING))
+    return StudySummary(rows, best, sweep.spec.total_trials(), finished)
+
+
+def _finite(value: Optional[float]) -> Optional[float]:
+    return value if value is not None and math.isfinite(value) else None
