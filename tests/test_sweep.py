@@ -1,0 +1,350 @@
+"""`rlvrlab sweep`: sweep-file validation, grid studies (each point exactly once), the MLflow hierarchy
+study -> trial -> seed runs, objectives read back from MLflow, resume after a killed worker, failed and pruned
+trials, parallel workers, and the shipped sweep files."""
+
+from __future__ import annotations
+
+import math
+import os
+import shutil
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from rlvrlab.errors import ConfigError, RlvrlabError
+from rlvrlab.sweep.spec import load_sweep, sweeps_dir
+from rlvrlab.sweep.study import ATTR, open_sweep, seed_summary, work
+from rlvrlab.sweep.summary import summarize
+
+RLVRLAB = shutil.which("rlvrlab", path=str(Path(sys.executable).parent))
+
+GRID = """\
+experiment: toy
+overrides: [algorithm=ucpo, steps=12, trainer.checkpoint_every=0]
+sampler: grid
+seeds: 2
+space:
+  algorithm.tau: [0.0, 1.0]
+  trainer.staleness: [0, 1]
+objective: {metric: policy/toy_correct_uniformity, direction: maximize, window: 4}
+"""
+
+
+@pytest.fixture
+def here(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+def _sweep_file(folder: Path, text: str = GRID, name: str = "grid.yaml") -> Path:
+    path = folder / name
+    path.write_text(text)
+    return path
+
+
+def _client(folder: Path):
+    from mlflow.tracking import MlflowClient
+
+    return MlflowClient(f"sqlite:///{folder.resolve() / 'runs' / 'mlflow.db'}")
+
+
+def _runs(folder: Path, experiment: str) -> list:
+    client = _client(folder)
+    found = client.get_experiment_by_name(experiment)
+    return client.search_runs([found.experiment_id], max_results=10_000) if found else []
+
+
+def _role(runs: list, role: str) -> list:
+    return [r for r in runs if r.data.tags.get(ATTR + "role") == role]
+
+
+def _cli(*args: str, cwd: Path, env: dict | None = None, timeout: float = 600) -> subprocess.CompletedProcess:
+    return subprocess.run([RLVRLAB, *args], cwd=cwd, capture_output=True, text=True, timeout=timeout,
+                          env={**os.environ, **(env or {})})
+
+
+# ------------------------------------------------------------------------------------------------ validation
+BAD_SWEEPS = [
+    ("smapler: grid\n", "unknown sweep key 'smapler'"),
+    ("experiment: toy\nsampler: gird\nspace: {algorithm.tau: [0.1]}\nobjective: {metric: train/reward}\n",
+     "unknown sampler 'gird'"),
+    ("experiment: toy\nspace: {algorithm.tau: {low: 0.0, high: 1.0}}\nobjective: {metric: train/reward}\n",
+     "the grid sampler needs a list of values"),
+    ("experiment: toy\nspace: {algorithm.tau: [0.1]}\nobjective: {metric: train/rewrd}\n",
+     "unknown objective.metric 'train/rewrd'"),
+    ("experiment: toy\nspace: {algorithm.tau: [0.1]}\n"
+     "objective: {metric: train/reward, direction: minimize, aggregate: lcb95}\n", "use ucb95"),
+    ("experiment: toy\noverrides: [seed=3]\nspace: {algorithm.tau: [0.1]}\nobjective: {metric: train/reward}\n",
+     "seed is set by the sweep"),
+    ("experiment: toy\nspace: {algorithm.tua: [0.1]}\nobjective: {metric: train/reward}\n", "algorithm.tua"),
+    ("experiment: toy\noverrides: [algorithm=ucpo]\nspace: {algorithm.tau: [0.1, 7.0]}\n"
+     "objective: {metric: train/reward}\n", "the point algorithm.tau=7.0 does not compose"),
+    ("experiment: toy\nspace: {algorithm.tau: [0.1]}\nobjective: {metric: train/reward}\n",
+     "has no effect with algorithm.estimator 'grpo'"),
+    ("experiment: toy\nsampler: tpe\nspace: {algorithm.tau: {low: 0.0, high: 1.0}}\n"
+     "objective: {metric: train/reward}\n", "needs budget.trials or budget.timeout"),
+    ("experiment: toy\nseeds: [1, 1]\nspace: {algorithm.tau: [0.1]}\nobjective: {metric: train/reward}\n",
+     "seeds in"),
+    ("experiment: toy\nseeds: 1\nspace: {algorithm.tau: [0.1]}\n"
+     "objective: {metric: train/reward, aggregate: lcb95}\n", "needs at least 2 seeds"),
+    ("experiment: toy\nspace: {seed: [1, 2]}\nobjective: {metric: train/reward}\n", "cannot be searched"),
+    ("experiment: nope\nspace: {algorithm.tau: [0.1]}\nobjective: {metric: train/reward}\n",
+     "unknown experiment 'nope'"),
+    ("experiment: toy\nspace: {algorithm.tau: [0.1]}\nobjective: {metric: train/reward}\npruner: {type: mediam}\n",
+     "unknown pruner.type 'mediam'"),
+]
+
+
+@pytest.mark.parametrize("text, expected", BAD_SWEEPS)
+def test_bad_sweep_files_are_one_line_errors(here: Path, text: str, expected: str) -> None:
+    path = _sweep_file(here, text)
+    with pytest.raises(ConfigError) as caught:
+        load_sweep(str(path))
+    message = str(caught.value)
+    assert expected in message and "\n" not in message
+
+
+def test_cli_bad_sweep_and_missing_study_are_one_line(here: Path) -> None:
+    path = _sweep_file(here, BAD_SWEEPS[0][0])
+    result = _cli("sweep", str(path), cwd=here)
+    assert result.returncode == 1 and "Traceback" not in result.stderr
+    assert result.stderr.strip().count("\n") == 0 and "unknown sweep key 'smapler'" in result.stderr
+
+    result = _cli("sweep", "no_such_sweep", cwd=here)
+    assert result.returncode == 1 and "unknown sweep 'no_such_sweep'" in result.stderr and "ucpo_tau" in result.stderr
+
+    result = _cli("sweep", str(_sweep_file(here)), "--status", cwd=here)  # nothing started yet
+    assert result.returncode == 1 and "Traceback" not in result.stderr
+    assert "no study 'grid'" in result.stderr and result.stderr.strip().count("\n") == 0
+
+
+def test_grid_points_and_fingerprint() -> None:
+    spec = load_sweep(str(sweeps_dir() / "tau_eps_staleness_grid.yaml"))
+    assert len(spec.grid()) == 27 and spec.seeds == (0, 1, 2, 3, 4) and spec.total_trials() == 27
+    assert {p["algorithm.eps_high"] for p in spec.grid()} == {0.2, 0.28, math.inf}
+    # budget and output location do not change the study; the seeds and the overrides do
+    assert load_sweep(str(sweeps_dir() / "tau_eps_staleness_grid.yaml"), ["output_dir=/elsewhere"]).fingerprint() \
+        == spec.fingerprint()
+    assert load_sweep(str(sweeps_dir() / "tau_eps_staleness_grid.yaml"), seeds=3).fingerprint() != spec.fingerprint()
+    assert load_sweep(str(sweeps_dir() / "tau_eps_staleness_grid.yaml"), ["steps=10"]).fingerprint() \
+        != spec.fingerprint()
+
+
+def test_shipped_sweep_files_validate() -> None:
+    names = sorted(p.stem for p in sweeps_dir().glob("*.yaml"))
+    assert {"ucpo_tau", "up_eps_high_staleness", "tau_eps_staleness_grid", "tiny_ucpo_tau",
+            "tiny_up_eps_high_staleness", "tiny_tau_eps_staleness_grid"} <= set(names)
+    for name in names:
+        load_sweep(name)  # composes every grid point
+
+
+def test_seed_summary_is_a_student_t_interval() -> None:
+    s = seed_summary([1.0, 2.0, 3.0, 4.0])
+    half = 3.182446305284263 * np.std([1, 2, 3, 4], ddof=1) / 2  # t_{0.975, 3}
+    assert s["mean"] == pytest.approx(2.5) and s["low"] == pytest.approx(2.5 - half)
+    assert s["high"] == pytest.approx(2.5 + half) and s["n"] == 4
+    one = seed_summary([0.3])
+    assert one["mean"] == 0.3 and math.isnan(one["low"]) and math.isnan(one["high"])
+
+
+# --------------------------------------------------------------------------------------------- grid execution
+@pytest.mark.slow
+def test_grid_study_runs_each_point_once_with_the_mlflow_hierarchy(here: Path) -> None:
+    from optuna.trial import TrialState
+
+    spec = load_sweep(str(_sweep_file(here)))
+    sweep = open_sweep(spec)
+    report = work(sweep)
+    assert [o.state for o in report.outcomes] == ["COMPLETE"] * 4
+
+    trials = sweep.study.get_trials()
+    assert len(trials) == 4 and all(t.state == TrialState.COMPLETE for t in trials)
+    assert sorted((t.params["algorithm.tau"], t.params["trainer.staleness"]) for t in trials) == \
+        [(0.0, 0), (0.0, 1), (1.0, 0), (1.0, 1)]
+
+    runs = _runs(here, "grid")
+    study_runs, trial_runs, seed_runs = _role(runs, "study"), _role(runs, "trial"), _role(runs, "seed")
+    assert len(study_runs) == 1 and len(trial_runs) == 4 and len(seed_runs) == 8
+    study_id = study_runs[0].info.run_id
+    assert study_runs[0].info.status == "RUNNING"  # until finish_study_run (the CLI calls it at the end)
+    client = _client(here)
+    by_trial = {r.info.run_id: r for r in trial_runs}
+    for trial in trials:
+        trial_run = by_trial[trial.user_attrs[ATTR + "mlflow_run_id"]]
+        assert trial_run.data.tags["mlflow.parentRunId"] == study_id
+        assert trial_run.data.tags[ATTR + "trial"] == str(trial.number) and trial_run.info.status == "FINISHED"
+        children = [r for r in seed_runs if r.data.tags["mlflow.parentRunId"] == trial_run.info.run_id]
+        assert sorted(r.data.tags["seed"] for r in children) == ["0", "1"]
+        assert {r.data.tags["config_hash"] for r in children} == {trial_run.data.tags["config_hash"]}
+        assert all(r.info.status == "FINISHED" and r.data.tags[ATTR + "study"] == "grid" for r in children)
+        assert children[0].data.params["algorithm.tau"] == str(trial.params["algorithm.tau"])
+        # the objective: per seed the mean of the last 4 steps of the metric, read back independently
+        per_seed = []
+        for child in children:
+            history = client.get_metric_history(child.info.run_id, "policy/toy_correct_uniformity")
+            last = sorted(history, key=lambda m: m.step)[-4:]
+            assert [m.step for m in last] == [8, 9, 10, 11]
+            per_seed.append(np.mean([m.value for m in last]))
+        assert trial.value == pytest.approx(np.mean(per_seed), abs=1e-12)
+        assert trial_run.data.metrics["objective/mean"] == pytest.approx(trial.value, abs=1e-12)
+    # 4 configurations, 4 config hashes; seeds of one configuration share theirs
+    assert len({r.data.tags["config_hash"] for r in trial_runs}) == 4
+
+    # a second invocation has nothing left to run and adds no runs
+    again = work(open_sweep(spec))
+    assert again.outcomes == [] and len(_runs(here, "grid")) == len(runs)
+
+
+@pytest.mark.slow
+def test_cli_sweep_prints_the_table_and_finishes_the_study_run(here: Path) -> None:
+    path = _sweep_file(here, GRID.replace("[0.0, 1.0]", "[0.5]"))
+    result = _cli("sweep", str(path), cwd=here)
+    assert result.returncode == 0, result.stderr
+    assert "2/2 trials done" in result.stdout and "best" in result.stdout and "optuna-dashboard" in result.stdout
+    assert "95% CI" in result.stdout
+    study_run = _role(_runs(here, "grid"), "study")[0]
+    assert study_run.info.status == "FINISHED" and study_run.data.tags[ATTR + "best_trial"] in ("0", "1")
+    status = _cli("sweep", str(path), "--status", cwd=here)
+    assert status.returncode == 0 and "2/2 trials done" in status.stdout
+    # the same study name with another sweep behind it is refused
+    changed = _cli("sweep", str(path), "--seeds", "3", cwd=here)
+    assert changed.returncode == 1 and "different sweep" in changed.stderr and "--name" in changed.stderr
+
+
+@pytest.mark.slow
+def test_killed_worker_is_resumed_and_nothing_runs_twice(here: Path) -> None:
+    """A worker SIGKILLed inside the second seed of its first trial; the re-run marks that trial failed,
+    retries it reusing the finished seed, and ends with every point complete once and every seed run in MLflow."""
+    from optuna.trial import TrialState
+
+    path = _sweep_file(here)
+    killed = _cli("sweep", str(path), cwd=here, env={"RLVRLAB_KILL_AFTER_STEP": "5"})
+    assert killed.returncode == -9  # the first seed run dies after its step 5
+
+    # the first seed run is left RUNNING by the dead process; the study has one RUNNING trial
+    runs = _runs(here, "grid")
+    assert Counter(r.info.status for r in _role(runs, "seed")) == {"RUNNING": 1}
+
+    resumed = _cli("sweep", str(path), cwd=here)
+    assert resumed.returncode == 0, resumed.stderr
+    spec = load_sweep(str(path))
+    trials = open_sweep(spec).study.get_trials()
+    complete = [t for t in trials if t.state == TrialState.COMPLETE]
+    failed = [t for t in trials if t.state == TrialState.FAIL]
+    assert len(complete) == 4 and len(failed) == 1 and len(trials) == 5
+    points = Counter((t.params["algorithm.tau"], t.params["trainer.staleness"]) for t in complete)
+    assert set(points.values()) == {1} and len(points) == 4
+    assert failed[0].user_attrs[ATTR + "failure"] == "worker" and "died" in failed[0].user_attrs[ATTR + "fail_reason"]
+    retry = next(t for t in complete if t.system_attrs.get("failed_trial") == failed[0].number)
+    assert retry.params == failed[0].params
+
+    runs = _runs(here, "grid")
+    seeds = _role(runs, "seed")
+    finished = [r for r in seeds if r.info.status == "FINISHED"]
+    assert len(finished) == 8 and Counter(r.info.status for r in seeds) == {"FINISHED": 8, "KILLED": 1}
+    assert {(r.data.tags["config_hash"], r.data.tags["seed"]) for r in finished} == \
+        {(t.user_attrs[ATTR + "config_hash"], s) for t in complete for s in ("0", "1")}
+    trial_runs = {r.info.run_id: r for r in _role(runs, "trial")}
+    assert trial_runs[failed[0].user_attrs[ATTR + "mlflow_run_id"]].info.status == "KILLED"
+    for r in finished:  # every finished seed hangs under a finished trial
+        assert trial_runs[r.data.tags["mlflow.parentRunId"]].info.status == "FINISHED"
+    assert not [r for r in runs if r.info.status == "RUNNING" and r.data.tags[ATTR + "role"] != "study"]
+
+
+@pytest.mark.slow
+def test_a_failing_run_fails_its_trial_with_the_reason_and_the_sweep_goes_on(here: Path) -> None:
+    from optuna.trial import TrialState
+
+    text = GRID.replace("  algorithm.tau: [0.0, 1.0]\n  trainer.staleness: [0, 1]\n",
+                        "  trainer.lr: [0.05, 1.0e+308]\n")
+    spec = load_sweep(str(_sweep_file(here, text)))
+    report = work(open_sweep(spec))
+    assert sorted(o.state for o in report.outcomes) == ["COMPLETE", "FAIL"]
+    trials = open_sweep(spec).study.get_trials()
+    bad = next(t for t in trials if t.state == TrialState.FAIL)
+    assert bad.params["trainer.lr"] == 1e308 and bad.user_attrs[ATTR + "failure"] == "run"
+    assert "2/2 seeds failed" in bad.user_attrs[ATTR + "fail_reason"]
+    assert "weight norm after the update is nan" in bad.user_attrs[ATTR + "fail_reason"]
+    runs = _runs(here, "grid")
+    trial_run = next(r for r in _role(runs, "trial") if r.info.run_id == bad.user_attrs[ATTR + "mlflow_run_id"])
+    assert trial_run.info.status == "FAILED" and "weight norm" in trial_run.data.tags[ATTR + "fail_reason"]
+    assert Counter(r.info.status for r in _role(runs, "seed")) == {"FINISHED": 2, "FAILED": 2}
+    # a deterministic failure is not repeated by a re-run
+    assert work(open_sweep(spec)).outcomes == []
+    rows = summarize(open_sweep(spec)).rows
+    assert {r.state for r in rows} == {"COMPLETE", "FAIL"} and summarize(open_sweep(spec)).finished == 2
+
+
+@pytest.mark.slow
+def test_median_pruner_stops_a_trial_that_does_not_learn(here: Path) -> None:
+    from optuna.trial import TrialState
+
+    text = """\
+experiment: toy
+overrides: [algorithm=grpo, steps=30, trainer.checkpoint_every=0]
+sampler: grid
+seeds: 2
+space:
+  trainer.lr: [0.2, 1.0e-9]
+objective: {metric: policy/toy_correct_mass, direction: maximize, window: 5}
+pruner: {type: median, warmup_steps: 10, startup_trials: 1}
+"""
+    spec = load_sweep(str(_sweep_file(here, text)))
+    report = work(open_sweep(spec))
+    assert [o.state for o in report.outcomes] == ["COMPLETE", "PRUNED"]  # the grid runs in file order
+    trials = open_sweep(spec).study.get_trials()
+    pruned = next(t for t in trials if t.state == TrialState.PRUNED)
+    assert pruned.params["trainer.lr"] == 1e-9
+    # pruned at the first step past warm-up of its first seed; intermediate values are on the per-step metric
+    assert max(pruned.intermediate_values) == 10 and min(pruned.intermediate_values) == 0
+    runs = _runs(here, "grid")
+    seed_runs = [r for r in _role(runs, "seed") if r.data.tags[ATTR + "trial"] == str(pruned.number)]
+    assert [r.info.status for r in seed_runs] == ["KILLED"]
+
+
+@pytest.mark.slow
+def test_two_workers_share_the_journal_and_run_each_point_once(here: Path) -> None:
+    from optuna.trial import TrialState
+
+    result = _cli("sweep", str(_sweep_file(here)), "--workers", "2", cwd=here)
+    assert result.returncode == 0, result.stderr
+    assert "4/4 trials done" in result.stdout
+    trials = open_sweep(load_sweep(str(here / "grid.yaml"))).study.get_trials()
+    assert len(trials) == 4 and all(t.state == TrialState.COMPLETE for t in trials)
+    workers = {t.system_attrs[ATTR + "worker"] for t in trials}
+    assert 1 <= len(workers) <= 2
+    seeds = _role(_runs(here, "grid"), "seed")
+    assert len(seeds) == 8 and all(r.info.status == "FINISHED" for r in seeds)
+
+
+@pytest.mark.slow
+def test_tpe_sampler_respects_the_trial_budget(here: Path) -> None:
+    text = """\
+experiment: toy
+overrides: [algorithm=ucpo, steps=8, trainer.checkpoint_every=0]
+sampler: tpe
+seeds: 1
+space:
+  algorithm.tau: {low: 0.0, high: 1.0}
+  trainer.lr: {low: 0.01, high: 0.5, log: true}
+objective: {metric: train/reward, direction: maximize}
+budget: {trials: 3}
+"""
+    spec = load_sweep(str(_sweep_file(here, text)))
+    assert [o.state for o in work(open_sweep(spec)).outcomes] == ["COMPLETE"] * 3
+    # more budget continues the same study (budget is not part of the fingerprint)
+    more = load_sweep(str(_sweep_file(here, text.replace("trials: 3", "trials: 4"))))
+    assert more.fingerprint() == spec.fingerprint()
+    assert len(work(open_sweep(more)).outcomes) == 1
+    values = [t.params["algorithm.tau"] for t in open_sweep(more).study.get_trials()]
+    assert len(set(values)) == 4 and all(0.0 <= v <= 1.0 for v in values)
+
+
+def test_unreachable_storage_is_one_error(here: Path) -> None:
+    spec = load_sweep(str(_sweep_file(here)))
+    with pytest.raises(RlvrlabError, match="cannot open the Optuna storage postgresql://u:\\*\\*\\*@127.0.0.1:1/x"):
+        open_sweep(spec, "postgresql://u:secret@127.0.0.1:1/x")

@@ -1,0 +1,206 @@
+"""`rlvrlab sweep` against real services: two workers on one PostgreSQL study (a private cluster these tests start),
+optuna-dashboard on the default journal file, and an unreachable storage URL.
+Run: .venv/bin/pytest -q tests/test_sweep_services.py
+
+PostgreSQL: `make test` installs the server binaries (Debian's postgresql package) when they are missing. Without
+them the PostgreSQL tests skip, or fail where RLVRLAB_REQUIRE_SERVICES=1 (CI: .ci/run sets it).
+"""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+import urllib.request
+import uuid
+from collections import defaultdict
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from postgres import Cluster, free_port, server_bindir
+
+REQUIRE_SERVICES = os.environ.get("RLVRLAB_REQUIRE_SERVICES") == "1"
+BIN = Path(sys.executable).parent
+
+TAUS = [0.0, 0.25, 0.5, 1.0]
+
+
+def _missing(reason: str) -> None:
+    """Skip, or fail where the services are required (CI)."""
+    if REQUIRE_SERVICES:
+        pytest.fail(f"{reason} (RLVRLAB_REQUIRE_SERVICES=1: required here)", pytrace=False)
+    pytest.skip(reason)
+
+
+@pytest.fixture(scope="session")
+def postgres_url() -> Iterator[str]:
+    """A private PostgreSQL cluster for this test session: postgresql://postgres@127.0.0.1:PORT/rlvrlab."""
+    bindir = server_bindir()
+    if bindir is None:
+        _missing("no PostgreSQL server binaries (/usr/lib/postgresql/*/bin/initdb or initdb on PATH); "
+                 "`make test` installs them (apt-get install postgresql)")
+    try:  # the driver SQLAlchemy picks for postgresql:// (psycopg from SQLAlchemy 2.1 on, psycopg2 before)
+        from sqlalchemy.engine import make_url
+
+        make_url("postgresql://").get_dialect().import_dbapi()
+    except ImportError as error:
+        _missing(f"no PostgreSQL driver for postgresql:// URLs ({error}); install rlvrlab[postgres] (in the dev extra)")
+    cluster = Cluster(bindir)
+    try:
+        yield cluster.start()
+    finally:
+        cluster.stop()
+
+
+def _executable(name: str) -> str:
+    found = shutil.which(name, path=str(BIN))
+    assert found, f"no {name} next to {sys.executable}; install the dev extra: .venv/bin/pip install -e '.[dev]'"
+    return found
+
+
+def _sweep_file(folder: Path, name: str, taus: list[float], seeds: int) -> Path:
+    path = folder / f"{name}.yaml"
+    path.write_text(f"name: {name}\nexperiment: toy\noverrides: [algorithm=ucpo, steps=20]\nsampler: grid\n"
+                    f"seeds: {seeds}\nspace:\n  algorithm.tau: {json.dumps(taus)}\n"
+                    "objective: {metric: policy/toy_correct_uniformity, direction: maximize, window: 5}\n")
+    return path
+
+
+def _sweep(*args: str, cwd: Path) -> subprocess.Popen:
+    # COLUMNS: an error stays one line; the toy runs are small, so two workers need no more than a few threads each
+    env = {**os.environ, "COLUMNS": "40", "OMP_NUM_THREADS": "2"}
+    return subprocess.Popen([_executable("rlvrlab"), "sweep", *args], cwd=cwd, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+
+
+def _finish(proc: subprocess.Popen, timeout: float = 600) -> tuple[int, str, str]:
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        out, err = proc.communicate()
+        pytest.fail(f"rlvrlab sweep did not end within {timeout} s; stderr: {err[-3000:]}")
+    return proc.returncode, out, err
+
+
+def _wait_for(url: str, server: subprocess.Popen, timeout: float = 60.0) -> bytes:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if server.poll() is not None:
+            raise RuntimeError(f"{server.args[0]} exited ({server.returncode}): {server.stderr.read()[-2000:]}")
+        try:
+            with urllib.request.urlopen(url, timeout=5) as response:
+                if response.status == 200:
+                    return response.read()
+        except OSError:
+            time.sleep(0.3)
+    raise TimeoutError(f"{url} did not answer within {timeout} s")
+
+
+@pytest.mark.slow
+@pytest.mark.heavy
+def test_two_workers_share_one_postgres_study(postgres_url: str, tmp_path: Path) -> None:
+    """Two `rlvrlab sweep --storage postgresql://...` started together (as on two machines, same records folder):
+    each grid point runs exactly once, and MLflow holds one study -> 4 trials -> 8 seeds tree."""
+    import optuna
+    from mlflow.tracking import MlflowClient
+
+    name = f"pg_grid_{uuid.uuid4().hex[:8]}"  # the session's database may hold other studies
+    path = _sweep_file(tmp_path, name, TAUS, seeds=2)
+    workers = [_sweep(str(path), "--storage", postgres_url, cwd=tmp_path) for _ in range(2)]
+    try:
+        results = [_finish(proc) for proc in workers]
+    finally:
+        for proc in workers:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    for code, out, err in results:
+        assert code == 0, f"exit {code}\nstdout: {out[-3000:]}\nstderr: {err[-3000:]}"
+        assert "Traceback" not in err, err[-3000:]
+
+    study = optuna.load_study(study_name=name, storage=postgres_url)
+    trials = study.get_trials(deepcopy=False)
+    states = [(t.number, t.state.name, t.params) for t in trials]
+    assert all(t.state == optuna.trial.TrialState.COMPLETE for t in trials), states
+    assert sorted(t.params["algorithm.tau"] for t in trials) == TAUS, states  # every point once, nothing else
+    by_worker = defaultdict(list)
+    for t in trials:
+        by_worker[t.system_attrs.get("rlvrlab.worker", "?").split(":")[1]].append(t.number)
+    print(f"trials per worker pid: {dict(by_worker)}")  # both usually run some; timing-dependent, not asserted
+
+    client = MlflowClient(f"sqlite:///{tmp_path / 'runs' / 'mlflow.db'}")
+    experiment = client.get_experiment_by_name(name)
+    assert experiment is not None
+    runs = client.search_runs([experiment.experiment_id], max_results=1000)
+    role = defaultdict(list)
+    for run in runs:
+        role[run.data.tags.get("rlvrlab.role")].append(run)
+    assert {k: len(v) for k, v in role.items()} == {"study": 1, "trial": 4, "seed": 8}
+    study_run = role["study"][0]
+    assert study_run.info.status == "FINISHED"
+    trial_runs = {run.info.run_id: run for run in role["trial"]}
+    for run in trial_runs.values():
+        assert run.data.tags["mlflow.parentRunId"] == study_run.info.run_id
+        assert run.data.tags["rlvrlab.study"] == name and run.info.status == "FINISHED"
+    assert sorted(int(run.data.tags["rlvrlab.trial"]) for run in trial_runs.values()) == sorted(
+        t.number for t in trials)
+    seeds_by_hash: dict[str, set[str]] = defaultdict(set)
+    for run in role["seed"]:
+        assert run.info.status == "FINISHED"
+        parent = trial_runs.get(run.data.tags["mlflow.parentRunId"])
+        assert parent is not None, f"seed run {run.info.run_id}'s parent is not a trial run"
+        assert run.data.tags["config_hash"] == parent.data.tags["config_hash"]
+        assert run.data.tags["rlvrlab.trial"] == parent.data.tags["rlvrlab.trial"]
+        seeds_by_hash[run.data.tags["config_hash"]].add(run.data.tags["seed"])
+    assert set(seeds_by_hash) == {run.data.tags["config_hash"] for run in trial_runs.values()}
+    assert len(seeds_by_hash) == 4 and all(seeds == {"0", "1"} for seeds in seeds_by_hash.values()), seeds_by_hash
+
+
+@pytest.mark.slow
+@pytest.mark.heavy
+def test_optuna_dashboard_reads_the_default_journal(tmp_path: Path) -> None:
+    """What the end of `rlvrlab sweep` tells the user to run: `optuna-dashboard <output_dir>/optuna.journal`."""
+    name = "dash_one_point"
+    code, out, err = _finish(_sweep(str(_sweep_file(tmp_path, name, [0.5], seeds=1)), cwd=tmp_path))
+    assert code == 0, f"exit {code}\nstdout: {out[-3000:]}\nstderr: {err[-3000:]}"
+    journal = tmp_path / "runs" / "optuna.journal"
+    assert journal.is_file()
+    assert f"optuna-dashboard {journal}" in out  # the printed command names this file
+
+    port = free_port()
+    dashboard = subprocess.Popen([_executable("optuna-dashboard"), str(journal), "--port", str(port), "--host",
+                                  "127.0.0.1"], cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                                 text=True)
+    try:
+        listing = json.loads(_wait_for(f"http://127.0.0.1:{port}/api/studies", dashboard))
+        studies = {s["study_name"]: s for s in listing["study_summaries"]}
+        assert name in studies, listing
+        detail = json.loads(_wait_for(f"http://127.0.0.1:{port}/api/studies/{studies[name]['study_id']}", dashboard))
+        assert [(t["number"], t["state"]) for t in detail["trials"]] == [(0, "Complete")], detail["trials"]
+    finally:
+        dashboard.terminate()
+        try:
+            dashboard.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            dashboard.kill()
+            dashboard.wait()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("url", "shown"), [
+    ("postgresql://postgres@127.0.0.1:1/nope", "postgresql://postgres@127.0.0.1:1/nope"),
+    ("postgresql://postgres:s3cret@127.0.0.1:1/nope", "postgresql://postgres:***@127.0.0.1:1/nope"),
+], ids=["plain", "password"])
+def test_an_unreachable_storage_is_one_error_line(tmp_path: Path, url: str, shown: str) -> None:
+    """No server needed: nothing listens on port 1. Exit 1, one `error:` line naming the URL (its password masked),
+    no traceback."""
+    code, out, err = _finish(_sweep(str(_sweep_file(tmp_path, "unreachable", [0.5], seeds=1)), "--storage", url,
+                                    cwd=tmp_path), timeout=120)
+    assert code == 1, f"exit {code}\nstdout: {out[-3000:]}\nstderr: {err[-3000:]}"
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error:") and shown in lines[0], err
+    assert "Traceback" not in out + err and "s3cret" not in out + err
+    assert not (tmp_path / "runs" / "mlflow.db").exists()  # nothing was started
