@@ -117,6 +117,9 @@ def test_cli_bad_sweep_and_missing_study_are_one_line(here: Path) -> None:
     result = _cli("sweep", "no_such_sweep", cwd=here)
     assert result.returncode == 1 and "unknown sweep 'no_such_sweep'" in result.stderr and "ucpo_tau" in result.stderr
 
+    result = _cli("sweep", str(_sweep_file(here)), "--workers", "2", "--storage", "sqlite:///x.db", cwd=here)
+    assert result.returncode == 1 and "one trial to two workers" in result.stderr
+
     result = _cli("sweep", str(_sweep_file(here)), "--status", cwd=here)  # nothing started yet
     assert result.returncode == 1 and "Traceback" not in result.stderr
     assert "no study 'grid'" in result.stderr and result.stderr.strip().count("\n") == 0

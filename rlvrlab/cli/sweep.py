@@ -41,6 +41,13 @@ def sweep(sweep_file: SweepArg, overrides: OverridesArg = None, workers: Workers
     from rlvrlab.sweep.spec import load_sweep
     from rlvrlab.sweep.study import finish_study_run, open_sweep, work
 
+    if workers > 1 and (storage or "").startswith("sqlite"):
+        raise RlvrlabError("--storage sqlite:// can hand one trial to two workers (sqlite ignores SELECT ... FOR "
+                           "UPDATE; bench/sweep_storage.py); with --workers use the default journal file or "
+                           "PostgreSQL")
+    if (storage or "").startswith("sqlite"):
+        Console(stderr=True).print("warning: with sqlite storage run one worker at a time (two processes can claim "
+                                   "the same trial); the default journal file is safe for several", style="yellow")
     spec = load_sweep(sweep_file, overrides or [], seeds=seeds, study=name)
     opened = open_sweep(spec, storage, create=not status)
     console = Console(soft_wrap=True)

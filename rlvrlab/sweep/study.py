@@ -5,13 +5,14 @@ How the pieces fit:
   machine: every write is an appended record under a file lock), or any Optuna RDB URL (`postgresql://...`) for
   workers on many machines.
 - Trials are claimed, never duplicated. A grid study enqueues all its points once, when the study is created;
-  workers then only pop WAITING trials (an atomic state change in every Optuna storage), so two workers never run
-  the same point (Optuna's GridSampler alone re-runs points under concurrency). Samplers ask for new trials
+  workers then only pop WAITING trials (an atomic state change in the journal and PostgreSQL storages; not in
+  sqlite, which ignores SELECT ... FOR UPDATE: bench/sweep_storage.py), so two workers never run the same point (Optuna's GridSampler alone re-runs points under concurrency). Samplers ask for new trials
   only when no enqueued trial waits.
 - Liveness: a worker records its host:pid and a heartbeat on the trial it runs. Optuna's own heartbeat exists only
   for RDB storages, so rlvrlab keeps one for all: a RUNNING trial whose worker is gone (same host: the process
   no longer exists; any host: no heartbeat for STALE_AFTER seconds) is marked FAIL and re-enqueued with Optuna's
-  RetryHeartbeatStaleTrialCallback. Its finished seed runs are reused by the retry, so no seed is trained or counted twice.
+  RetryHeartbeatStaleTrialCallback. Its finished seed runs are reused by the retry, so no seed is trained or
+  counted twice.
 - A seed run that fails (non-finite loss, bad data) fails its trial with the reason; the sweep goes on, and a
   re-run does not repeat it (it would fail the same way).
 """
@@ -60,7 +61,10 @@ def open_storage(url: str):
         return optuna.storages.JournalStorage(JournalFileBackend(str(path)))
     for attempt in range(5):
         try:
-            return optuna.storages.RDBStorage(url, engine_kwargs={"pool_pre_ping": True})
+            engine = {"pool_pre_ping": True}
+            if url.startswith("sqlite"):  # wait for the lock instead of failing after pysqlite's 5 s
+                engine["connect_args"] = {"timeout": 60}
+            return optuna.storages.RDBStorage(url, engine_kwargs=engine)
         except ImportError as error:  # optuna wraps the driver's ModuleNotFoundError
             raise RlvrlabError(f"--storage {masked(url)}: the database driver is not installed ({error}); for "
                                "PostgreSQL: pip install 'rlvrlab[postgres]'") from None
@@ -553,8 +557,10 @@ def _seed_run(sweep: Sweep, client, trial, params: dict, seed: int, position: in
         pass
 
     def report(step: int, batch, run, stats) -> None:
+        if spec.pruner.type == "none":
+            return
         value = step_metrics(stats).get(metric)
-        if value is None or spec.pruner.type == "none":
+        if value is None:
             return
         recent.append(value)
         trial.report(float(np.mean(recent[-window:])), offset + step)

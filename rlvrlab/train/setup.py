@@ -6,6 +6,7 @@ Bad paths and unreadable data fail here, in one line, before any model is loaded
 from __future__ import annotations
 
 import copy
+import functools
 import os
 import subprocess
 from collections.abc import Callable, Mapping
@@ -266,10 +267,19 @@ def _git_state() -> tuple[str, bool, str]:
         return "unknown", False, ""
 
 
+@functools.lru_cache(maxsize=1)
 def _packages() -> str:
+    """Installed distributions (~90 ms to read; once per process: a sweep trains many runs in one). A distribution
+    whose metadata cannot be read (pip installing into the environment meanwhile) is skipped, not fatal."""
     from importlib.metadata import distributions
 
-    return "\n".join(sorted({f"{d.metadata['Name']}=={d.version}" for d in distributions()})) + "\n"
+    names = set()
+    for dist in distributions():
+        try:
+            names.add(f"{dist.metadata['Name']}=={dist.version}")
+        except Exception:
+            continue
+    return "\n".join(sorted(names)) + "\n"
 
 
 def _broadcast(value: str | None) -> str:
