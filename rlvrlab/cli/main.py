@@ -7,6 +7,7 @@ from rich.console import Console
 
 from rlvrlab.cli.config import config_app
 from rlvrlab.cli.eval import eval_app
+from rlvrlab.cli.report import report
 from rlvrlab.cli.sweep import sweep
 from rlvrlab.cli.train import train
 from rlvrlab.errors import RlvrlabError
@@ -22,6 +23,7 @@ app.add_typer(config_app, name="config")
 app.add_typer(eval_app, name="eval")
 app.command()(train)
 app.command()(sweep)
+app.command()(report)
 
 
 def main() -> None:

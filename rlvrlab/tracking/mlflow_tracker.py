@@ -29,9 +29,11 @@ def default_uri(output_dir: Path) -> str:
 def quiet_client(uri: str):
     """An MlflowClient whose store does not log its sqlite schema migrations at INFO."""
     import logging
+    import os
 
     from mlflow.tracking import MlflowClient
 
+    os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")  # no tqdm bars on stderr
     for name in ("alembic", "mlflow"):
         logging.getLogger(name).setLevel(logging.WARNING)
     return MlflowClient(tracking_uri=uri)

@@ -1,0 +1,1 @@
+"""`rlvrlab report`: runs from MLflow grouped by configuration, bootstrap intervals, tables and plots."""

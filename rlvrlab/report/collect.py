@@ -1,0 +1,274 @@
+"""From MLflow to groups of seed runs: which runs a report rests on, how they group (config hash) and what each
+group is called (the config keys that differ between groups), plus the numbers the statistics need."""
+
+from __future__ import annotations
+
+import json
+import tempfile
+from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Optional, Sequence
+
+import numpy as np
+
+from rlvrlab.config.rules import unknown
+from rlvrlab.errors import RlvrlabError
+
+# flattened config keys that never name a group (the seed, where records go, the MLflow experiment)
+NOT_LABELS = ("seed", "output_dir", "experiment")
+NOT_LABEL_PREFIXES = ("tracking.",)
+
+
+@dataclass
+class SeedRun:
+    run_id: str
+    seed: int
+    params: dict[str, str]
+    git_sha: str
+    status: str
+
+
+@dataclass
+class Group:
+    config_hash: str
+    runs: list[SeedRun]
+    label: str = ""
+    values: dict[str, str] = field(default_factory=dict)  # the differing keys -> value
+
+    @property
+    def seeds(self) -> list[int]:
+        return [r.seed for r in self.runs]
+
+    @property
+    def algorithm(self) -> str:
+        return self.runs[0].params.get("algorithm.name", "?")
+
+
+@dataclass
+class Selection:
+    """What a report rests on."""
+
+    uri: str
+    experiment: str  # the experiment (or study) the runs came from, or "runs"
+    groups: list[Group]
+    excluded: list[tuple[str, str]]  # (run id, why): unfinished or failed runs
+    study: Optional[str] = None
+    swept: list[str] = field(default_factory=list)  # a study's searched keys (for heatmaps)
+
+
+def client_for(uri: str):
+    from rlvrlab.tracking.mlflow_tracker import quiet_client
+
+    return quiet_client(uri)
+
+
+def select(uri: str, *, experiment: Optional[str] = None, study: Optional[str] = None,
+           run_ids: Sequence[str] = (), only_changed: bool = True) -> Selection:
+    """Training runs of an experiment, a sweep's seed runs, or the given runs; FINISHED runs only."""
+    client = client_for(uri)
+    if sum(bool(x) for x in (experiment, study, run_ids)) != 1:
+        raise RlvrlabError("give exactly one of --experiment NAME, --study NAME or --runs ID,ID,...")
+    swept: list[str] = []
+    if run_ids:
+        runs = []
+        for run_id in run_ids:
+            try:
+                runs.append(client.get_run(run_id))
+            except Exception:
+                raise RlvrlabError(f"--runs: no run {run_id} in {uri}; list runs with "
+                                   f"mlflow ui --backend-store-uri {uri}") from None
+        source = "runs"
+    else:
+        name = study or experiment
+        found = client.get_experiment_by_name(name)
+        if found is None:
+            names = sorted(e.name for e in client.search_experiments())
+            raise unknown("study" if study else "experiment", name, names, where=uri)
+        runs = client.search_runs([found.experiment_id], max_results=50_000)
+        if study:
+            study_runs = [r for r in runs if r.data.tags.get("rlvrlab.role") == "study"]
+            if not study_runs:
+                raise RlvrlabError(f"experiment {name!r} in {uri} has no sweep study run; use --experiment {name}")
+            runs = [r for r in runs if r.data.tags.get("rlvrlab.role") == "seed"]
+            swept = _swept_keys(client, study_runs[0].info.run_id)
+        else:
+            runs = [r for r in runs if _is_training_run(r)]
+        source = name
+    excluded = [(r.info.run_id, f"status {r.info.status}") for r in runs if r.info.status != "FINISHED"]
+    runs = [r for r in runs if r.info.status == "FINISHED" and _is_training_run(r)]
+    if not runs:
+        raise RlvrlabError(f"no finished training runs in {source!r} at {uri}"
+                           + (f" ({len(excluded)} unfinished or failed)" if excluded else ""))
+    by_hash: dict[str, list[SeedRun]] = defaultdict(list)
+    for r in runs:
+        tags = r.data.tags
+        by_hash[tags["config_hash"]].append(SeedRun(r.info.run_id, int(tags.get("seed", r.data.params.get("seed", 0))),
+                                                    dict(r.data.params), tags.get("git_sha", "unknown"),
+                                                    r.info.status))
+    groups = [Group(h, sorted(members, key=lambda m: m.seed)) for h, members in by_hash.items()]
+    _label(groups, only_changed, swept)
+    _check_same_dataset(groups)
+    groups.sort(key=lambda g: g.label)
+    return Selection(uri, source, groups, excluded, study=study, swept=swept)
+
+
+def _swept_keys(client, study_run_id: str) -> list[str]:
+    """The space keys of a study, in the order of its sweep file (kept as an artifact of the study run)."""
+    import yaml
+
+    with tempfile.TemporaryDirectory() as tmp:
+        try:
+            text = Path(client.download_artifacts(study_run_id, "sweep.yaml", tmp)).read_text()
+        except Exception:
+            return []
+    space = (yaml.safe_load(text) or {}).get("space") or {}
+    return [str(key) for key in space]
+
+
+def _is_training_run(run) -> bool:
+    tags = run.data.tags
+    return "config_hash" in tags and tags.get("rlvrlab.role") not in ("study", "trial") \
+        and tags.get("rlvrlab.kind") != "eval"
+
+
+def _labelled_keys(params: dict[str, str]) -> dict[str, str]:
+    return {k: v for k, v in params.items() if k not in NOT_LABELS and not k.startswith(NOT_LABEL_PREFIXES)}
+
+
+def _label(groups: list[Group], only_changed: bool, first: Sequence[str] = ()) -> None:
+    """`ucpo tau=0.2`: the algorithm name, then the keys whose values differ between groups (last dotted part);
+    `first` (a study's swept keys, in file order) come first."""
+    keys = sorted({k for g in groups for k in _labelled_keys(g.runs[0].params)},
+                  key=lambda k: (list(first).index(k) if k in first else len(first), k))
+    differing = [k for k in keys if len({g.runs[0].params.get(k) for g in groups}) > 1 and not _implied(k, groups)]
+    shown = differing if only_changed else keys
+    for g in groups:
+        params = g.runs[0].params
+        g.values = {k: params.get(k, "") for k in differing}
+        parts = [g.algorithm] + [f"{_short(k, shown)}={params.get(k, '')}" for k in shown if k != "algorithm.name"]
+        g.label = " ".join(parts)
+    labels = [g.label for g in groups]
+    for g in groups:  # two configs that differ only in unlabelled keys keep distinct names
+        if labels.count(g.label) > 1:
+            g.label = f"{g.label} [{g.config_hash[:6]}]"
+
+
+def _implied(key: str, groups: list[Group]) -> bool:
+    """An algorithm.* key whose value the algorithm's name already fixes (grpo vs ucpo differ in estimator too)."""
+    if not key.startswith("algorithm.") or key == "algorithm.name":
+        return False
+    by_name: dict[str, set] = defaultdict(set)
+    for g in groups:
+        by_name[g.algorithm].add(g.runs[0].params.get(key))
+    return len(by_name) > 1 and all(len(values) == 1 for values in by_name.values())
+
+
+def _short(key: str, keys: Sequence[str]) -> str:
+    tail = key.rsplit(".", 1)[-1]
+    return tail if sum(k.rsplit(".", 1)[-1] == tail for k in keys) == 1 else key
+
+
+def _check_same_dataset(groups: list[Group]) -> None:
+    datasets = {g.label: (g.runs[0].params.get("dataset.name"), g.runs[0].params.get("dataset.path")) for g in groups}
+    if len(set(datasets.values())) > 1:
+        shown = "; ".join(f"{label}: {name}{f' ({path})' if path not in (None, 'None') else ''}"
+                          for label, (name, path) in datasets.items())
+        raise RlvrlabError(f"the groups were trained on different datasets ({shown}); report them separately "
+                           "(--runs or one experiment each)")
+
+
+# ------------------------------------------------------------------------------------------------ training data
+def metric_series(client, run_id: str, metric: str) -> dict[int, float]:
+    """{step: value}, the last value logged at each step."""
+    points = sorted(client.get_metric_history(run_id, metric), key=lambda m: (m.step, m.timestamp))
+    return {m.step: m.value for m in points}
+
+
+def available_metrics(client, selection: Selection) -> list[str]:
+    names: set[str] = set()
+    for g in selection.groups:
+        names |= set(client.get_run(g.runs[0].run_id).data.metrics)
+    return sorted(names)
+
+
+def final_values(client, group: Group, metric: str, last: int, reduce: str) -> np.ndarray:
+    """[S]: per seed run, the mean (or max/min) of the metric over its last `last` logged steps."""
+    values = []
+    for run in group.runs:
+        series = metric_series(client, run.run_id, metric)
+        if not series:
+            raise RlvrlabError(f"run {run.run_id} ({group.label}, seed {run.seed}) has no metric {metric!r}")
+        tail = [series[s] for s in sorted(series)[-last:]]
+        values.append({"mean": np.mean, "max": np.max, "min": np.min}[reduce](tail))
+    return np.asarray(values, dtype=np.float64)
+
+
+def curves(client, group: Group, metric: str) -> tuple[np.ndarray, np.ndarray]:
+    """(steps [T], values [S, T]) over the steps every seed logged."""
+    series = [metric_series(client, run.run_id, metric) for run in group.runs]
+    steps = sorted(set.intersection(*(set(s) for s in series))) if series else []
+    return np.asarray(steps), np.asarray([[s[t] for t in steps] for s in series], dtype=np.float64)
+
+
+# -------------------------------------------------------------------------------------------------- evaluations
+@dataclass
+class EvalRecords:
+    """Per group and dataset: problem ids and a [S, P] matrix per statistic (seeds in the group's order)."""
+
+    datasets: dict[str, list[str]]  # dataset -> problem ids (common to every group)
+    matrices: dict[tuple[str, str, str], np.ndarray]  # (group label, dataset, statistic) -> [S, P]
+    eval_runs: dict[str, list[str]]  # group label -> eval run ids used
+    statistics: list[str]  # avg@n, pass@k..., maj@k..., diversity
+
+
+def eval_records(client, selection: Selection) -> Optional[EvalRecords]:
+    """The finished `rlvrlab eval pass-at-k` run of each seed run (linked by the training run's rlvrlab.eval.* tags;
+    the newest checkpoint's, then the newest); None when no seed run has one. Every seed of every group must have
+    one, on the same problems."""
+    found: dict[str, object] = {}
+    for g in selection.groups:
+        for r in g.runs:  # the training run names its evaluations in tags rlvrlab.eval.<eval run id>
+            linked = [key.split(".", 2)[2] for key in client.get_run(r.run_id).data.tags
+                      if key.startswith("rlvrlab.eval.")]
+            candidates = [client.get_run(run_id) for run_id in linked]
+            candidates = [c for c in candidates if c.info.status == "FINISHED"]
+            if candidates:  # the newest checkpoint, then the newest evaluation of it
+                found[r.run_id] = max(candidates, key=lambda c: (int(c.data.tags.get("rlvrlab.checkpoint_step") or 0),
+                                                                 c.info.start_time))
+    members = [(g, r) for g in selection.groups for r in g.runs]
+    if not any(r.run_id in found for _, r in members):
+        return None
+    missing = [f"{g.label} seed {r.seed}" for g, r in members if r.run_id not in found]
+    if missing:
+        raise RlvrlabError(f"{len(missing)} seed runs have no finished evaluation ({', '.join(missing[:4])}"
+                           f"{', ...' if len(missing) > 4 else ''}); run rlvrlab eval pass-at-k --run RUN_ID for "
+                           "each, or report training metrics only with --no-eval")
+    per_run: dict[str, dict[tuple[str, str], dict]] = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for _, r in members:
+            path = client.download_artifacts(found[r.run_id].info.run_id, "eval/records.jsonl", tmp)
+            rows = [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
+            per_run[r.run_id] = {(row["dataset"], str(row["id"])): row for row in rows}
+    keys = [set(rows) for rows in per_run.values()]
+    common = set.intersection(*keys)
+    if any(k != common for k in keys):
+        raise RlvrlabError("the evaluations were made on different problems (datasets, splits or sizes differ); "
+                           "evaluate every run on the same dataset and split")
+    datasets: dict[str, list[str]] = defaultdict(list)
+    for dataset, pid in sorted(common):
+        datasets[dataset].append(pid)
+    sample = next(iter(per_run.values()))[next(iter(common))]
+    statistics = [k for k in sample if k == "avg@n" or k.startswith(("pass@", "maj@"))] + ["diversity"]
+    matrices = {}
+    for g in selection.groups:
+        for dataset, ids in datasets.items():
+            for stat in statistics:
+                matrices[(g.label, dataset, stat)] = np.asarray(
+                    [[_number(per_run[r.run_id][(dataset, pid)].get(stat)) for pid in ids] for r in g.runs])
+    return EvalRecords(dict(datasets), matrices, {g.label: [found[r.run_id].info.run_id for r in g.runs]
+                                                  for g in selection.groups}, statistics)
+
+
+def _number(value) -> float:
+    return float("nan") if value is None else float(value)

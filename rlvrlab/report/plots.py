@@ -1,0 +1,157 @@
+"""PNG plots: training curves (mean and 95% band over seeds), pass@k curves over k with two-level bands, and a
+sweep's heatmap of the objective over two swept keys with the best cell marked."""
+
+from __future__ import annotations
+
+import math
+import re
+from pathlib import Path
+from typing import Optional
+
+import numpy as np
+
+from rlvrlab.report import stats
+from rlvrlab.report.collect import EvalRecords, Selection, curves
+
+
+def _pyplot():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9]+", "_", text).strip("_")
+
+
+def training_curves(client, selection: Selection, metric: str, out: Path, rng: np.random.Generator,
+                    smooth: int = 1) -> Path:
+    plt = _pyplot()
+    many = len(selection.groups) > 8
+    fig, ax = plt.subplots(figsize=(11 if many else 7, 4.2 + 0.12 * max(0, len(selection.groups) - 20)))
+    if many:
+        ax.set_prop_cycle(color=plt.get_cmap("tab20").colors)
+    for g in selection.groups:
+        steps, values = curves(client, g, metric)
+        if values.size == 0:
+            continue
+        if smooth > 1:  # a trailing moving average per seed, before the band
+            values = np.asarray([_trailing_mean(v, smooth) for v in values])
+        mean, low, high = stats.curve_band(values, rng)
+        line, = ax.plot(steps, mean, label=f"{g.label} (n={len(g.runs)})", linewidth=1.4)
+        if len(g.runs) >= stats.MIN_SEEDS:
+            ax.fill_between(steps, low, high, color=line.get_color(), alpha=0.2, linewidth=0)
+    ax.set_xlabel("step")
+    ax.set_ylabel(metric)
+    ax.set_title(f"{metric}: mean over seeds, 95% bootstrap band" + (f" (moving average {smooth})" if smooth > 1
+                                                                      else ""), fontsize=10)
+    ax.grid(alpha=0.3)
+    if many:  # beside the axes, not over the curves
+        ax.legend(fontsize=6, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
+    else:
+        ax.legend(fontsize=7, loc="best")
+    path = out / f"curve_{_slug(metric)}.png"
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
+def passk_curves(selection: Selection, evals: EvalRecords, dataset: str, out: Path, rng: np.random.Generator,
+                 reps: int) -> Optional[Path]:
+    ks = sorted(int(s.split("@")[1]) for s in evals.statistics if s.startswith("pass@"))
+    if not ks:
+        return None
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(6, 4.2))
+    for g in selection.groups:
+        means, lows, highs = [], [], []
+        for k in ks:
+            x = evals.matrices[(g.label, dataset, f"pass@{k}")]
+            if len(g.runs) >= stats.MIN_SEEDS:
+                interval = stats.two_level_interval(x, rng, reps)
+                means.append(interval.mean), lows.append(interval.low), highs.append(interval.high)
+            else:
+                means.append(float(x.mean())), lows.append(math.nan), highs.append(math.nan)
+        line, = ax.plot(ks, means, marker="o", markersize=3, label=f"{g.label} (n={len(g.runs)})")
+        if not any(math.isnan(v) for v in lows):
+            ax.fill_between(ks, lows, highs, color=line.get_color(), alpha=0.2, linewidth=0)
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(ks)
+    ax.set_xticklabels([str(k) for k in ks])
+    ax.set_xlabel("k")
+    ax.set_ylabel("pass@k")
+    ax.set_title(f"{dataset}: unbiased pass@k, 95% band over seeds and problems", fontsize=10)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7, loc="lower right")
+    path = out / f"passk_{_slug(dataset)}.png"
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
+def heatmap(selection: Selection, values: dict[str, float], keys: tuple[str, str], metric: str, out: Path,
+            higher_is_better: bool) -> Path:
+    """values: group label -> the objective mean. Other swept keys are held at the best cell's values."""
+    from rlvrlab.errors import RlvrlabError
+
+    groups = {g.label: g for g in selection.groups}
+    params = {label: groups[label].runs[0].params for label in values}
+    for key in keys:
+        if not all(key in p for p in params.values()):
+            raise RlvrlabError(f"--heatmap key {key!r} is not a config key of the runs; swept keys: "
+                               f"{', '.join(selection.swept) or 'none'}")
+    sign = 1 if higher_is_better else -1
+    best_label = max(values, key=lambda label: sign * values[label])
+    others = [k for k in selection.swept if k not in keys]
+    fixed = {k: params[best_label].get(k) for k in others}
+    cells = {label: v for label, v in values.items() if all(params[label].get(k) == fixed[k] for k in others)}
+    rows = sorted({params[label][keys[0]] for label in cells}, key=_sort_key)
+    cols = sorted({params[label][keys[1]] for label in cells}, key=_sort_key)
+    grid = np.full((len(rows), len(cols)), np.nan)
+    for label, v in cells.items():
+        grid[rows.index(params[label][keys[0]]), cols.index(params[label][keys[1]])] = v
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(1.3 * len(cols) + 2.5, 1.0 * len(rows) + 1.8))
+    image = ax.imshow(grid, cmap="viridis" if higher_is_better else "viridis_r", aspect="auto")
+    fig.colorbar(image, ax=ax, label=metric)
+    ax.set_xticks(range(len(cols)), cols)
+    ax.set_yticks(range(len(rows)), rows)
+    ax.set_xlabel(keys[1])
+    ax.set_ylabel(keys[0])
+    for i in range(len(rows)):
+        for j in range(len(cols)):
+            if not math.isnan(grid[i, j]):
+                ax.text(j, i, f"{grid[i, j]:.3f}", ha="center", va="center", fontsize=8,
+                        color="white" if (grid[i, j] - np.nanmin(grid)) < 0.5 * np.ptp(grid[~np.isnan(grid)])
+                        else "black")
+    bi = rows.index(params[best_label][keys[0]])
+    bj = cols.index(params[best_label][keys[1]])
+    ax.add_patch(plt.Rectangle((bj - 0.5, bi - 0.5), 1, 1, fill=False, edgecolor="red", linewidth=2.5))
+    held = ", ".join(f"{k}={v}" for k, v in fixed.items())
+    ax.set_title(f"{metric} (mean over seeds); best cell boxed" + (f"\nheld at the best: {held}" if held else ""),
+                 fontsize=9)
+    path = out / f"heatmap_{_slug(keys[0])}_{_slug(keys[1])}.png"
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
+def _trailing_mean(v: np.ndarray, window: int) -> np.ndarray:
+    """out[t] = mean(v[max(0, t - window + 1) : t + 1])"""
+    c = np.concatenate([[0.0], np.cumsum(v)])
+    t = np.arange(len(v))
+    start = np.maximum(0, t - window + 1)
+    return (c[t + 1] - c[start]) / (t + 1 - start)
+
+
+def _sort_key(value: str):
+    try:
+        return (0, float(value))
+    except (TypeError, ValueError):
+        return (1, str(value))
