@@ -7,6 +7,7 @@ from rich.console import Console
 
 from rlvrlab.cli.config import config_app
 from rlvrlab.cli.eval import eval_app
+from rlvrlab.cli.model import model_app
 from rlvrlab.cli.report import report
 from rlvrlab.cli.sweep import sweep
 from rlvrlab.cli.train import train
@@ -21,6 +22,7 @@ app = typer.Typer(
 )
 app.add_typer(config_app, name="config")
 app.add_typer(eval_app, name="eval")
+app.add_typer(model_app, name="model")
 app.command()(train)
 app.command()(sweep)
 app.command()(report)

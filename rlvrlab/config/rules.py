@@ -87,6 +87,7 @@ RANGES: dict[str, Range] = {
     "model.tiny_heads": AT_LEAST_ONE,
     "model.warmstart_steps": NON_NEGATIVE,
     "dataset.num_problems": AT_LEAST_ONE,
+    "dataset.level": Range(1, 5),
     "dataset.eval_fraction": Range(0, 1, high_open=True),
     "dataset.verifier_timeout": POSITIVE,
     "dataset.verifier_workers": NON_NEGATIVE,  # 0 = all cores
@@ -131,6 +132,7 @@ KNOB_READERS: dict[str, tuple[str, tuple[Any, ...]]] = {
     "model.tiny_heads": ("model.tier", ("tiny",)),
     "model.warmstart_steps": ("model.tier", ("tiny",)),
     "dataset.num_problems": ("dataset.format", ("synthetic",)),
+    "dataset.level": ("dataset.name", ("arith",)),
     "dataset.path": ("dataset.format", ("jsonl", "parquet")),
     "dataset.math_extraction": ("dataset.verifier", ("math",)),
     "dataset.expected_rows": ("dataset.format", ("jsonl", "parquet")),

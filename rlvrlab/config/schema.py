@@ -60,7 +60,7 @@ class ModelConfig:
 
 @dataclass
 class DatasetConfig:
-    name: str = "countdown"  # which synthetic task to generate (format=synthetic: countdown | toy) or a file's label
+    name: str = "countdown"  # which synthetic task to generate (format=synthetic: countdown | toy | arith) or a file's label
     path: Optional[str] = None  # data file; required for jsonl/parquet, contradictory for synthetic
     format: str = "synthetic"  # synthetic | jsonl | parquet
     split: str = "train"  # train | eval: the two sides of the eval_fraction hold-out; all: every row (eval_fraction 0)
@@ -73,6 +73,7 @@ class DatasetConfig:
     verifier_timeout: float = 5.0  # wall-clock seconds per response for isolated verifiers (math), > 0
     verifier_workers: int = 0  # processes that run isolated verifiers; 0 = all cores, else >= 1
     num_problems: int = 256  # problems generated when format=synthetic, >= 1
+    level: int = 1  # difficulty of the synthetic arith task, 1-5 (rlvrlab/data/arith.py)
     eval_fraction: float = 0.1  # share of problems held out for evaluation, in [0, 1)
     expected_rows: Optional[int] = None  # file formats: rows the file must hold (a benchmark's size), >= 1; null = any
     provide: Optional[str] = None  # file formats: what to put at dataset.path, named when the file is missing

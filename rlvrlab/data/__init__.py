@@ -51,7 +51,13 @@ def _countdown(dataset: DatasetConfig, model: ModelConfig) -> list[Problem]:
     return make_problems(dataset.num_problems, seed=DATA_SEED)
 
 
-SYNTHETIC_TASKS = {"toy": _toy, "countdown": _countdown}
+def _arith(dataset: DatasetConfig, model: ModelConfig) -> list[Problem]:
+    from rlvrlab.data.arith import make_problems
+
+    return make_problems(dataset.num_problems, seed=DATA_SEED, level=dataset.level)
+
+
+SYNTHETIC_TASKS = {"toy": _toy, "countdown": _countdown, "arith": _arith}
 
 
 def load_problems(dataset: DatasetConfig, model: ModelConfig) -> tuple[list[Problem], list[Problem]]:

