@@ -22,20 +22,21 @@ NAMES = ("Tom", "Ana", "Li", "Sara", "Omar", "Mia", "Ken", "Zoe")
 ITEMS = ("apples", "pencils", "stickers", "marbles", "books", "cookies")
 
 
+def _plus_or_minus(rng: random.Random, low: int, high: int) -> tuple[str, int]:
+    """a + b or a - b (larger first, so the result is >= 0) with a, b uniform in [low, high]."""
+    a, b = rng.randint(low, high), rng.randint(low, high)
+    if rng.random() < 0.5:
+        return f"What is {a} + {b}?", a + b
+    a, b = max(a, b), min(a, b)
+    return f"What is {a} - {b}?", a - b
+
+
 def _question(rng: random.Random, level: int) -> tuple[str, int]:
     if level == 1:
-        a, b = rng.randint(1, 9), rng.randint(1, 9)
-        if rng.random() < 0.5:
-            return f"What is {a} + {b}?", a + b
-        a, b = max(a, b), min(a, b)
-        return f"What is {a} - {b}?", a - b
+        return _plus_or_minus(rng, 1, 9)
     level -= 1  # the 2-digit levels below
     if level == 1:
-        a, b = rng.randint(10, 99), rng.randint(10, 99)
-        if rng.random() < 0.5:
-            return f"What is {a} + {b}?", a + b
-        a, b = max(a, b), min(a, b)
-        return f"What is {a} - {b}?", a - b
+        return _plus_or_minus(rng, 10, 99)
     if level == 2:
         a, b, c = rng.randint(10, 99), rng.randint(10, 99), rng.randint(10, 99)
         if a + b > c and rng.random() < 0.5:
