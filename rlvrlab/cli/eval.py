@@ -34,6 +34,7 @@ class Target:
     run_id: Optional[str] = None
     step: Optional[int] = None
     run_cfg: Optional[RunConfig] = None
+    config_file: Optional[Path] = None  # the training run's resolved config.yaml
 
 
 @dataclass
@@ -94,7 +95,7 @@ def _target(model: Optional[Path], run: Optional[str], checkpoint: Optional[int]
         raise RlvrlabError(f"run {run} checkpoint {ckpt.name} has no Hugging Face model folder ({folder}); "
                            f"model.tier={run_cfg.model.tier} runs cannot be evaluated (only tiny and real tiers)")
     step = int(ckpt.name.removeprefix("step_"))
-    return Target(folder, f"{run[:12]}-step{step}", run, step, run_cfg)
+    return Target(folder, f"{run[:12]}-step{step}", run, step, run_cfg, run_dir / "config.yaml")
 
 
 def _file_sha256(path: Path) -> str:
@@ -105,10 +106,16 @@ def _file_sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
-def _datasets(names: list[str], sets: list[str], split: str, limit: Optional[int]) -> list[Dataset]:
+def _datasets(names: list[str], sets: list[str], split: str, limit: Optional[int],
+              run: Optional[Target] = None) -> list[Dataset]:
+    """The --dataset files with their --set overrides; with --run and no --dataset, the run's own dataset as it
+    was trained (its resolved config, level and template included)."""
     from rlvrlab.config import compose
     from rlvrlab.data import load_problems
 
+    own = not names and run is not None and run.config_file is not None
+    if own:
+        names = [run.run_cfg.dataset.name]
     if not names:
         raise RlvrlabError("give at least one --dataset NAME (a file in experiments/datasets/, e.g. countdown)")
     if len(set(names)) < len(names):
@@ -127,7 +134,8 @@ def _datasets(names: list[str], sets: list[str], split: str, limit: Optional[int
         raise RlvrlabError(f"--split {split!r} is not one of {', '.join(SPLITS)}")
     out = []
     for name in names:
-        cfg = compose(None, [f"dataset={name}", *(o for scope, o in scoped if scope in (None, name))])
+        mine = [o for scope, o in scoped if scope in (None, name)]
+        cfg = compose(run.config_file, mine) if own else compose(None, [f"dataset={name}", *mine])
         ds = cfg.dataset
         # auto: the held-out problems when the dataset holds some out, else every problem
         chosen = split if split != "auto" else ("all" if ds.split == "all" else
@@ -187,12 +195,19 @@ def pass_at_k(
                                                   show_default=False)] = None,
     run: Annotated[Optional[str], typer.Option("--run", help="A training run id: evaluates its newest complete "
                                                "checkpoint.", show_default=False)] = None,
+    study: Annotated[Optional[str], typer.Option("--study", help="Every finished seed run of this sweep study "
+                                                 "(runs already evaluated with the same settings are skipped).",
+                                                 show_default=False)] = None,
+    of_experiment: Annotated[Optional[str], typer.Option("--runs-of", help="Every finished training run of this "
+                                                         "MLflow experiment (same skipping).",
+                                                         show_default=False)] = None,
     checkpoint: Annotated[Optional[int], typer.Option("--checkpoint", help="With --run: the step to evaluate.",
                                                       show_default=False)] = None,
     output_dir: Annotated[Path, typer.Option("--output-dir", help="Where training runs and the MLflow store "
                                              "(mlflow.db) live.")] = Path("runs"),
     dataset: Annotated[Optional[list[str]], typer.Option("--dataset", help="A dataset file name in "
-                                                         "experiments/datasets/ (repeatable).",
+                                                         "experiments/datasets/ (repeatable); with --run, "
+                                                         "default: the run's own dataset.",
                                                          show_default=False)] = None,
     set_: Annotated[Optional[list[str]], typer.Option("--set", help="A dataset override, e.g. "
                                                       "dataset.path=bench.jsonl, or NAME:dataset.path=... for one "
@@ -225,17 +240,58 @@ def pass_at_k(
 
     [dim]rlvrlab eval pass-at-k --run 3f2a... --dataset countdown --n 64 --k 1,4,16,64
     rlvrlab eval pass-at-k --model /models/Qwen2.5-Math-1.5B --dataset math500 --n 16 --k 1,4,16 \\
-        --temperature 0.6 --top-p 0.95 --max-new-tokens 4096 --engine vllm[/dim]
+        --temperature 0.6 --top-p 0.95 --max-new-tokens 4096 --engine vllm
+    rlvrlab eval pass-at-k --study tiny_algorithms --n 64 --k 1,4,16,64     # every seed run of a sweep[/dim]
     """
-    from rlvrlab.config import compose
-    from rlvrlab.eval.run import Sampling
-
     # ---- everything that can be wrong is checked here, before the model is loaded
     ks = _parse_ks(k, n)
     if limit is not None and limit < 1:
         raise RlvrlabError(f"--limit {limit}: give at least 1 problem")
-    target = _target(model, run, checkpoint, output_dir)
-    datasets = _datasets(list(dataset or []), list(set_ or []), split, limit)
+    if study or of_experiment:
+        if model is not None or run is not None or study and of_experiment:
+            raise RlvrlabError("give one of --model, --run, --study or --runs-of")
+        runs = _runs_to_evaluate(output_dir, study, of_experiment, n=n, ks=ks, seed=seed, datasets=dataset or [])
+        if not runs:
+            Console().print("every finished training run already has an evaluation with these settings")
+        for number, run_id in enumerate(runs, 1):
+            Console(stderr=True).print(f"[bold]run {number}/{len(runs)}[/]: {run_id}")
+            _evaluate_one(_target(None, run_id, checkpoint, output_dir), dataset=dataset, set_=set_, split=split,
+                          limit=limit, n=n, ks=ks, temperature=temperature, top_p=top_p,
+                          max_new_tokens=max_new_tokens, engine=engine, seed=seed, batch_prompts=batch_prompts,
+                          out=out / run_id if out else None, output_dir=output_dir, experiment=experiment)
+        return
+    _evaluate_one(_target(model, run, checkpoint, output_dir), dataset=dataset, set_=set_, split=split, limit=limit,
+                  n=n, ks=ks, temperature=temperature, top_p=top_p, max_new_tokens=max_new_tokens, engine=engine,
+                  seed=seed, batch_prompts=batch_prompts, out=out, output_dir=output_dir, experiment=experiment)
+
+
+def _runs_to_evaluate(output_dir: Path, study: Optional[str], experiment: Optional[str], *, n: int, ks: list[int],
+                      seed: int, datasets: list[str]) -> list[str]:
+    """The finished training runs of a study or experiment, minus those that already have an evaluation with the
+    same n, ks, seed and datasets (so re-running the command finishes what is missing)."""
+    from rlvrlab.report.collect import client_for, linked_evaluations, select
+    from rlvrlab.tracking.mlflow_tracker import default_uri
+
+    uri = default_uri(output_dir.expanduser().resolve())
+    selection = select(uri, experiment=experiment, study=study)
+    client = client_for(uri)
+    wanted = {"n": str(n), "ks": ",".join(map(str, ks)), "seed": str(seed)} | (
+        {"dataset": ",".join(datasets)} if datasets else {})
+
+    def done(run_id: str) -> bool:
+        return any(all(e.data.params.get(k) == v for k, v in wanted.items())
+                   for e in linked_evaluations(client, run_id))
+
+    return [r.run_id for g in selection.groups for r in g.runs if not done(r.run_id)]
+
+
+def _evaluate_one(target: Target, *, dataset, set_, split: str, limit: Optional[int], n: int, ks: list[int],
+                  temperature, top_p, max_new_tokens, engine, seed: int, batch_prompts, out: Optional[Path],
+                  output_dir: Path, experiment: Optional[str]) -> None:
+    from rlvrlab.config import compose
+    from rlvrlab.eval.run import Sampling
+
+    datasets = _datasets(list(dataset or []), list(set_ or []), split, limit, target)
     pools = [_pool(d.cfg) for d in datasets]
     base = target.run_cfg or compose(None)
     sampling = Sampling(
@@ -283,7 +339,7 @@ def _sample_and_score(target: Target, datasets: list[Dataset], pools: list, samp
         with progress:
             for d, pool in zip(datasets, pools):
                 task = progress.add_task(f"{d.cfg.name} ({n} samples/problem)", total=len(d.problems))
-                render = prompt_renderer(d.cfg.template, d.cfg.use_chat_template, sampler.tokenizer)
+                render = prompt_renderer(d.cfg, sampler.tokenizer)
                 with pool:
                     result = evaluate(sampler, d.problems, render, n=n, ks=ks, seed=seed, pool=pool,
                                       dataset=d.cfg.name,

@@ -41,6 +41,7 @@ _TYPE_NAMES = {
     bool: "true or false",
     str: "a string",
     list[float]: "a list of numbers",
+    list[list[str]]: "a list of [question, answer] pairs",
 }
 
 

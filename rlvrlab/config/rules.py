@@ -335,6 +335,13 @@ def _template_has_prompt(cfg: RunConfig) -> None:
         raise ConfigError("dataset.template has no {prompt} placeholder; add {prompt} where the question goes")
 
 
+def _fewshot_are_pairs(cfg: RunConfig) -> None:
+    for number, pair in enumerate(cfg.dataset.fewshot, 1):
+        if len(pair) != 2 or not all(text.strip() for text in pair):
+            raise ConfigError(f"dataset.fewshot example {number} is {pair}; each example is a non-empty "
+                              '[question, answer] pair, e.g. ["What is 3 + 4?", "3 + 4 = 7."]')
+
+
 def _betas_are_a_pair(cfg: RunConfig) -> None:
     betas = cfg.trainer.betas
     if len(betas) != 2 or not all(0 <= beta < 1 for beta in betas):
@@ -355,5 +362,6 @@ CROSS_FIELD_RULES: tuple[Callable[[RunConfig], None], ...] = (
     _bf16_needs_deepspeed,
     _toy_model_with_toy_data,
     _template_has_prompt,
+    _fewshot_are_pairs,
     _betas_are_a_pair,
 )

@@ -68,6 +68,8 @@ class DatasetConfig:
     answer_field: str = "answer"  # record field holding the reference answer
     template: Optional[str] = None  # prompt template containing {prompt}; null = the prompt as is
     use_chat_template: bool = False  # wrap the prompt with the tokenizer's chat template
+    system_prompt: Optional[str] = None  # chat: the system turn (replaces the template's default); plain: a first paragraph
+    fewshot: list[list[str]] = field(default_factory=list)  # worked examples [[question, answer], ...] shown before the question
     verifier: str = "countdown"  # name of the reward verifier (rlvrlab.rewards.VERIFIERS)
     math_extraction: str = "boxed"  # verifier=math: what to look for in a response: boxed | mathverify | any
     verifier_timeout: float = 5.0  # wall-clock seconds per response for isolated verifiers (math), > 0

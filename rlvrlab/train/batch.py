@@ -102,11 +102,15 @@ def collate(groups: list[list[Generation]], group_ids: list[str], rewards: list[
 
 
 def token_logits(model: torch.nn.Module, batch: RolloutBatch) -> torch.Tensor:
-    """[B, T, V] logits that predict the response tokens (position ids follow the left padding, as generate)."""
+    """[B, T, V] logits that predict the response tokens (position ids follow the left padding, as generate).
+
+    Only the last T+1 positions go through the LM head (`logits_to_keep`): with a long prompt (few-shot turns)
+    and a large vocabulary the prompt's logits would cost most of the head's time and memory, for nothing."""
     position_ids = (batch.attention_mask.cumsum(-1) - 1).clamp(min=0)  # [B, P+T]
-    out = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask, position_ids=position_ids)
-    p = batch.prompt_width
-    return out.logits[:, p - 1 : -1].float()  # [B, T, V]
+    width = batch.input_ids.shape[1] - batch.prompt_width  # T
+    out = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask, position_ids=position_ids,
+                logits_to_keep=width + 1)
+    return out.logits[:, :-1].float()  # [B, T, V]: positions P-1 .. P+T-2
 
 
 def logp_and_entropy(model: torch.nn.Module, batch: RolloutBatch, *, temperature: float,

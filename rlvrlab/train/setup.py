@@ -16,10 +16,11 @@ from pathlib import Path
 import torch
 
 from rlvrlab.config.compose import config_hash, to_yaml
-from rlvrlab.config.schema import RunConfig
+from rlvrlab.config.schema import DatasetConfig, RunConfig
 from rlvrlab.data import load_split
 from rlvrlab.data.problems import Problem
 from rlvrlab.errors import RlvrlabError
+from rlvrlab.policy.toy import ToyDiagnostics
 from rlvrlab.rewards import VERIFIERS
 from rlvrlab.rewards.pool import RewardPool, default_workers
 from rlvrlab.rollout.base import RolloutEngine
@@ -43,7 +44,7 @@ class Run:
     pad_id: int
     run_dir: Path  # <output_dir>/<run id>: resolved config, checkpoints
     save_model: Callable[[torch.nn.Module, Path], None]  # weights as safetensors (+ tokenizer): a loadable folder
-    toy_diagnostics: Callable[[], tuple[float, float]] | None  # exact toy-policy collapse measures
+    toy_diagnostics: Callable[[], ToyDiagnostics] | None  # exact toy-policy collapse measures
 
 
 def cache_root() -> Path:
@@ -159,7 +160,7 @@ def _hf_parts(cfg: RunConfig, folder: Path, world_size: int):
         module.save_pretrained(out, safe_serialization=True)
         tokenizer.save_pretrained(out)
 
-    return update, engine, prompt_renderer(cfg.dataset.template, cfg.dataset.use_chat_template, tokenizer), pad_id, save_model, reference, None
+    return update, engine, prompt_renderer(cfg.dataset, tokenizer), pad_id, save_model, reference, None
 
 
 def _rollout_engine(cfg: RunConfig, folder: Path, model: torch.nn.Module, tokenizer) -> RolloutEngine:
@@ -193,18 +194,26 @@ def _update_engine(cfg: RunConfig, model: torch.nn.Module, world_size: int) -> U
                            accumulation_steps=-(-rows_per_mini // micro), world_size=world_size)
 
 
-def prompt_renderer(template: str | None, use_chat_template: bool, tokenizer) -> Callable[[Problem], list[int]]:
-    """Problem -> prompt token ids, as training and evaluation both render them (dataset.template and
-    dataset.use_chat_template)."""
-    template, chat = template, use_chat_template
+def prompt_renderer(dataset: DatasetConfig, tokenizer) -> Callable[[Problem], list[int]]:
+    """Problem -> prompt token ids, as training and evaluation both render them.
+
+    The question goes through dataset.template; so do the questions of dataset.fewshot. With
+    dataset.use_chat_template the system prompt is the system turn and each example a user and an assistant turn
+    before the question's user turn; without it they are paragraphs ("system\n\nQ1 A1\n\nQ2 A2\n\nQ")."""
+    template, chat, system = dataset.template, dataset.use_chat_template, dataset.system_prompt
+    shots = [(template.format(prompt=q) if template else q, a) for q, a in dataset.fewshot]
 
     def prompt_ids(problem: Problem) -> list[int]:
         text = template.format(prompt=problem.prompt) if template else problem.prompt
         if chat:
-            return list(tokenizer.apply_chat_template([{"role": "user", "content": text}],
-                                                      add_generation_prompt=True, tokenize=True,
+            turns = [{"role": "system", "content": system}] if system else []
+            for question, answer in shots:
+                turns += [{"role": "user", "content": question}, {"role": "assistant", "content": answer}]
+            turns.append({"role": "user", "content": text})
+            return list(tokenizer.apply_chat_template(turns, add_generation_prompt=True, tokenize=True,
                                                       return_dict=False))
-        return tokenizer(text).input_ids
+        paragraphs = ([system] if system else []) + [f"{q} {a}" for q, a in shots] + [text]
+        return tokenizer("\n\n".join(paragraphs)).input_ids
 
     return prompt_ids
 
