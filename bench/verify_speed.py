@@ -1,11 +1,13 @@
-"""Side by side in one process: math verifications per second through the RewardPool, 1 worker vs all cores.
+"""Side by side in one run: math verifications per second in the main process (no isolation, no timeout), and
+through the RewardPool with 1 worker and with all cores.
 
     .venv/bin/python bench/verify_speed.py [N] [TIMEOUT_S]      (N = 1000 responses, TIMEOUT_S = 5 by default)
 
 The responses are generated (seeded): a mix of boxed correct, boxed wrong, unboxed "final answer is" and
 fraction/decimal/sqrt forms, each against its own ground truth, all distinct so the cache never answers. Both
 pools are warmed up on a few other items first (fork and import costs are excluded: workers start lazily,
-once). Prints the rate of each and the speed-up.
+once). Prints the rate of each and the speed-ups. In-process is what a trainer without the pool would do: no
+per-item timeout, so one pathological response (sympy on a huge expression) can hang the whole step.
 """
 
 from __future__ import annotations
@@ -68,22 +70,36 @@ def measure(workers: int, texts: list[str], truths: list[str], timeout_s: float)
     return len(texts) / seconds, accuracy, stats
 
 
+def in_process(texts: list[str], truths: list[str]) -> tuple[float, float]:
+    from rlvrlab.rewards import VERIFIERS
+
+    check = VERIFIERS["math"].check
+    for text, truth in zip(*responses(4, seed=99)):
+        check(text, truth)  # imports and first-call caches, as the pools' warm-up
+    tic = time.perf_counter()
+    scores = [check(text, truth).score for text, truth in zip(texts, truths)]
+    return len(texts) / (time.perf_counter() - tic), sum(scores) / len(scores)
+
+
 def main(n: int = 1000, timeout_s: float = 5.0) -> None:
     texts, truths = responses(n)
     cores = default_workers()
     load = os.getloadavg()[0]
     print(f"{n} math responses, timeout {timeout_s:g} s per item, {cores} cores, load average {load:.2f} at start")
+    direct, acc0 = in_process(texts, truths)
+    print(f"  in process (no pool, no timeout): {direct:8.1f} verifications/s   (share correct {acc0:.3f})")
     one, acc1, stats1 = measure(1, texts, truths, timeout_s)
     print(f"  1 worker : {one:8.1f} verifications/s   (share correct {acc1:.3f}, timeouts {stats1['timeouts']}, "
           f"worker CPU {stats1['worker_cpu']:.2f} s in {stats1['wall']:.2f} s)")
     many, acc_n, stats_n = measure(cores, texts, truths, timeout_s)
     print(f"  {cores} workers: {many:8.1f} verifications/s   (share correct {acc_n:.3f}, timeouts {stats_n['timeouts']}, "
           f"worker CPU {stats_n['worker_cpu']:.2f} s in {stats_n['wall']:.2f} s)")
-    print(f"  speed-up : {many / one:.2f}x")
+    print(f"  speed-up : {many / one:.2f}x ({cores} workers vs 1); pool of {cores} vs in process {many / direct:.2f}x; "
+          f"1 worker vs in process {one / direct:.2f}x")
     busy = stats_n["worker_cpu"] / stats_n["wall"]
     if cores > 1 and busy < 0.75 * cores:
         print(f"  note: the {cores} workers kept only {busy:.1f} cores busy: other processes compete for them")
-    if acc1 != acc_n:
+    if not acc0 == acc1 == acc_n:
         print("  WARNING: the two runs disagree (a timeout under load?)")
 
 

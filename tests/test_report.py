@@ -140,11 +140,13 @@ def test_report_of_tiny_runs_with_evaluations(tmp_path: Path) -> None:
                                       "experiment=tinyexp", "steps=2", "trainer.checkpoint_every=2",
                                       "trainer.engine=torch", "rollout.prompts_per_step=4", "rollout.group_size=4"])
             run_ids.append(train(cfg))
-    for run_id in run_ids:
-        result = _cli("eval", "pass-at-k", "--run", run_id, "--output-dir", str(runs), "--dataset", "countdown",
-                      "--limit", "6", "--n", "4", "--k", "1,2,4", "--out", str(tmp_path / "evals" / run_id),
-                      cwd=tmp_path)
-        assert result.returncode == 0, result.stderr
+    evaluate = ("eval", "pass-at-k", "--runs-of", "tinyexp", "--output-dir", str(runs), "--dataset", "countdown",
+                "--limit", "6", "--n", "4", "--k", "1,2,4", "--out", str(tmp_path / "evals"))
+    result = _cli(*evaluate, cwd=tmp_path)  # every run of the experiment, one process
+    assert result.returncode == 0, result.stderr
+    assert {p.name for p in (tmp_path / "evals").iterdir()} == set(run_ids)
+    again = _cli(*evaluate, cwd=tmp_path)  # nothing left to do
+    assert again.returncode == 0 and "already has an evaluation" in again.stdout
     result = _cli("report", "--experiment", "tinyexp", "--baseline", "grpo", "--reps", "2000", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     out = tmp_path / "results" / "tinyexp"

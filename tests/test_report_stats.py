@@ -109,3 +109,68 @@ def test_curve_band_contains_the_mean() -> None:
     mean, low, high = stats.curve_band(x, np.random.default_rng(1))
     assert mean.shape == low.shape == high.shape == (30,)
     assert np.all(low <= mean) and np.all(mean <= high)
+
+
+def test_failed_seeds_are_counted_not_hidden(tmp_path):
+    """Runs that ended FAILED stay out of the means, but each group says how many of its seeds failed, and a
+    configuration none of whose seeds finished is named in the notes (a diverging algorithm must not vanish)."""
+    from mlflow.tracking import MlflowClient
+
+    from rlvrlab.report.collect import select
+    from rlvrlab.report.render import markdown
+    from rlvrlab.report.table import build
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    client = MlflowClient(uri)
+    experiment = client.create_experiment("study", artifact_location=str(tmp_path / "art"))
+
+    def run(config_hash: str, algorithm: str, seed: int, status: str) -> None:
+        r = client.create_run(experiment, tags={"config_hash": config_hash, "seed": str(seed)})
+        client.log_param(r.info.run_id, "algorithm.name", algorithm)
+        client.log_param(r.info.run_id, "seed", str(seed))
+        for step in range(3):
+            client.log_metric(r.info.run_id, "train/reward", 0.1 * seed, step=step)
+        client.set_terminated(r.info.run_id, status)
+
+    for seed in range(3):
+        run("aaa", "dapo", seed, "FINISHED")
+        run("bbb", "up_dapo", seed, "FINISHED")
+        run("ccc", "offpolicy_reinforce", seed, "FAILED")
+    run("aaa", "dapo", 3, "FAILED")
+    run("aaa", "dapo", 4, "FAILED")
+    run("bbb", "up_dapo", 2, "FAILED")  # an earlier failure of a seed that later finished: not counted
+    selection = select(uri, experiment="study")
+    assert {g.label: g.seeds_text for g in selection.groups} == {"dapo": "3 (+2 failed)", "up_dapo": "3"}
+    assert selection.failed_only == ["config ccc (offpolicy_reinforce): all 3 seeds FAILED"]
+    report = build(client, selection, metrics=["train/reward"], last=2, reduce="mean", evals=None, eval_stats=[],
+                   baseline=None, seed=0, reps=200)
+    text = markdown(report)
+    assert "| dapo | 3 (+2 failed) |" in text and "all 3 seeds FAILED" in text
+
+
+def test_a_study_with_variants_labels_groups_by_variant_name(tmp_path):
+    """Seed runs are named by their trial's variant (plus other swept keys that differ), not by config keys."""
+    from mlflow.tracking import MlflowClient
+
+    from rlvrlab.report.collect import select
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    client = MlflowClient(uri)
+    experiment = client.create_experiment("s", artifact_location=str(tmp_path / "art"))
+    study = client.create_run(experiment, tags={"rlvrlab.role": "study"})
+    (tmp_path / "sweep.yaml").write_text("variants: {a: [algorithm=grpo]}\nspace: {trainer.staleness: [1, 4]}\n")
+    client.log_artifact(study.info.run_id, str(tmp_path / "sweep.yaml"))
+    for variant, algorithm in (("grpo", "grpo"), ("ent_reg 0.05", "ent_reg")):
+        for staleness in (1, 4):
+            trial = client.create_run(experiment, tags={"rlvrlab.role": "trial",
+                                                        "mlflow.parentRunId": study.info.run_id})
+            client.log_param(trial.info.run_id, "variant", variant)
+            for seed in range(2):
+                r = client.create_run(experiment, tags={"rlvrlab.role": "seed", "config_hash": f"{algorithm}{staleness}",
+                                                        "seed": str(seed), "mlflow.parentRunId": trial.info.run_id})
+                for key, value in (("algorithm.name", algorithm), ("trainer.staleness", staleness),
+                                   ("algorithm.entropy_coef", 0.05 if algorithm == "ent_reg" else 0.0)):
+                    client.log_param(r.info.run_id, key, str(value))
+                client.set_terminated(r.info.run_id, "FINISHED")
+    labels = sorted(g.label for g in select(uri, study="s").groups)
+    assert labels == ["ent_reg 0.05 staleness=1", "ent_reg 0.05 staleness=4", "grpo staleness=1", "grpo staleness=4"]

@@ -96,7 +96,26 @@ BAD_SWEEPS = [
      "unknown experiment 'nope'"),
     ("experiment: toy\nspace: {algorithm.tau: [0.1]}\nobjective: {metric: train/reward}\npruner: {type: mediam}\n",
      "unknown pruner.type 'mediam'"),
+    ("experiment: toy\nvariants: {a: algorithm=grpo}\nobjective: {metric: train/reward}\n",
+     "variants.a in"),
+    ("experiment: toy\nvariants: {a: [seed=2]}\nobjective: {metric: train/reward}\n", "seed cannot be set per variant"),
+    ("experiment: toy\nvariants: {a: [algorithm=ucpo, algorithm.tau=9.0]}\nobjective: {metric: train/reward}\n",
+     "the point variant=a does not compose"),
+    ("experiment: toy\nvariants: {a: [algorithm=grpo]}\nspace: {variant: [1]}\nobjective: {metric: train/reward}\n",
+     "is the name of `variants:`"),
 ]
+
+
+def test_variants_are_named_override_lists_crossed_with_the_space(here: Path) -> None:
+    path = _sweep_file(here, "experiment: toy\nvariants:\n  grpo: [algorithm=grpo]\n"
+                             "  ucpo tau=1: [algorithm=ucpo, algorithm.tau=1.0]\n"
+                             "space: {trainer.staleness: [0, 2]}\nobjective: {metric: train/reward}\n")
+    spec = load_sweep(str(path))
+    assert spec.grid() == [{"variant": v, "trainer.staleness": s} for v in ("grpo", "ucpo tau=1") for s in (0, 2)]
+    assert spec.overrides_for({"variant": "ucpo tau=1", "trainer.staleness": 2}, 3) == [
+        "algorithm=ucpo", "algorithm.tau=1.0", "trainer.staleness=2", "seed=3", f"experiment={spec.name}"]
+    changed = _sweep_file(here, path.read_text().replace("tau=1.0", "tau=0.5"), name="other.yaml")
+    assert load_sweep(str(changed)).fingerprint() != spec.fingerprint()  # a variant's overrides are science
 
 
 @pytest.mark.parametrize("text, expected", BAD_SWEEPS)

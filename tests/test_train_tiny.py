@@ -28,6 +28,25 @@ def test_same_seed_same_metrics_on_the_tiny_tier(tmp_path, mlflow_history):
     assert len(first["train/reward"]) == 3
 
 
+@pytest.mark.parametrize("algorithm", ["grpo", "up_dapo"])
+def test_reusing_the_update_forward_for_behaviour_logp_changes_nothing(tmp_path, mlflow_history, monkeypatch,
+                                                                       algorithm):
+    """One optimizer step per batch on fresh rollouts: the loop skips the no-grad behaviour-log-prob pass and takes
+    them from the update's forward (reuse_update_logp). Every metric, the engine gap and the weights' path must be
+    exactly those of the separate pass."""
+    import rlvrlab.train.loop as loop
+
+    args = ["steps=3", "seed=2", f"algorithm={algorithm}", "trainer.checkpoint_every=0"]
+    assert loop.reuse_update_logp(compose(None, args))
+    fused = stable(mlflow_history(tmp_path / "a", train(compose(None, [*args, f"output_dir={tmp_path / 'a'}"]))))
+    monkeypatch.setattr(loop, "reuse_update_logp", lambda cfg: False)
+    separate = stable(mlflow_history(tmp_path / "b", train(compose(None, [*args, f"output_dir={tmp_path / 'b'}"]))))
+    assert fused == separate
+    assert {"policy/correct_entropy", "rollout/logp_gap_max"} <= set(fused)
+    for off in (["trainer.mini_batches=2"], ["trainer.staleness=1"], ["algorithm=ucpo"], ["rollout.temperature=0.7"]):
+        assert not loop.reuse_update_logp(compose(None, [*args, *off]))
+
+
 def test_resume_after_kill_with_deepspeed_and_staleness(tmp_path, mlflow_history):
     """Killed after step 3 (checkpoint at step 2, a staleness queue of one batch), resumed: every metric of
     every step equals the uninterrupted run's (DeepSpeed optimizer state, weights, queue, data position)."""

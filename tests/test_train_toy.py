@@ -168,3 +168,26 @@ def test_non_finite_loss_stops_the_run_and_marks_it_failed(tmp_path, monkeypatch
     (run,) = client.search_runs(client.get_experiment_by_name("toy").experiment_id)
     assert run.info.status == "FAILED"
     assert (tmp_path / run.info.run_id / "checkpoints" / "step_000002" / "COMPLETE").exists()
+
+
+def test_toy_diagnostics_are_exact_hand_worked_numbers():
+    """p = [0.4, 0.1, 0.25, 0.25] over four responses, the first two correct: Z = 0.5, q = [0.8, 0.2]."""
+    import math
+
+    import torch
+
+    from rlvrlab.data.problems import Problem
+    from rlvrlab.policy.toy import ToyPolicy, diagnostics
+
+    problems = [Problem(id="toy-0", prompt="0", answer="r0|r1"), Problem(id="toy-1", prompt="1", answer="r2")]
+    policy = ToyPolicy(torch.tensor([[0.4, 0.1, 0.25, 0.25], [0.25, 0.25, 0.25, 0.25]]).log())
+    d = diagnostics(policy, problems)
+    h = -(0.8 * math.log(0.8) + 0.2 * math.log(0.2))
+    assert math.isclose(d.correct_mass, (0.5 + 0.25) / 2, rel_tol=1e-6)
+    assert math.isclose(d.uniformity, h / math.log(2), rel_tol=1e-6)  # only the problem with |C| >= 2
+    assert math.isclose(d.correct_entropy, (h + 0.0) / 2, rel_tol=1e-6)
+    assert math.isclose(d.max_q, (0.8 + 1.0) / 2, rel_tol=1e-6)
+    coverage = ((1 - 0.6**64) + (1 - 0.9**64)) / 2, 1 - 0.75**64
+    assert math.isclose(d.coverage, (coverage[0] + coverage[1]) / 2, rel_tol=1e-6)
+    assert math.isclose(d.pass_at[4], ((1 - 0.5**4) + (1 - 0.75**4)) / 2, rel_tol=1e-6)
+    assert d.pass_at[1] == d.correct_mass

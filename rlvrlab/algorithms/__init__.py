@@ -37,6 +37,9 @@ ADVANTAGES: dict[str, Callable[..., AdvantageOutput]] = {
 
 # Estimators whose baseline is the prompt group: a group of one response carries no signal.
 GROUP_ESTIMATORS = frozenset(set(ADVANTAGES) - {"reinforce_pp", "binary_sign"})
+# Estimators that read AdvantageInputs.old_logp (UCPO's q over the correct set): the trainer must have the
+# behaviour log-probs before the update for them.
+READS_OLD_LOGP = frozenset({"ucpo"})
 
 correct_set_stats = _adv.correct_set_stats
 entropy_advantage_bonus = _adv.entropy_advantage_bonus
@@ -56,6 +59,7 @@ def call_with_knobs(fn: Callable[..., Any], *args: Any, source: Any) -> Any:
 
 __all__ = [
     "ADVANTAGES",
+    "READS_OLD_LOGP",
     "AGGREGATIONS",
     "GROUP_ESTIMATORS",
     "KL_ESTIMATORS",

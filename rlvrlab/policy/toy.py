@@ -14,6 +14,7 @@ is the setting in which GRPO collapses onto it and UCPO should not.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -57,9 +58,12 @@ class ToyPolicy(nn.Module):
                 table[row, correct] = spread
         return cls(table)
 
-    def forward(self, input_ids: torch.Tensor, attention_mask=None, position_ids=None):  # noqa: ARG002
+    def forward(self, input_ids: torch.Tensor, attention_mask=None, position_ids=None,  # noqa: ARG002
+                logits_to_keep: int = 0):
+        """The HF causal-LM call the trainer makes; logits_to_keep = k > 0 keeps the last k positions."""
         rows = self.logits[input_ids[:, 0]]  # [B, M]: the problem index is the one prompt token
-        logits = rows.unsqueeze(1).expand(-1, input_ids.shape[1], -1)  # [B, L, M]
+        width = logits_to_keep or input_ids.shape[1]
+        logits = rows.unsqueeze(1).expand(-1, width, -1)  # [B, L or k, M]
         return _Output(logits)
 
 
@@ -68,19 +72,44 @@ class _Output:
         self.logits = logits
 
 
-def diagnostics(policy: ToyPolicy, problems: list[Problem]) -> tuple[float, float]:
-    """Exact (not sampled) mean over problems of the correct-set mass Z and of H(q)/log|C| (1 = uniform).
+TOY_KS = (1, 4, 16, 64)  # the ks of the exact pass@k the toy tier logs every step
+COVERAGE_DRAWS = 64  # coverage: the share of the correct set seen at least once in this many samples
 
-    Rows of the table are problems in the order of `problems` (the full training set).
-    """
+
+@dataclass(frozen=True)
+class ToyDiagnostics:
+    """Exact (not sampled) collapse measures of the toy policy, each a mean over problems (UCPO paper §3.2).
+
+    With p the policy over the M responses of a problem, C its correct set, Z = p(C) and q = p restricted to C
+    and renormalised: correct_mass = Z (= pass@1); uniformity = H(q) / log|C| (1 = uniform over C);
+    correct_entropy = H(q) in nats; max_q = max_i q_i; coverage = mean over i in C of 1 - (1 - p_i)^64, the
+    expected share of the correct set seen in 64 samples; pass_at[k] = 1 - (1 - Z)^k, the exact pass@k."""
+
+    correct_mass: float
+    uniformity: float
+    correct_entropy: float
+    max_q: float
+    coverage: float
+    pass_at: dict[int, float]
+
+
+def diagnostics(policy: ToyPolicy, problems: list[Problem]) -> ToyDiagnostics:
+    """ToyDiagnostics of `policy`; rows of the table are problems in the order of `problems` (the training set).
+    Problems with a single correct response count in every mean but uniformity (undefined there)."""
     with torch.no_grad():
         logp = torch.log_softmax(policy.logits.double(), dim=-1)  # [P, M]
-        masses, entropies = [], []
+        rows: list[tuple[float, float, float, float]] = []  # (Z, H(q), max q, coverage)
+        uniformity = []
         for row, problem in enumerate(problems):
             correct = correct_indices(problem)
-            z = logp[row, correct].exp().sum()
-            masses.append(float(z))
+            p = logp[row, correct].exp()  # [|C|]
+            q = p / p.sum()
+            entropy = float(-(q * q.clamp_min(1e-300).log()).sum())
+            coverage = float((1 - (1 - p) ** COVERAGE_DRAWS).mean())
+            rows.append((float(p.sum()), entropy, float(q.max()), coverage))
             if len(correct) > 1:
-                logq = torch.log_softmax(logp[row, correct], dim=0)
-                entropies.append(float(-(logq.exp() * logq).sum()) / math.log(len(correct)))
-    return float(np.mean(masses)), float(np.mean(entropies)) if entropies else float("nan")
+                uniformity.append(entropy / math.log(len(correct)))
+    z, h, max_q, coverage = (float(np.mean(column)) for column in zip(*rows))
+    pass_at = {k: float(np.mean([1 - (1 - r[0]) ** k for r in rows])) for k in TOY_KS}
+    return ToyDiagnostics(correct_mass=z, uniformity=float(np.mean(uniformity)) if uniformity else float("nan"),
+                          correct_entropy=h, max_q=max_q, coverage=coverage, pass_at=pass_at)

@@ -35,6 +35,12 @@ class Group:
     runs: list[SeedRun]
     label: str = ""
     values: dict[str, str] = field(default_factory=dict)  # the differing keys -> value
+    failed: list[int] = field(default_factory=list)  # seeds whose run FAILED (diverged, crashed) with no FINISHED run
+
+    @property
+    def seeds_text(self) -> str:
+        """The seed count as tables show it: "10", or "8 (+2 failed)" so that a dropped failure is never hidden."""
+        return f"{len(self.runs)}" + (f" (+{len(self.failed)} failed)" if self.failed else "")
 
     @property
     def seeds(self) -> list[int]:
@@ -55,6 +61,7 @@ class Selection:
     excluded: list[tuple[str, str]]  # (run id, why): unfinished or failed runs
     study: Optional[str] = None
     swept: list[str] = field(default_factory=list)  # a study's searched keys (for heatmaps)
+    failed_only: list[str] = field(default_factory=list)  # configs none of whose seeds finished: "hash (alg, seeds)"
 
 
 def client_for(uri: str):
@@ -70,6 +77,7 @@ def select(uri: str, *, experiment: Optional[str] = None, study: Optional[str] =
     if sum(bool(x) for x in (experiment, study, run_ids)) != 1:
         raise RlvrlabError("give exactly one of --experiment NAME, --study NAME or --runs ID,ID,...")
     swept: list[str] = []
+    variant_of: dict[str, str] = {}  # trial run id -> the sweep variant it ran (studies with `variants:`)
     if run_ids:
         runs = []
         for run_id in run_ids:
@@ -90,13 +98,15 @@ def select(uri: str, *, experiment: Optional[str] = None, study: Optional[str] =
             study_runs = [r for r in runs if r.data.tags.get("rlvrlab.role") == "study"]
             if not study_runs:
                 raise RlvrlabError(f"experiment {name!r} in {uri} has no sweep study run; use --experiment {name}")
+            variant_of = {r.info.run_id: r.data.params["variant"] for r in runs
+                          if r.data.tags.get("rlvrlab.role") == "trial" and "variant" in r.data.params}
             runs = [r for r in runs if r.data.tags.get("rlvrlab.role") == "seed"]
             swept = _swept_keys(client, study_runs[0].info.run_id)
         else:
             runs = [r for r in runs if _is_training_run(r)]
         source = name
     excluded = [(r.info.run_id, f"status {r.info.status}") for r in runs if r.info.status != "FINISHED"]
-    runs = [r for r in runs if r.info.status == "FINISHED" and _is_training_run(r)]
+    all_runs, runs = runs, [r for r in runs if r.info.status == "FINISHED" and _is_training_run(r)]
     if not runs:
         raise RlvrlabError(f"no finished training runs in {source!r} at {uri}"
                            + (f" ({len(excluded)} unfinished or failed)" if excluded else ""))
@@ -106,11 +116,23 @@ def select(uri: str, *, experiment: Optional[str] = None, study: Optional[str] =
         by_hash[tags["config_hash"]].append(SeedRun(r.info.run_id, int(tags.get("seed", r.data.params.get("seed", 0))),
                                                     dict(r.data.params), tags.get("git_sha", "unknown"),
                                                     r.info.status))
-    groups = [Group(h, sorted(members, key=lambda m: m.seed)) for h, members in by_hash.items()]
+    failed: dict[str, set[int]] = defaultdict(set)
+    for r in all_runs:
+        if r.info.status == "FAILED" and "config_hash" in r.data.tags and _is_training_run(r):
+            failed[r.data.tags["config_hash"]].add(int(r.data.tags.get("seed", r.data.params.get("seed", 0))))
+    groups = [Group(h, sorted(members, key=lambda m: m.seed),
+                    failed=sorted(failed[h] - {m.seed for m in members})) for h, members in by_hash.items()]
+    algorithms = {r.data.tags["config_hash"]: r.data.params.get("algorithm.name", "?") for r in all_runs
+                  if "config_hash" in r.data.tags}
+    failed_only = [f"config {h} ({algorithms[h]}): all {len(seeds)} seeds FAILED"
+                   for h, seeds in sorted(failed.items()) if h not in by_hash]
     _label(groups, only_changed, swept)
+    if variant_of:
+        _label_variants(groups, {r.info.run_id: variant_of.get(r.data.tags.get("mlflow.parentRunId", ""), "?")
+                                 for r in runs}, swept)
     _check_same_dataset(groups)
     groups.sort(key=lambda g: g.label)
-    return Selection(uri, source, groups, excluded, study=study, swept=swept)
+    return Selection(uri, source, groups, excluded, study=study, swept=swept, failed_only=failed_only)
 
 
 def _swept_keys(client, study_run_id: str) -> list[str]:
@@ -148,10 +170,27 @@ def _label(groups: list[Group], only_changed: bool, first: Sequence[str] = ()) -
         g.values = {k: params.get(k, "") for k in differing}
         parts = [g.algorithm] + [f"{_short(k, shown)}={params.get(k, '')}" for k in shown if k != "algorithm.name"]
         g.label = " ".join(parts)
+    _distinct_labels(groups)
+
+
+def _distinct_labels(groups: list[Group]) -> None:
+    """Two configs that differ only in unlabelled keys keep distinct names: the config hash is appended."""
     labels = [g.label for g in groups]
-    for g in groups:  # two configs that differ only in unlabelled keys keep distinct names
+    for g in groups:
         if labels.count(g.label) > 1:
             g.label = f"{g.label} [{g.config_hash[:6]}]"
+
+
+def _label_variants(groups: list[Group], variant_of_run: dict[str, str], swept: Sequence[str]) -> None:
+    """A study with `variants:`: each group is named by its variant, then the other swept keys that differ
+    (`dapo eps_high=inf staleness=4`); the variant's own overrides are in the CSV and sources.json."""
+    others = [k for k in swept if k != "variant"
+              and len({g.runs[0].params.get(k) for g in groups}) > 1]
+    for g in groups:
+        g.values = {"variant": variant_of_run.get(g.runs[0].run_id, "?"),
+                    **{k: g.runs[0].params.get(k, "") for k in others}}
+        g.label = " ".join([g.values["variant"]] + [f"{_short(k, others)}={g.values[k]}" for k in others])
+    _distinct_labels(groups)
 
 
 def _implied(key: str, groups: list[Group]) -> bool:
@@ -222,17 +261,26 @@ class EvalRecords:
     statistics: list[str]  # avg@n, pass@k..., maj@k..., diversity
 
 
+def linked_evaluations(client, run_id: str) -> list:
+    """The FINISHED `rlvrlab eval pass-at-k` runs of a training run: it names each in a tag rlvrlab.eval.<id>."""
+    linked = [key.split(".", 2)[2] for key in client.get_run(run_id).data.tags if key.startswith("rlvrlab.eval.")]
+    evaluations = []
+    for eval_id in linked:
+        try:
+            evaluations.append(client.get_run(eval_id))
+        except Exception:  # deleted, or in another store
+            continue
+    return [e for e in evaluations if e.info.status == "FINISHED"]
+
+
 def eval_records(client, selection: Selection) -> Optional[EvalRecords]:
     """The finished `rlvrlab eval pass-at-k` run of each seed run (linked by the training run's rlvrlab.eval.* tags;
     the newest checkpoint's, then the newest); None when no seed run has one. Every seed of every group must have
     one, on the same problems."""
     found: dict[str, object] = {}
     for g in selection.groups:
-        for r in g.runs:  # the training run names its evaluations in tags rlvrlab.eval.<eval run id>
-            linked = [key.split(".", 2)[2] for key in client.get_run(r.run_id).data.tags
-                      if key.startswith("rlvrlab.eval.")]
-            candidates = [client.get_run(run_id) for run_id in linked]
-            candidates = [c for c in candidates if c.info.status == "FINISHED"]
+        for r in g.runs:
+            candidates = linked_evaluations(client, r.run_id)
             if candidates:  # the newest checkpoint, then the newest evaluation of it
                 found[r.run_id] = max(candidates, key=lambda c: (int(c.data.tags.get("rlvrlab.checkpoint_step") or 0),
                                                                  c.info.start_time))
@@ -242,8 +290,9 @@ def eval_records(client, selection: Selection) -> Optional[EvalRecords]:
     missing = [f"{g.label} seed {r.seed}" for g, r in members if r.run_id not in found]
     if missing:
         raise RlvrlabError(f"{len(missing)} seed runs have no finished evaluation ({', '.join(missing[:4])}"
-                           f"{', ...' if len(missing) > 4 else ''}); run rlvrlab eval pass-at-k --run RUN_ID for "
-                           "each, or report training metrics only with --no-eval")
+                           f"{', ...' if len(missing) > 4 else ''}); evaluate them with rlvrlab eval pass-at-k --study "
+                           "NAME or --runs-of EXPERIMENT (or --run RUN_ID), or report training metrics only "
+                           "with --no-eval")
     per_run: dict[str, dict[tuple[str, str], dict]] = {}
     with tempfile.TemporaryDirectory() as tmp:
         for _, r in members:

@@ -59,7 +59,7 @@ def markdown(report: Report, interval: str = "bracket") -> str:
                 c = cells[(g.label, section, m)]
                 text = _cell_text(c, interval)
                 row.append(f"**{text}**" if best.get((section, m)) == g.label else text)
-            out.append(f"| {g.label} | {len(g.runs)} | " + " | ".join(row) + " |")
+            out.append(f"| {g.label} | {g.seeds_text} | " + " | ".join(row) + " |")
         out.append("")
         if report.baseline:
             out.append(f"Δ vs **{report.baseline}** (95% interval; * Holm-adjusted p < 0.05)\n")
@@ -107,7 +107,7 @@ def latex(report: Report, interval: str = "bracket") -> str:
                     row.append(f"{mean} $\\pm$ {_num((c.high - c.low) / 2)}")
                 else:
                     row.append(f"{mean} {{\\scriptsize [{_num(c.low)}, {_num(c.high)}]}}")
-            out.append(f"{_tex_escape(g.label)} & {len(g.runs)} & " + " & ".join(row) + " \\\\")
+            out.append(f"{_tex_escape(g.label)} & {_tex_escape(g.seeds_text)} & " + " & ".join(row) + " \\\\")
         out.append("\\bottomrule")
         out.append("\\end{tabular}")
         out.append("")
@@ -121,14 +121,14 @@ CSV_FIELDS = ["group", "section", "metric", "mean", "low", "high", "seed_low", "
 
 def to_csv(report: Report) -> str:
     buffer = io.StringIO()
-    writer = csv.DictWriter(buffer, fieldnames=["baseline", *CSV_FIELDS, "config_hash", "seeds"])
+    writer = csv.DictWriter(buffer, fieldnames=["baseline", *CSV_FIELDS, "config_hash", "seeds", "failed_seeds"])
     writer.writeheader()
     hashes = {g.label: g for g in report.groups}
     for c in report.cells:
         row = {k: v for k, v in asdict(c).items() if k in CSV_FIELDS}
         g = hashes[c.group]
         writer.writerow({**row, "baseline": report.baseline or "", "config_hash": g.config_hash,
-                         "seeds": " ".join(map(str, g.seeds))})
+                         "seeds": " ".join(map(str, g.seeds)), "failed_seeds": " ".join(map(str, g.failed))})
     return buffer.getvalue()
 
 
@@ -149,7 +149,7 @@ def rich_tables(report: Report):
             for m in metrics:
                 text = _cell_text(cells[(g.label, section, m)], "bracket")
                 row.append(f"[bold]{text}[/]" if best.get((section, m)) == g.label else text)
-            table.add_row(g.label, str(len(g.runs)), *row)
+            table.add_row(g.label, g.seeds_text, *row)
         tables.append(table)
         if report.baseline:
             delta = Table(title=f"{_title(section)}: Δ vs {report.baseline}")

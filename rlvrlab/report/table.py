@@ -110,6 +110,10 @@ def build(client, selection: Selection, *, metrics: list[str], last: int, reduce
                      "p two-sided "
                      f"from the bootstrap, Holm-adjusted over the {len(compared)} comparisons; P(impr.) = "
                      "P(seed score > baseline seed score) as in rliable")
+    if any(g.failed for g in selection.groups) or selection.failed_only:
+        notes.append("failed: seed runs that ended FAILED (non-finite loss, weights or gradients, or a crash) are "
+                     "not in the means; the seeds column counts them")
+    notes += selection.failed_only
     if any(c.flagged for c in cells):
         notes.append(f"† fewer than {stats.MIN_SEEDS} seeds: no interval")
     higher = {c.metric: not lower_is_better(c.metric) for c in cells}

@@ -6,6 +6,9 @@ before any storage is opened or run started; every mistake is one ConfigError li
     overrides: [algorithm=ucpo, steps=200]
     sampler: grid                       # grid | tpe | random
     seeds: 5                            # 5 -> seeds 0..4, or a list [0, 1, 2]; the same seeds in every trial
+    variants:                           # optional: named configurations, compared as the grid key `variant`
+      grpo: [algorithm=grpo]
+      ucpo tau=1: [algorithm=ucpo, algorithm.tau=1.0]
     space:                              # config keys (or groups: algorithm: [grpo, ucpo]) to vary
       algorithm.tau: [0.0, 0.2, 1.0]           # a list: grid values (grid) or categorical choices (samplers)
       trainer.lr: {low: 0.01, high: 0.1, log: true}   # a range (tpe, random); `step:` for a stepped range
@@ -39,8 +42,9 @@ SAMPLERS = ("grid", "tpe", "random")
 PRUNERS = ("none", "median", "hyperband")
 AGGREGATES = {"mean": None, "lcb95": "maximize", "ucb95": "minimize"}  # value: the direction it fits
 DIRECTIONS = ("maximize", "minimize")
-TOP_KEYS = ("name", "experiment", "overrides", "sampler", "sampler_seed", "seeds", "space", "objective", "budget",
-            "pruner")
+TOP_KEYS = ("name", "experiment", "overrides", "variants", "sampler", "sampler_seed", "seeds", "space", "objective",
+            "budget", "pruner")
+VARIANT = "variant"  # the space key of `variants:`
 _FIXED_KEYS = ("seed", "experiment")  # set by the sweep: seeds from `seeds:`, the MLflow experiment from the name
 _NOT_SCIENCE = ("output_dir=", "tracking.")  # overrides that move records, not results (not in the fingerprint)
 
@@ -105,6 +109,7 @@ class SweepSpec:
     trials: Optional[int]
     timeout: Optional[float]
     pruner: Pruner
+    variants: dict[str, tuple[str, ...]] = dataclasses.field(default_factory=dict)  # name -> overrides
 
     def grid(self) -> list[dict[str, Any]]:
         """Every grid point, in file order (the last key varies fastest)."""
@@ -115,7 +120,9 @@ class SweepSpec:
         return len(self.grid()) if self.sampler == "grid" else self.trials
 
     def overrides_for(self, params: dict[str, Any], seed: int) -> list[str]:
-        return [*self.overrides, *(f"{key}={format_value(value)}" for key, value in params.items()),
+        chosen = [o for key, value in params.items() if key == VARIANT for o in self.variants[value]]
+        return [*self.overrides, *chosen,
+                *(f"{key}={format_value(value)}" for key, value in params.items() if key != VARIANT),
                 f"seed={seed}", f"experiment={self.name}"]
 
     def fingerprint(self) -> str:
@@ -127,6 +134,7 @@ class SweepSpec:
             "sampler_seed": self.sampler_seed, "seeds": list(self.seeds), "objective": dataclasses.asdict(
                 self.objective), "space": [dataclasses.asdict(p) for p in self.space],
             "pruner": dataclasses.asdict(self.pruner),
+            **({"variants": {k: list(v) for k, v in self.variants.items()}} if self.variants else {}),
         }
         return hashlib.sha256(json.dumps(science, sort_keys=True, default=str).encode()).hexdigest()[:12]
 
@@ -187,7 +195,12 @@ def load_sweep(name: str, overrides: Sequence[str] = (), *, seeds: Optional[int]
                               f"({'use seeds:' if key == 'seed' else 'the MLflow experiment is the study name'})")
 
     sampler = _choice(body.get("sampler", "grid"), SAMPLERS, "sampler", where)
-    space = _space(body.get("space"), sampler, where)
+    variants = _variants(body.get("variants"), where)
+    space = _space(body.get("space") or ({} if variants else None), sampler, where)
+    if VARIANT in (p.key for p in space):
+        raise ConfigError(f"space key {VARIANT!r} in {where} is the name of `variants:`; list the variants there")
+    if variants:
+        space = (Param(VARIANT, values=tuple(variants)), *space)
     objective = _objective(body.get("objective"), where)
     seed_list = _seeds(body.get("seeds", 5) if seeds is None else seeds, where)
     if objective.aggregate != "mean" and len(seed_list) < 2:
@@ -215,7 +228,7 @@ def load_sweep(name: str, overrides: Sequence[str] = (), *, seeds: Optional[int]
         experiment = str((path.parent / experiment).resolve())
     sampler_seed = int(_optional_number(body.get("sampler_seed", 0), "sampler_seed", where, integer=True))
     spec = SweepSpec(sweep_name, path, experiment, tuple(all_overrides), space, sampler, sampler_seed, seed_list,
-                     objective, trials, timeout, pruner)
+                     objective, trials, timeout, pruner, variants)
     _check_composes(spec, where)
     return spec
 
@@ -234,7 +247,27 @@ def _check_composes(spec: SweepSpec, where: str) -> None:
             raise ConfigError(f"{where}: the point {shown} does not compose: {error}") from None
 
 
+def _variants(body: Any, where: str) -> dict[str, tuple[str, ...]]:
+    if body is None:
+        return {}
+    example = "variants: {grpo: [algorithm=grpo], ucpo tau=1: [algorithm=ucpo, algorithm.tau=1.0]}"
+    if not isinstance(body, dict) or not body:
+        raise ConfigError(f"variants in {where} must map names to lists of overrides, e.g. {example}")
+    out = {}
+    for name, overrides in body.items():
+        if not isinstance(overrides, list) or not all(isinstance(o, str) and "=" in o for o in overrides):
+            raise ConfigError(f"variants.{name} in {where} must be a list of key=value overrides, e.g. {example}")
+        for text in overrides:
+            key = text.partition("=")[0].strip()
+            if key in _FIXED_KEYS or key.startswith(_NOT_SCIENCE) or key == "output_dir":
+                raise ConfigError(f"variants.{name} in {where}: {key} cannot be set per variant")
+        out[str(name)] = tuple(overrides)
+    return out
+
+
 def _space(body: Any, sampler: str, where: str) -> tuple[Param, ...]:
+    if body == {}:
+        return ()
     if not isinstance(body, dict) or not body:
         raise ConfigError(f"space in {where} must map config keys to values, e.g. space: {{algorithm.tau: [0.1, 0.5]}}")
     params = []

@@ -39,9 +39,16 @@ def step_metrics(s: StepStats) -> dict[str, float]:
         "policy/kl_ref": s.kl_ref,
         "policy/correct_entropy": s.correct_entropy,  # UCPO's H(q)
         "policy/correct_max_q": s.correct_max_q,
-        "policy/toy_correct_mass": s.toy_correct_mass,
-        "policy/toy_correct_uniformity": s.toy_correct_uniformity,
     }
+    if s.toy is not None:  # exact, from the whole toy table (not the batch)
+        optional.update({
+            "policy/toy_correct_mass": s.toy.correct_mass,  # = exact pass@1
+            "policy/toy_correct_uniformity": s.toy.uniformity,
+            "policy/toy_correct_entropy": s.toy.correct_entropy,
+            "policy/toy_correct_max_q": s.toy.max_q,
+            "policy/toy_coverage_at_64": s.toy.coverage,
+            **{f"policy/toy_pass_at_{k}": v for k, v in s.toy.pass_at.items() if k > 1},
+        })
     metrics.update({k: v for k, v in optional.items() if v is not None})
     metrics.update({f"time/{f.name}": getattr(s.timings, f.name) for f in fields(s.timings)})
     return metrics
@@ -52,6 +59,9 @@ def metric_names() -> list[str]:
     from rlvrlab.algorithms.types import LossStats
 
     zero_loss = LossStats(**{f.name: 0.0 for f in fields(LossStats)})
-    full = StepStats(**{f.name: 0.0 for f in fields(StepStats) if f.name not in ("loss", "timings", "lag")},
-                     loss=zero_loss, lag=0, timings=Timings())
+    from rlvrlab.policy.toy import TOY_KS, ToyDiagnostics
+
+    toy = ToyDiagnostics(0.0, 0.0, 0.0, 0.0, 0.0, {k: 0.0 for k in TOY_KS})
+    full = StepStats(**{f.name: 0.0 for f in fields(StepStats) if f.name not in ("loss", "timings", "lag", "toy")},
+                     loss=zero_loss, lag=0, timings=Timings(), toy=toy)
     return sorted(step_metrics(full))

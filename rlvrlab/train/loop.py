@@ -8,13 +8,14 @@ Run it with `rlvrlab train`; `train(cfg)` is the library entry point (sweeps cal
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 import signal
 import time
 from collections.abc import Callable
-from pathlib import Path
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -22,6 +23,7 @@ import torch
 from rlvrlab.algorithms import (
     ADVANTAGES,
     POLICY_LOSSES,
+    READS_OLD_LOGP,
     AdvantageInputs,
     Aggregation,
     LossInputs,
@@ -108,6 +110,10 @@ def train_step(run: Run, state: TrainState, step: int) -> tuple[StepStats, Rollo
     update_start = time.perf_counter()
     update = update_policy(run, batch, step)
     t.update = time.perf_counter() - update_start
+    if batch.old_logp is None:  # reuse_update_logp: the update's own forward gave the behaviour log-probs
+        batch.old_logp = batch.raw_logp = torch.cat(update.logps)
+        batch.old_entropy = torch.cat(update.token_entropies)
+        adv_inputs = dataclasses.replace(adv_inputs, old_logp=batch.old_logp)
 
     # 4. The rollout engine samples the next batch from the updated weights.
     sync_start = time.perf_counter()
@@ -119,7 +125,6 @@ def train_step(run: Run, state: TrainState, step: int) -> tuple[StepStats, Rollo
     solved, signal_share = group_outcomes(batch.rewards, batch.group_ids)
     h_q, max_q = correct_set_means(correct_set_stats(adv_inputs))
     gap = (batch.engine_logp - batch.raw_logp).abs() * batch.mask
-    toy = run.toy_diagnostics() if run.toy_diagnostics is not None else (None, None)
     outcome = all_sum(torch.tensor([batch.rewards.mean(), (batch.rewards > 0).float().mean(), solved, signal_share,
                                     batch.mask.sum(-1).mean()], dtype=torch.float64)) / run.world_size
     stats = StepStats(
@@ -131,7 +136,7 @@ def train_step(run: Run, state: TrainState, step: int) -> tuple[StepStats, Rollo
         correct_entropy=h_q, correct_max_q=max_q, lag=step - batch.version,
         logp_gap_max=float(gap.max()), logp_gap_mean=float(gap.sum() / batch.mask.sum()),
         tokens_per_s=float(batch.mask.sum()) / max(batch.generate_seconds, 1e-9), timings=t,
-        toy_correct_mass=toy[0], toy_correct_uniformity=toy[1],
+        toy=run.toy_diagnostics() if run.toy_diagnostics is not None else None,
     )
     return stats, batch
 
@@ -156,6 +161,8 @@ class UpdateResult:
     entropies: list[float] = field(default_factory=list)
     kls: list[float] = field(default_factory=list)  # k3 KL to the reference, when used
     norms: list[float] = field(default_factory=list)  # gradient norm of each optimizer step
+    logps: list[torch.Tensor] = field(default_factory=list)  # detached [b, T] per micro-batch, reuse_update_logp only
+    token_entropies: list[torch.Tensor] = field(default_factory=list)  # the same for the token entropy
 
 
 def update_policy(run: Run, batch: RolloutBatch, step: int) -> UpdateResult:
@@ -178,7 +185,12 @@ def update_policy(run: Run, batch: RolloutBatch, step: int) -> UpdateResult:
             for micro_rows in split_rows(len(mini), cfg.trainer.micro_batch_size):
                 x = mini.rows(micro_rows)
                 logp, entropy = logp_and_entropy(run.update.module, x, temperature=cfg.rollout.temperature)
-                out = call_with_knobs(loss_fn, LossInputs(logp, x.old_logp, x.adv, x.mask), agg, source=cfg.algorithm)
+                old_logp = x.old_logp
+                if old_logp is None:  # reuse_update_logp: the weights that sampled the batch are these, unchanged
+                    old_logp = logp.detach()
+                    result.logps.append(old_logp)
+                    result.token_entropies.append(entropy.detach())
+                out = call_with_knobs(loss_fn, LossInputs(logp, old_logp, x.adv, x.mask), agg, source=cfg.algorithm)
                 loss = out.loss
                 if run.reference is not None:
                     loss = loss + call_with_knobs(kl_loss, logp, x.ref_logp, x.mask, agg, source=cfg.algorithm)
@@ -221,20 +233,34 @@ def generate(run: Run, *, batch_index: int, version: int, timings: Timings) -> R
 
     tic = time.perf_counter()
     temperature, old, raw, ref, ent = cfg.rollout.temperature, [], [], [], []
+    reuse = reuse_update_logp(cfg)
     with torch.no_grad():
         for rows in split_rows(len(batch), cfg.trainer.micro_batch_size):
             x = batch.rows(rows)
-            logp, entropy = logp_and_entropy(run.update.module, x, temperature=temperature)
-            old.append(logp)
-            ent.append(entropy)
-            raw.append(logp if temperature == 1.0 else logp_and_entropy(run.update.module, x, temperature=1.0,
-                                                                         with_entropy=False)[0])
+            if not reuse:
+                logp, entropy = logp_and_entropy(run.update.module, x, temperature=temperature)
+                old.append(logp)
+                ent.append(entropy)
+                raw.append(logp if temperature == 1.0 else logp_and_entropy(run.update.module, x, temperature=1.0,
+                                                                             with_entropy=False)[0])
             if run.reference is not None:
                 ref.append(logp_and_entropy(run.reference, x, temperature=temperature, with_entropy=False)[0])
-    batch.old_logp, batch.raw_logp, batch.old_entropy = torch.cat(old), torch.cat(raw), torch.cat(ent)
+    if not reuse:
+        batch.old_logp, batch.raw_logp, batch.old_entropy = torch.cat(old), torch.cat(raw), torch.cat(ent)
     batch.ref_logp = torch.cat(ref) if ref else None
     timings.logp += time.perf_counter() - tic
     return batch
+
+
+def reuse_update_logp(cfg: RunConfig) -> bool:
+    """True when the no-grad pass for the behaviour log-probs can be skipped: one optimizer step per batch on
+    fresh rollouts (ppo_epochs 1, mini_batches 1, staleness 0) makes them equal to the update's own forward pass
+    before the step, bit for bit (tests/test_train_tiny.py); at temperature 1 they are also the log-probs compared
+    with the engine's; and nothing reads them before the update (no estimator in READS_OLD_LOGP, no Ent-Adv).
+    TRL skips the same pass in this case; here it was 19% of a tiny-tier step (bench/README.md)."""
+    t, a = cfg.trainer, cfg.algorithm
+    return (t.ppo_epochs == 1 and t.mini_batches == 1 and t.staleness == 0 and cfg.rollout.temperature == 1.0
+            and a.estimator not in READS_OLD_LOGP and a.ent_adv_alpha == 0)
 
 
 def _require_finite(value: float, what: str, step: int, run: Run) -> None:

@@ -7,6 +7,7 @@ from dataclasses import dataclass, fields
 import torch
 
 from rlvrlab.algorithms import CorrectSetStats, LossStats
+from rlvrlab.policy.toy import ToyDiagnostics
 
 
 @dataclass
@@ -40,8 +41,7 @@ class StepStats:
     logp_gap_mean: float
     tokens_per_s: float  # generated response tokens per second of generation
     timings: Timings
-    toy_correct_mass: float | None = None  # exact Z = P(correct) averaged over toy problems
-    toy_correct_uniformity: float | None = None  # exact H(q) / log |C| (1 = uniform over the correct set)
+    toy: ToyDiagnostics | None = None  # exact collapse measures of the toy policy (toy tier only)
 
 
 class LossStatsMean:
