@@ -277,6 +277,69 @@ def test_killed_worker_is_resumed_and_nothing_runs_twice(here: Path) -> None:
     assert not [r for r in runs if r.info.status == "RUNNING" and r.data.tags[ATTR + "role"] != "study"]
 
 
+def _alive(pid: int) -> bool:
+    """The process exists and is not a zombie (an orphan's parent here may never reap it)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def _stop_when_both_workers_run(path: Path, here: Path, sig: int) -> tuple[subprocess.Popen, set[int], str]:
+    """Start `rlvrlab sweep --workers 2`, wait until both workers train a seed, send `sig` to the parent alone."""
+    import time
+
+    from optuna.trial import TrialState
+
+    proc = subprocess.Popen([RLVRLAB, "sweep", str(path), "--workers", "2"], cwd=here, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    spec, pids, deadline = load_sweep(str(path)), set(), time.monotonic() + 300
+    training = 0
+    while len(pids) < 2 or training < 2:
+        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+        time.sleep(0.2)
+        if (here / "runs" / "optuna.journal").exists():
+            running = open_sweep(spec, create=False).study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
+            pids = {int(t.system_attrs[ATTR + "worker"].split(":")[1]) for t in running
+                    if ATTR + "worker" in t.system_attrs}
+            training = sum(r.info.status == "RUNNING" for r in _role(_runs(here, "grid"), "seed"))
+    proc.send_signal(sig)
+    _, err = proc.communicate(timeout=180)
+    end = time.monotonic() + 60  # SIGKILL: the workers get SIGTERM from the kernel and close their runs
+    while any(_alive(pid) for pid in pids) and time.monotonic() < end:
+        time.sleep(0.2)
+    return proc, pids, err
+
+
+@pytest.mark.slow
+def test_a_killed_sweep_takes_its_workers_with_it_and_the_rerun_finishes(here: Path) -> None:
+    """SIGTERM, then SIGKILL, to `rlvrlab sweep --workers 2` alone (not its process group): no worker outlives it
+    to go on training and writing records, the interrupted seed runs end KILLED, and the same command then
+    finishes the study with every point once."""
+    import signal
+
+    from optuna.trial import TrialState
+
+    path = _sweep_file(here, GRID.replace("steps=12", "steps=150"))
+    proc, pids, err = _stop_when_both_workers_run(path, here, signal.SIGTERM)
+    assert proc.returncode == 1 and "Traceback" not in err, err
+    assert err.strip().splitlines()[-1].startswith("error: sweep stopped before the study was done; re-run")
+    assert not [pid for pid in pids if _alive(pid)]
+    seeds = _role(_runs(here, "grid"), "seed")
+    assert "KILLED" in {r.info.status for r in seeds} and "RUNNING" not in {r.info.status for r in seeds}
+
+    proc, pids, _ = _stop_when_both_workers_run(path, here, signal.SIGKILL)
+    assert proc.returncode == -9 and not [pid for pid in pids if _alive(pid)]
+    assert "RUNNING" not in {r.info.status for r in _role(_runs(here, "grid"), "seed")}
+
+    resumed = _cli("sweep", str(path), cwd=here)
+    assert resumed.returncode == 0, resumed.stderr
+    complete = open_sweep(load_sweep(str(path))).study.get_trials(states=(TrialState.COMPLETE,))
+    points = Counter((t.params["algorithm.tau"], t.params["trainer.staleness"]) for t in complete)
+    assert len(points) == 4 and set(points.values()) == {1}
+    assert Counter(r.info.status for r in _role(_runs(here, "grid"), "seed"))["FINISHED"] >= 8
+
+
 @pytest.mark.slow
 def test_a_failing_run_fails_its_trial_with_the_reason_and_the_sweep_goes_on(here: Path) -> None:
     from optuna.trial import TrialState

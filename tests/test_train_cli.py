@@ -81,3 +81,37 @@ def test_default_tiny_experiment_trains_and_prints_how_to_look(tmp_path):
     model = tmp_path / run.info.run_id / "checkpoints" / "step_000004" / "model"
     assert (model / "model.safetensors").is_file() and (model / "tokenizer.json").is_file()
     assert (tmp_path / run.info.run_id / "checkpoints" / "step_000004" / "deepspeed").is_dir()
+
+
+@pytest.mark.slow
+def test_sigterm_stops_a_run_as_ctrl_c_does_and_it_resumes(tmp_path):
+    """`kill` during a run: one line naming the run and how to continue it, exit 1, the MLflow run KILLED and its
+    checkpoints kept; `--resume` then finishes it."""
+    import signal
+    import time
+
+    from mlflow.tracking import MlflowClient
+
+    proc = subprocess.Popen([sys.executable, "-m", "rlvrlab.cli.main", "train", "toy", "steps=100000",
+                             "trainer.checkpoint_every=5", f"output_dir={tmp_path}"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 300
+    while not list(tmp_path.glob("*/checkpoints/step_*/COMPLETE")):
+        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+        time.sleep(0.1)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 1 and "Traceback" not in err, err
+    line = err.strip().splitlines()[-1]
+    assert line.startswith("error: stopped at step ") and "ended KILLED" in line, line
+    run_id = line.split("MLflow run ")[1].split()[0]
+    saved = int(line.split("continue it from step ")[1].split()[0])
+    assert f"`rlvrlab train --resume {run_id}` output_dir={tmp_path}" in line
+    client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    assert client.get_run(run_id).info.status == "KILLED"
+    assert (tmp_path / run_id / "checkpoints" / f"step_{saved:06d}" / "COMPLETE").exists()
+
+    resumed = rlvrlab("train", "--resume", run_id, f"output_dir={tmp_path}", f"steps={saved + 3}")
+    assert resumed.returncode == 0, resumed.stderr
+    assert client.get_run(run_id).info.status == "FINISHED"
+    assert len(client.get_metric_history(run_id, "train/reward")) >= saved + 3

@@ -12,6 +12,7 @@ from rlvrlab.cli.report import report
 from rlvrlab.cli.sweep import sweep
 from rlvrlab.cli.train import train
 from rlvrlab.errors import RlvrlabError
+from rlvrlab.procs import stop_on_sigterm
 
 app = typer.Typer(
     name="rlvrlab",
@@ -29,6 +30,7 @@ app.command()(report)
 
 
 def main() -> None:
+    stop_on_sigterm()  # `kill` stops a run as Ctrl-C does: MLflow run KILLED, checkpoints kept
     try:
         app()
     except RlvrlabError as error:

@@ -97,10 +97,14 @@ def _run_workers(opened, workers: int, storage: Optional[str], deadline) -> None
                 time.sleep(1.0)
                 progress.update(task, completed=summarize(opened).finished)
             progress.update(task, completed=summarize(opened).finished)
-    except KeyboardInterrupt:
+    except KeyboardInterrupt:  # Ctrl-C (the workers got it too) or SIGTERM to this process alone
         for proc in procs:
-            proc.terminate()
-        raise
+            if proc.is_alive():
+                proc.terminate()  # SIGTERM: the worker closes its runs KILLED and leaves its trial to be re-run
+        for proc in procs:
+            proc.join(timeout=120)
+        raise RlvrlabError("sweep stopped before the study was done; re-run the same command to continue it "
+                           "(interrupted trials are re-run)") from None
     failed = [proc.exitcode for proc in procs if proc.exitcode]
     if not failed:
         return
@@ -113,16 +117,23 @@ def _run_workers(opened, workers: int, storage: Optional[str], deadline) -> None
 def _worker_main(spec, storage: Optional[str], deadline, threads: int, index: int) -> None:
     import sys
 
+    import signal
+
     import torch
 
+    from rlvrlab.procs import die_with_parent, stop_on_sigterm
     from rlvrlab.sweep.study import open_sweep, work
 
+    stop_on_sigterm()
+    die_with_parent(signal.SIGTERM)  # a killed `rlvrlab sweep` takes its workers with it
     torch.set_num_threads(threads)
     try:
         work(open_sweep(spec, storage, create=False, worker=index), deadline=deadline)
     except RlvrlabError as error:
         print(f"error: {error}", file=sys.stderr)
         raise SystemExit(1) from None
+    except KeyboardInterrupt:  # its trial is already re-enqueued and its runs closed KILLED (run_trial)
+        raise SystemExit(130) from None
 
 
 def _progress(total) -> Progress:

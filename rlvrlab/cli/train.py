@@ -12,7 +12,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rlvrlab.cli.options import ExperimentArg, OverridesArg, split_experiment
 from rlvrlab.config import compose
 from rlvrlab.config.schema import RunConfig
-from rlvrlab.errors import ConfigError
+from rlvrlab.errors import ConfigError, RlvrlabError
 
 ResumeOpt = Annotated[
     Optional[str],
@@ -30,7 +30,7 @@ def train(experiment: ExperimentArg = None, overrides: OverridesArg = None, resu
     rlvrlab train algorithm=up_dapo model=real model.path=/models/SmolLM2-135M
     rlvrlab train --resume 3f2a...                   # after a crash: continue from the last checkpoint[/dim]
     """
-    from rlvrlab.train.loop import train as run_training
+    from rlvrlab.train.loop import RunInterrupted, train as run_training
 
     experiment, overrides = split_experiment(experiment, overrides)
     if resume:
@@ -48,6 +48,12 @@ def train(experiment: ExperimentArg = None, overrides: OverridesArg = None, resu
 
     try:
         run_id = run_training(cfg, resume=resume, progress=show)
+    except RunInterrupted as stopped:  # Ctrl-C or SIGTERM
+        progress.stop()
+        saved = (f"continue it from step {stopped.checkpoint_step} with `rlvrlab train --resume {stopped.run_id}`"
+                 + (f" output_dir={cfg.output_dir}" if cfg.output_dir != RunConfig.output_dir else "")
+                 if stopped.checkpoint_step is not None else "no checkpoint was saved yet (trainer.checkpoint_every)")
+        raise RlvrlabError(f"stopped at step {stopped.step}: MLflow run {stopped.run_id} ended KILLED; {saved}") from None
     finally:
         progress.stop()
     _print_done(cfg, run_id)

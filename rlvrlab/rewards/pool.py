@@ -24,12 +24,12 @@ import hashlib
 import multiprocessing as mp
 import os
 import signal
-import sys
 import time
 from collections import OrderedDict
 from multiprocessing.connection import Connection, wait
 from typing import Any
 
+from rlvrlab.procs import die_with_parent
 from rlvrlab.rewards.base import Verdict, VerifierSpec
 
 TIMEOUT = Verdict(0.0, "timeout")
@@ -53,20 +53,10 @@ def _key(response: str, truth: str) -> bytes:
     return h.digest()
 
 
-def _die_with_parent() -> None:
-    if sys.platform.startswith("linux"):
-        try:
-            import ctypes
-
-            ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG = 1
-        except Exception:  # noqa: BLE001, S110 - best effort: without it an orphaned worker still exits at its next recv
-            pass
-
-
 def _worker_main(conn: Connection, spec: VerifierSpec) -> None:
     """Worker loop: receive (kind, a, b), reply (True, result) or (False, error text); exit on None or EOF."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    _die_with_parent()
+    die_with_parent(signal.SIGKILL)  # an orphaned worker would otherwise exit only at its next recv
     while True:
         try:
             task = conn.recv()

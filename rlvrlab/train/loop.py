@@ -52,6 +52,15 @@ class RunStopped(Exception):
     """Raised by an on_step callback to end a run early on purpose (a sweep's pruner); the MLflow run ends KILLED."""
 
 
+class RunInterrupted(KeyboardInterrupt):
+    """Ctrl-C or SIGTERM (rlvrlab.procs.stop_on_sigterm) stopped a run: its MLflow run ended KILLED and its
+    checkpoints stay; `rlvrlab train --resume run_id` continues it from `checkpoint_step` (None: none saved yet)."""
+
+    def __init__(self, run_id: str, step: int, checkpoint_step: int | None):
+        super().__init__(run_id)
+        self.run_id, self.step, self.checkpoint_step = run_id, step, checkpoint_step
+
+
 def train(cfg: RunConfig, *, resume: str | None = None, on_step: OnStep | None = None, progress=None,
           tags: dict[str, str] | None = None) -> str:
     """Run cfg.steps steps (or continue run `resume` from its last checkpoint); returns the MLflow run id.
@@ -62,8 +71,9 @@ def train(cfg: RunConfig, *, resume: str | None = None, on_step: OnStep | None =
                            "it cannot be resumed (set trainer.checkpoint_every > 0 for future runs)")
     run = build(cfg, run_id=resume, tags=tags)
     status = "FAILED"
+    state = TrainState()
     try:
-        state = checkpoint.restore(run, folder) if folder else TrainState()
+        state = checkpoint.restore(run, folder) if folder else state
         for step in range(state.step, cfg.steps):
             stats, batch = train_step(run, state, step)
             state.step = step + 1
@@ -78,9 +88,13 @@ def train(cfg: RunConfig, *, resume: str | None = None, on_step: OnStep | None =
                 run.tracker.flush()
             _fault_injection(step)
         status = "FINISHED"
-    except (KeyboardInterrupt, RunStopped):
+    except RunStopped:
         status = "KILLED"
         raise
+    except KeyboardInterrupt:
+        status = "KILLED"
+        last = checkpoint.latest(run.run_dir)
+        raise RunInterrupted(run.tracker.run_id, state.step, int(last.name.removeprefix("step_")) if last else None) from None
     finally:
         try:
             run.tracker.finish(status)
