@@ -159,7 +159,8 @@ def test_grid_points_and_fingerprint() -> None:
 def test_shipped_sweep_files_validate() -> None:
     names = sorted(p.stem for p in sweeps_dir().glob("*.yaml"))
     assert {"ucpo_tau", "up_eps_high_staleness", "tau_eps_staleness_grid", "tiny_ucpo_tau",
-            "tiny_up_eps_high_staleness", "tiny_tau_eps_staleness_grid"} <= set(names)
+            "tiny_up_eps_high_staleness", "tiny_tau_eps_staleness_grid", "ucpo_collapse", "up_stability",
+            "tiny_algorithms", "tiny_up_stability"} <= set(names)
     for name in names:
         load_sweep(name)  # composes every grid point
 
