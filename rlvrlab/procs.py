@@ -1,23 +1,60 @@
-"""Process signals: SIGTERM stops rlvrlab the way Ctrl-C does, and child processes do not outlive their parent."""
+"""Process signals: SIGTERM stops rlvrlab the way Ctrl-C does, at a safe point, and child processes do not outlive
+their parent."""
 
 from __future__ import annotations
 
 import signal
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+_graceful = 0  # depth of stop_at_safe_points() sections in this process
+_requested: int | None = None  # the signal that asked for a stop, once one did
 
 
 def stop_on_sigterm() -> None:
-    """Make SIGTERM (`kill`, a scheduler's time limit, a sweep stopping its workers) raise KeyboardInterrupt in the
-    main thread, as Ctrl-C does: the run in progress ends KILLED in MLflow, its checkpoints stay, and a sweep's
-    interrupted trial is re-run by the next invocation. After the first SIGINT or SIGTERM, further SIGTERMs are
-    ignored so that this cleanup finishes (a second Ctrl-C still interrupts it)."""
+    """SIGTERM (`kill`, a scheduler's time limit, a sweep stopping its workers) and SIGINT (Ctrl-C) stop the process.
+
+    Inside a stop_at_safe_points() section (a training loop, a sweep worker) the first one only sets a flag that
+    the section checks at its safe points (between steps, between trials), so that no record or checkpoint is
+    interrupted half-written: the run then ends KILLED in MLflow with its checkpoints kept, a sweep's trial is
+    re-enqueued. A second one, or one outside such a section, raises KeyboardInterrupt at once."""
 
     def handler(signum, frame):  # noqa: ARG001 - the signal module's signature
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        global _requested
+        if _graceful and _requested is None:
+            _requested = signum
+            what = "Ctrl-C" if signum == signal.SIGINT else "SIGTERM"
+            print(f"rlvrlab: {what}: stopping at the end of this step (Ctrl-C again to stop now)", file=sys.stderr,
+                  flush=True)
+            return
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)  # the cleanup that follows runs to its end
         raise KeyboardInterrupt
 
     signal.signal(signal.SIGTERM, handler)
     signal.signal(signal.SIGINT, handler)
+
+
+@contextmanager
+def stop_at_safe_points() -> Iterator[None]:
+    """A section that checks stop_requested() at its safe points (see stop_on_sigterm)."""
+    global _graceful
+    _graceful += 1
+    try:
+        yield
+    finally:
+        _graceful -= 1
+
+
+def stop_requested() -> int | None:
+    """The signal (SIGINT or SIGTERM) that asked this process to stop, or None."""
+    return _requested
+
+
+def raise_if_stop_requested() -> None:
+    """A safe point: raise KeyboardInterrupt when a stop was asked for."""
+    if _requested is not None:
+        raise KeyboardInterrupt
 
 
 def die_with_parent(sig: int) -> None:

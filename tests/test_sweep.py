@@ -316,12 +316,12 @@ def _stop_when_both_workers_run(path: Path, here: Path, sig: int) -> tuple[subpr
 def test_a_killed_sweep_takes_its_workers_with_it_and_the_rerun_finishes(here: Path) -> None:
     """SIGTERM, then SIGKILL, to `rlvrlab sweep --workers 2` alone (not its process group): no worker outlives it
     to go on training and writing records, the interrupted seed runs end KILLED, and the same command then
-    finishes the study with every point once."""
+    finishes the study with each of its two points once."""
     import signal
 
     from optuna.trial import TrialState
 
-    path = _sweep_file(here, GRID.replace("steps=12", "steps=150"))
+    path = _sweep_file(here, GRID.replace("steps=12", "steps=150").replace("  trainer.staleness: [0, 1]\n", ""))
     proc, pids, err = _stop_when_both_workers_run(path, here, signal.SIGTERM)
     assert proc.returncode == 1 and "Traceback" not in err, err
     assert err.strip().splitlines()[-1].startswith("error: sweep stopped before the study was done; re-run")
@@ -336,9 +336,9 @@ def test_a_killed_sweep_takes_its_workers_with_it_and_the_rerun_finishes(here: P
     resumed = _cli("sweep", str(path), cwd=here)
     assert resumed.returncode == 0, resumed.stderr
     complete = open_sweep(load_sweep(str(path))).study.get_trials(states=(TrialState.COMPLETE,))
-    points = Counter((t.params["algorithm.tau"], t.params["trainer.staleness"]) for t in complete)
-    assert len(points) == 4 and set(points.values()) == {1}
-    assert Counter(r.info.status for r in _role(_runs(here, "grid"), "seed"))["FINISHED"] >= 8
+    points = Counter(t.params["algorithm.tau"] for t in complete)
+    assert len(points) == 2 and set(points.values()) == {1}
+    assert Counter(r.info.status for r in _role(_runs(here, "grid"), "seed"))["FINISHED"] >= 4
 
 
 @pytest.mark.slow

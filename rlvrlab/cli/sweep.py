@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import time
 from typing import Annotated, Optional
 
@@ -13,6 +14,7 @@ from rich.table import Table
 
 from rlvrlab.cli.options import OverridesArg
 from rlvrlab.errors import RlvrlabError
+from rlvrlab.procs import stop_at_safe_points, stop_requested
 
 SweepArg = Annotated[str, typer.Argument(help="A sweep file (sweeps/NAME.yaml or a path).", show_default=False)]
 WorkersOpt = Annotated[int, typer.Option("--workers", min=1, help="Trials run in parallel processes on this machine.")]
@@ -23,6 +25,7 @@ NameOpt = Annotated[Optional[str], typer.Option("--name", help="Study name (defa
                                                 show_default=False)]
 SeedsOpt = Annotated[Optional[int], typer.Option("--seeds", min=1, help="Seeds per trial (default: the file's seeds:).",
                                                  show_default=False)]
+STOP_GRACE_SECONDS = 600  # how long a stopping sweep waits for each worker to finish its step
 StatusOpt = Annotated[bool, typer.Option("--status", help="Show the study's trials and best config; run nothing.")]
 
 
@@ -55,10 +58,14 @@ def sweep(sweep_file: SweepArg, overrides: OverridesArg = None, workers: Workers
         console = Console(soft_wrap=True, width=200)
     if not status:
         deadline = time.time() + spec.timeout if spec.timeout else None
-        if workers == 1:
-            _run_here(opened, deadline, work)
-        else:
-            _run_workers(opened, workers, storage, deadline)
+        try:
+            if workers == 1:
+                _run_here(opened, deadline, work)
+            else:
+                _run_workers(opened, workers, storage, deadline)
+        except KeyboardInterrupt:  # Ctrl-C or SIGTERM; the interrupted trials are re-enqueued
+            raise RlvrlabError("sweep stopped before the study was done; re-run the same command to continue it "
+                               "(interrupted trials are re-run)") from None
         finish_study_run(opened)
     _print_summary(console, opened)
 
@@ -90,21 +97,25 @@ def _run_workers(opened, workers: int, storage: Optional[str], deadline) -> None
     progress = _progress(total)
     task = progress.add_task("sweep", total=total, status=f"{workers} workers")
     try:
-        for proc in procs:
-            proc.start()
-        with progress:
-            while any(proc.is_alive() for proc in procs):
-                time.sleep(1.0)
+        with stop_at_safe_points():
+            for proc in procs:
+                proc.start()
+            with progress:
+                while any(proc.is_alive() for proc in procs):
+                    time.sleep(1.0)
+                    if stop_requested() is not None:
+                        _stop_workers(procs, pass_on=stop_requested() == signal.SIGTERM)
+                    progress.update(task, completed=summarize(opened).finished)
                 progress.update(task, completed=summarize(opened).finished)
-            progress.update(task, completed=summarize(opened).finished)
-    except KeyboardInterrupt:  # Ctrl-C (the workers got it too) or SIGTERM to this process alone
+    except KeyboardInterrupt:  # a second Ctrl-C or SIGTERM: stop the workers now
         for proc in procs:
             if proc.is_alive():
-                proc.terminate()  # SIGTERM: the worker closes its runs KILLED and leaves its trial to be re-run
+                proc.terminate()  # to a worker already stopping, a second signal: KeyboardInterrupt at once
         for proc in procs:
-            proc.join(timeout=120)
-        raise RlvrlabError("sweep stopped before the study was done; re-run the same command to continue it "
-                           "(interrupted trials are re-run)") from None
+            proc.join(timeout=60)
+        raise
+    if stop_requested() is not None:
+        raise KeyboardInterrupt
     failed = [proc.exitcode for proc in procs if proc.exitcode]
     if not failed:
         return
@@ -114,10 +125,20 @@ def _run_workers(opened, workers: int, storage: Optional[str], deadline) -> None
     Console(stderr=True).print(f"warning: {message}; the other workers re-ran their trials", style="yellow")
 
 
+def _stop_workers(procs, *, pass_on: bool) -> None:
+    """This process was asked to stop. Ctrl-C reached the workers too (same process group); SIGTERM to this process
+    alone is passed on. Each worker then stops at the end of its current step, closes its runs KILLED and
+    re-enqueues its trial; wait for that (a step of a large model can take minutes)."""
+    if pass_on:
+        for proc in procs:
+            if proc.is_alive():
+                proc.terminate()
+    for proc in procs:
+        proc.join(timeout=STOP_GRACE_SECONDS)
+
+
 def _worker_main(spec, storage: Optional[str], deadline, threads: int, index: int) -> None:
     import sys
-
-    import signal
 
     import torch
 

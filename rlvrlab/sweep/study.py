@@ -363,6 +363,10 @@ def _fail_and_retry(sweep: Sweep, trial_id: int) -> bool:
         # user attrs are not carried over: the retry gets its own MLflow run and reason
         frozen = copy.deepcopy(sweep.storage.get_trial(trial_id))  # storages may hand out their cached object
         frozen.user_attrs = {}
+        # nor is the dead worker's liveness record: on the WAITING copy it would make the copy look dead again in
+        # the moment between another worker claiming it and its first heartbeat (found by tests/test_sweep.py)
+        frozen.system_attrs = {k: v for k, v in frozen.system_attrs.items()
+                               if k not in (ATTR + "worker", ATTR + "heartbeat")}
         RetryHeartbeatStaleTrialCallback(max_retry=MAX_RETRY)(sweep.study, frozen)
     return True
 
@@ -398,9 +402,17 @@ OnSeed = Callable[[int, int, int], None]  # (trial number, seed position, seeds)
 
 def work(sweep: Sweep, *, deadline: Optional[float] = None, on_seed: Optional[OnSeed] = None) -> WorkerReport:
     """Claim and run trials until the study is done, the budget is used or the deadline passes."""
+    from rlvrlab.procs import raise_if_stop_requested, stop_at_safe_points
+
+    with stop_at_safe_points():  # Ctrl-C or SIGTERM: stop between steps or trials (a stopped trial is re-enqueued)
+        return _work(sweep, deadline, on_seed, raise_if_stop_requested)
+
+
+def _work(sweep: Sweep, deadline: Optional[float], on_seed: Optional[OnSeed], safe_point) -> WorkerReport:
     report = WorkerReport()
     recover_stale(sweep)
     while deadline is None or time.time() < deadline:
+        safe_point()
         trial = _next_trial(sweep)
         if trial is None and recover_stale(sweep):  # a worker died meanwhile: its trials are waiting again
             continue

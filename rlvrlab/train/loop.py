@@ -37,6 +37,7 @@ from rlvrlab.algorithms import (
 )
 from rlvrlab.config.schema import RunConfig
 from rlvrlab.errors import RlvrlabError
+from rlvrlab.procs import raise_if_stop_requested, stop_at_safe_points
 from rlvrlab.tracking.metrics import step_metrics
 from rlvrlab.train import checkpoint
 from rlvrlab.train.batch import RolloutBatch, collate, logp_and_entropy, shuffled_rows, split_rows, stream_problems
@@ -69,39 +70,42 @@ def train(cfg: RunConfig, *, resume: str | None = None, on_step: OnStep | None =
     if resume and folder is None:  # checked before build() marks the MLflow run RUNNING again
         raise RlvrlabError(f"run {resume} has no complete checkpoint in {cfg.output_dir}/{resume}/checkpoints; "
                            "it cannot be resumed (set trainer.checkpoint_every > 0 for future runs)")
-    run = build(cfg, run_id=resume, tags=tags)
-    status = "FAILED"
-    state = TrainState()
-    try:
-        state = checkpoint.restore(run, folder) if folder else state
-        for step in range(state.step, cfg.steps):
-            stats, batch = train_step(run, state, step)
-            state.step = step + 1
-            run.tracker.log_metrics(step, step_metrics(stats))
-            if on_step is not None:
-                on_step(step, batch, run, stats)
-            if progress is not None:
-                progress(step, stats)
-            every = cfg.trainer.checkpoint_every
-            if every and (state.step % every == 0 or state.step == cfg.steps):
-                checkpoint.save(run, state)
-                run.tracker.flush()
-            _fault_injection(step)
-        status = "FINISHED"
-    except RunStopped:
-        status = "KILLED"
-        raise
-    except KeyboardInterrupt:
-        status = "KILLED"
-        last = checkpoint.latest(run.run_dir)
-        raise RunInterrupted(run.tracker.run_id, state.step, int(last.name.removeprefix("step_")) if last else None) from None
-    finally:
+    with stop_at_safe_points():  # the first Ctrl-C or SIGTERM is acted on between steps (rlvrlab.procs)
+        run = build(cfg, run_id=resume, tags=tags)
+        status = "FAILED"
+        state = TrainState()
         try:
-            run.tracker.finish(status)
-            run.rollout.close()
+            state = checkpoint.restore(run, folder) if folder else state
+            for step in range(state.step, cfg.steps):
+                raise_if_stop_requested()  # Ctrl-C or SIGTERM: a run stops between steps, never inside one
+                stats, batch = train_step(run, state, step)
+                state.step = step + 1
+                run.tracker.log_metrics(step, step_metrics(stats))
+                if on_step is not None:
+                    on_step(step, batch, run, stats)
+                if progress is not None:
+                    progress(step, stats)
+                every = cfg.trainer.checkpoint_every
+                if every and (state.step % every == 0 or state.step == cfg.steps):
+                    checkpoint.save(run, state)
+                    run.tracker.flush()
+                _fault_injection(step)
+            status = "FINISHED"
+        except RunStopped:
+            status = "KILLED"
+            raise
+        except KeyboardInterrupt:
+            status = "KILLED"
+            last = checkpoint.latest(run.run_dir)
+            raise RunInterrupted(run.tracker.run_id, state.step,
+                                 int(last.name.removeprefix("step_")) if last else None) from None
         finally:
-            run.verifier.close()
-    return run.tracker.run_id
+            try:
+                run.tracker.finish(status)
+                run.rollout.close()
+            finally:
+                run.verifier.close()
+        return run.tracker.run_id
 
 
 def train_step(run: Run, state: TrainState, step: int) -> tuple[StepStats, RolloutBatch]:
