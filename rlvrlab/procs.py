@@ -12,7 +12,7 @@ _graceful = 0  # depth of stop_at_safe_points() sections in this process
 _requested: int | None = None  # the signal that asked for a stop, once one did
 
 
-def stop_on_sigterm() -> None:
+def install_stop_handlers() -> None:
     """SIGTERM (`kill`, a scheduler's time limit, a sweep stopping its workers) and SIGINT (Ctrl-C) stop the process.
 
     Inside a stop_at_safe_points() section (a training loop, a sweep worker) the first one only sets a flag that
@@ -37,7 +37,7 @@ def stop_on_sigterm() -> None:
 
 @contextmanager
 def stop_at_safe_points() -> Iterator[None]:
-    """A section that checks stop_requested() at its safe points (see stop_on_sigterm)."""
+    """A section that checks stop_requested() at its safe points (see install_stop_handlers)."""
     global _graceful
     _graceful += 1
     try:

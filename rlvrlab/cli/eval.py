@@ -55,8 +55,10 @@ def _parse_ks(text: str, n: int) -> list[int]:
 
 
 def _checkpoint(run_dir: Path, run_id: str, step: Optional[int]) -> Path:
+    from rlvrlab.train.checkpoint import complete as complete_checkpoints, step_of
+
     root = run_dir / "checkpoints"
-    complete = sorted(p for p in root.glob("step_*") if (p / "COMPLETE").exists())
+    complete = complete_checkpoints(run_dir)
     if step is None:
         if not complete:
             raise RlvrlabError(f"run {run_id} has no complete checkpoint in {root}; train with "
@@ -64,13 +66,14 @@ def _checkpoint(run_dir: Path, run_id: str, step: Optional[int]) -> Path:
         return complete[-1]
     folder = root / f"step_{step:06d}"
     if folder not in complete:
-        have = ", ".join(str(int(p.name.removeprefix("step_"))) for p in complete) or "none"
+        have = ", ".join(str(step_of(p)) for p in complete) or "none"
         raise RlvrlabError(f"run {run_id} has no complete checkpoint at step {step} (complete steps: {have})")
     return folder
 
 
 def _target(model: Optional[Path], run: Optional[str], checkpoint: Optional[int], output_dir: Path) -> Target:
     from rlvrlab.config import compose
+    from rlvrlab.train.checkpoint import step_of
 
     if (model is None) == (run is None):
         raise RlvrlabError("give exactly one of --model PATH (a Hugging Face model folder) or --run RUN_ID "
@@ -94,7 +97,7 @@ def _target(model: Optional[Path], run: Optional[str], checkpoint: Optional[int]
     if not (folder / "config.json").is_file():
         raise RlvrlabError(f"run {run} checkpoint {ckpt.name} has no Hugging Face model folder ({folder}); "
                            f"model.tier={run_cfg.model.tier} runs cannot be evaluated (only tiny and real tiers)")
-    step = int(ckpt.name.removeprefix("step_"))
+    step = step_of(ckpt)
     return Target(folder, f"{run[:12]}-step{step}", run, step, run_cfg, run_dir / "config.yaml")
 
 

@@ -12,7 +12,7 @@ from rlvrlab.cli.report import report
 from rlvrlab.cli.sweep import sweep
 from rlvrlab.cli.train import train
 from rlvrlab.errors import RlvrlabError
-from rlvrlab.procs import stop_on_sigterm
+from rlvrlab.procs import install_stop_handlers
 
 app = typer.Typer(
     name="rlvrlab",
@@ -30,7 +30,7 @@ app.command()(report)
 
 
 def main() -> None:
-    stop_on_sigterm()  # `kill` stops a run as Ctrl-C does: MLflow run KILLED, checkpoints kept
+    install_stop_handlers()  # `kill` stops a run as Ctrl-C does: MLflow run KILLED, checkpoints kept
     try:
         app()
     except RlvrlabError as error:

@@ -142,10 +142,10 @@ def _worker_main(spec, storage: Optional[str], deadline, threads: int, index: in
 
     import torch
 
-    from rlvrlab.procs import die_with_parent, stop_on_sigterm
+    from rlvrlab.procs import die_with_parent, install_stop_handlers
     from rlvrlab.sweep.study import open_sweep, work
 
-    stop_on_sigterm()
+    install_stop_handlers()
     die_with_parent(signal.SIGTERM)  # a killed `rlvrlab sweep` takes its workers with it
     torch.set_num_threads(threads)
     try:

@@ -113,13 +113,13 @@ def select(uri: str, *, experiment: Optional[str] = None, study: Optional[str] =
     by_hash: dict[str, list[SeedRun]] = defaultdict(list)
     for r in runs:
         tags = r.data.tags
-        by_hash[tags["config_hash"]].append(SeedRun(r.info.run_id, int(tags.get("seed", r.data.params.get("seed", 0))),
+        by_hash[tags["config_hash"]].append(SeedRun(r.info.run_id, _seed_of(r),
                                                     dict(r.data.params), tags.get("git_sha", "unknown"),
                                                     r.info.status))
     failed: dict[str, set[int]] = defaultdict(set)
     for r in all_runs:
         if r.info.status == "FAILED" and "config_hash" in r.data.tags and _is_training_run(r):
-            failed[r.data.tags["config_hash"]].add(int(r.data.tags.get("seed", r.data.params.get("seed", 0))))
+            failed[r.data.tags["config_hash"]].add(_seed_of(r))
     groups = [Group(h, sorted(members, key=lambda m: m.seed),
                     failed=sorted(failed[h] - {m.seed for m in members})) for h, members in by_hash.items()]
     algorithms = {r.data.tags["config_hash"]: r.data.params.get("algorithm.name", "?") for r in all_runs
@@ -133,6 +133,10 @@ def select(uri: str, *, experiment: Optional[str] = None, study: Optional[str] =
     _check_same_dataset(groups)
     groups.sort(key=lambda g: g.label)
     return Selection(uri, source, groups, excluded, study=study, swept=swept, failed_only=failed_only)
+
+
+def _seed_of(run) -> int:
+    return int(run.data.tags.get("seed", run.data.params.get("seed", 0)))
 
 
 def _swept_keys(client, study_run_id: str) -> list[str]:

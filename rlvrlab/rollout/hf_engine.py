@@ -3,7 +3,7 @@
 Why not `model.generate(num_return_sequences=n)`: it copies each prompt n times before the prefill and keeps
 finished rows in the batch until the longest one stops. With a 130-token few-shot prompt and ~30-token answers
 the n-fold prefill dominated (SmolLM2-135M on CPU, 40 prompts x 8: 812 s with generate, 79 s with the loop below;
-`bench/rollout_engines.py` measures it). Here each prompt is prefilled once and its KV cache repeated n times
+`bench/smollm2.py` measures it). Here each prompt is prefilled once and its KV cache repeated n times
 (`DynamicCache.batch_repeat_interleave`), and rows that emitted eos leave the cache (`batch_select_indices`).
 
 Behaviour log-probs are those of the raw logits (temperature 1, no top-p), as `Generation` documents; the

@@ -57,14 +57,24 @@ def save(run, state: TrainState) -> Path:
         (tmp / "COMPLETE").write_text(f"{state.step}\n")
         shutil.rmtree(final, ignore_errors=True)
         tmp.rename(final)
-        for old in sorted(p for p in root.glob("step_*") if (p / "COMPLETE").exists())[:-KEEP]:
+        for old in complete(run.run_dir)[:-KEEP]:
             shutil.rmtree(old)
     _barrier()
     return final
 
 
+def step_of(folder: Path) -> int:
+    """The step a checkpoint folder step_NNNNNN was saved at."""
+    return int(folder.name.removeprefix("step_"))
+
+
+def complete(run_dir: Path) -> list[Path]:
+    """The run's complete checkpoint folders (COMPLETE written last), oldest first."""
+    return sorted(p for p in (run_dir / "checkpoints").glob("step_*") if (p / "COMPLETE").exists())
+
+
 def latest(run_dir: Path) -> Path | None:
-    done = sorted(p for p in (run_dir / "checkpoints").glob("step_*") if (p / "COMPLETE").exists())
+    done = complete(run_dir)
     return done[-1] if done else None
 
 

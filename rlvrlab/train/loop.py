@@ -54,7 +54,7 @@ class RunStopped(Exception):
 
 
 class RunInterrupted(KeyboardInterrupt):
-    """Ctrl-C or SIGTERM (rlvrlab.procs.stop_on_sigterm) stopped a run: its MLflow run ended KILLED and its
+    """Ctrl-C or SIGTERM (rlvrlab.procs.install_stop_handlers) stopped a run: its MLflow run ended KILLED and its
     checkpoints stay; `rlvrlab train --resume run_id` continues it from `checkpoint_step` (None: none saved yet)."""
 
     def __init__(self, run_id: str, step: int, checkpoint_step: int | None):
@@ -98,7 +98,7 @@ def train(cfg: RunConfig, *, resume: str | None = None, on_step: OnStep | None =
             status = "KILLED"
             last = checkpoint.latest(run.run_dir)
             raise RunInterrupted(run.tracker.run_id, state.step,
-                                 int(last.name.removeprefix("step_")) if last else None) from None
+                                 checkpoint.step_of(last) if last else None) from None
         finally:
             try:
                 run.tracker.finish(status)
