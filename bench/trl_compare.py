@@ -74,7 +74,7 @@ def tiny_setup():
 
     from rlvrlab.config import compose
     from rlvrlab.data import load_problems
-    from rlvrlab.train.setup import model_folder, prompt_renderer
+    from rlvrlab.components import model_folder, prompt_renderer
 
     cfg = compose(None, overrides("torch", 1, "unused"))
     folder = model_folder(cfg, load_problems(cfg.dataset, cfg.model)[0])

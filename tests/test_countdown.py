@@ -6,17 +6,17 @@ import pytest
 
 from rlvrlab.data.countdown import (
     MIN_SOLUTIONS,
-    canonical,
     make_problems,
     problem_solutions,
-    solutions,
 )
 from rlvrlab.rewards import VERIFIERS
 from rlvrlab.rewards.countdown import (
+    canonical,
     countdown,
     format_answer,
     parse_answer,
     same_answer,
+    solutions,
 )
 
 ANSWER = "target=22;numbers=3,5,7"

@@ -237,7 +237,7 @@ def tiny_folder() -> Path:
     """The tiny tier's HF folder for the default config (built once per session, cached)."""
     from rlvrlab.config import compose
     from rlvrlab.data import load_problems
-    from rlvrlab.train.setup import model_folder
+    from rlvrlab.components import model_folder
 
     cfg = compose(None)
     train, _ = load_problems(cfg.dataset, cfg.model)
@@ -247,7 +247,8 @@ def tiny_folder() -> Path:
 def fake_run(tmp_path: Path, folder: Path, *, steps: tuple[int, ...] = (2,)) -> tuple[Path, str]:
     """A training run's footprint: an MLflow run in <runs>/mlflow.db, its config and checkpoints of `folder`."""
     from rlvrlab.config import compose, to_yaml
-    from rlvrlab.tracking.mlflow_tracker import MlflowTracker, default_uri
+    from rlvrlab.tracking.mlflow_tracker import MlflowTracker
+    from rlvrlab.tracking.store import default_uri
 
     runs = tmp_path / "runs"
     runs.mkdir(exist_ok=True)

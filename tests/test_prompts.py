@@ -11,7 +11,7 @@ from rlvrlab.config import compose
 from rlvrlab.data.problems import Problem
 from rlvrlab.errors import ConfigError
 from rlvrlab.rollout.hf_engine import sample_next
-from rlvrlab.train.setup import prompt_renderer
+from rlvrlab.components import prompt_renderer
 
 
 class RecordingTokenizer:

@@ -269,12 +269,12 @@ def test_config_fields_and_rules() -> None:
 
 
 def test_training_builds_the_pool_from_the_dataset_config() -> None:
-    from rlvrlab.train.setup import reward_pool
+    from rlvrlab.components import reward_pool
 
     cfg = RunConfig()
     cfg.dataset.verifier, cfg.dataset.math_extraction = "math", "mathverify"
     cfg.dataset.verifier_timeout, cfg.dataset.verifier_workers = 1.5, 1
-    pool = reward_pool(cfg)
+    pool = reward_pool(cfg.dataset)
     assert (pool.workers, pool.timeout_s) == (1, 1.5)
     assert pool.spec.check.keywords == {"extraction": "mathverify"}
     assert not pool._pool

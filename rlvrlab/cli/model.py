@@ -28,7 +28,7 @@ def import_(
     rlvrlab model import /data/qwen2.5-0.5b-q8_0.gguf --out models/qwen-0.5b[/dim]
     """
     from rlvrlab.policy.gguf_import import import_model
-    from rlvrlab.train.setup import cache_root
+    from rlvrlab.components import cache_root
 
     console = Console(stderr=True)
     start = time.perf_counter()

@@ -68,7 +68,7 @@ def report(
 
     from rlvrlab.report import collect, plots as plotting, render
     from rlvrlab.report.table import build, lower_is_better
-    from rlvrlab.tracking.mlflow_tracker import default_uri
+    from rlvrlab.tracking.store import default_uri
 
     chosen = [f.strip() for f in formats.split(",") if f.strip()]
     bad = [f for f in chosen if f not in FORMATS]

@@ -10,16 +10,14 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 from rlvrlab.cli.options import ExperimentArg, OverridesArg, split_experiment
-from rlvrlab.config import compose
 from rlvrlab.config.schema import RunConfig
-from rlvrlab.errors import ConfigError, RlvrlabError
+from rlvrlab.errors import RlvrlabError
 
 ResumeOpt = Annotated[
     Optional[str],
     typer.Option("--resume", help="Continue this MLflow run from its last checkpoint (same config; "
                  "output_dir=, tracking.uri= and steps= may be given).", show_default=False),
 ]
-RESUMABLE_OVERRIDES = ("output_dir=", "tracking.", "steps=")
 
 
 def train(experiment: ExperimentArg = None, overrides: OverridesArg = None, resume: ResumeOpt = None) -> None:
@@ -31,12 +29,10 @@ def train(experiment: ExperimentArg = None, overrides: OverridesArg = None, resu
     rlvrlab train --resume 3f2a...                   # after a crash: continue from the last checkpoint[/dim]
     """
     from rlvrlab.train.loop import RunInterrupted, train as run_training
+    from rlvrlab.train.setup import run_config
 
     experiment, overrides = split_experiment(experiment, overrides)
-    if resume:
-        cfg = _resumed_config(resume, experiment, overrides)
-    else:
-        cfg = compose(experiment, overrides)
+    cfg = run_config(experiment, overrides, resume=resume)
     progress = _progress_bar(Console(stderr=True), cfg)  # shown from the first step: setup errors stay one line
     task = progress.add_task("train", total=cfg.steps, status="", start=False)
 
@@ -53,22 +49,11 @@ def train(experiment: ExperimentArg = None, overrides: OverridesArg = None, resu
         saved = (f"continue it from step {stopped.checkpoint_step} with `rlvrlab train --resume {stopped.run_id}`"
                  + (f" output_dir={cfg.output_dir}" if cfg.output_dir != RunConfig.output_dir else "")
                  if stopped.checkpoint_step is not None else "no checkpoint was saved yet (trainer.checkpoint_every)")
-        raise RlvrlabError(f"stopped at step {stopped.step}: MLflow run {stopped.run_id} ended KILLED; {saved}") from None
+        raise RlvrlabError(f"stopped at step {stopped.step}: MLflow run {stopped.run_id} ended KILLED; {saved}") \
+            from None
     finally:
         progress.stop()
     _print_done(cfg, run_id)
-
-
-def _resumed_config(run_id: str, experiment: Optional[str], overrides: list[str]) -> RunConfig:
-    bad = [o for o in overrides if not o.startswith(RESUMABLE_OVERRIDES)] + ([experiment] if experiment else [])
-    if bad:
-        raise ConfigError(f"--resume continues a run with its own config; {bad[0]!r} cannot change it "
-                          "(only output_dir=, tracking.* and steps= can be given)")
-    output_dir = next((o.split("=", 1)[1] for o in overrides if o.startswith("output_dir=")), RunConfig.output_dir)
-    saved = Path(output_dir).expanduser() / run_id / "config.yaml"
-    if not saved.is_file():
-        raise ConfigError(f"--resume {run_id}: {saved} does not exist; pass output_dir= of the run to resume")
-    return compose(saved, overrides)
 
 
 def _progress_bar(console: Console, cfg: RunConfig) -> Progress:
@@ -87,10 +72,10 @@ def _progress_bar(console: Console, cfg: RunConfig) -> Progress:
 
 
 def _print_done(cfg: RunConfig, run_id: str) -> None:
-    from rlvrlab.tracking.mlflow_tracker import default_uri
+    from rlvrlab.tracking.store import store
 
     output_dir = Path(cfg.output_dir).expanduser().resolve()
-    uri = cfg.tracking.uri or default_uri(output_dir)
+    uri = store(output_dir, cfg.tracking.uri).uri
     console = Console(soft_wrap=True)
     console.print(f"[green]done[/]: MLflow run [bold]{run_id}[/] (experiment {cfg.experiment!r}) in {uri}")
     console.print(f"  look at it: [bold]mlflow ui --backend-store-uri {uri}[/]  then open http://127.0.0.1:5000")

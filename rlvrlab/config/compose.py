@@ -24,6 +24,7 @@ from omegaconf.errors import OmegaConfBaseException
 
 from rlvrlab.config.rules import show, unknown, validate
 from rlvrlab.config.schema import RunConfig
+from rlvrlab.config.shipped import shipped_dir
 from rlvrlab.errors import ConfigError
 
 # config section -> its folder of group files
@@ -33,7 +34,6 @@ GROUP_FOLDERS = {"algorithm": "algorithms", "model": "models", "dataset": "datas
 # one configuration are grouped by it).
 NOT_HASHED = ("seed", "output_dir", "tracking", "experiment")
 
-_REPO_EXPERIMENTS = Path(__file__).resolve().parents[2] / "experiments"
 
 _TYPE_NAMES = {
     float: "a float",
@@ -49,7 +49,7 @@ def _schema_fields(cls: type, prefix: str = "") -> dict[str, Any]:
     """Dotted key -> type for every leaf field of the dataclass `cls`."""
     fields: dict[str, Any] = {}
     for name, kind in get_type_hints(cls).items():
-        if dataclasses.is_dataclass(kind):
+        if isinstance(kind, type) and dataclasses.is_dataclass(kind):
             fields.update(_schema_fields(kind, f"{prefix}{name}."))
         else:
             fields[f"{prefix}{name}"] = kind
@@ -67,14 +67,8 @@ class FileCheck:
 
 
 def experiments_dir() -> Path:
-    """`$RLVRLAB_EXPERIMENTS_DIR`, else the experiments/ folder next to the package."""
-    folder = Path(os.environ.get("RLVRLAB_EXPERIMENTS_DIR") or _REPO_EXPERIMENTS)
-    if not folder.is_dir():
-        raise ConfigError(
-            f"experiments folder {folder} does not exist; set RLVRLAB_EXPERIMENTS_DIR to the folder of your "
-            "experiment files"
-        )
-    return folder
+    """`$RLVRLAB_EXPERIMENTS_DIR`, else the shipped experiments/ folder (the checkout's, or the installed one)."""
+    return shipped_dir("experiments", "RLVRLAB_EXPERIMENTS_DIR")
 
 
 def compose(experiment: Union[str, Path, None] = None, overrides: Sequence[str] = ()) -> RunConfig:
@@ -260,10 +254,12 @@ def _type_name(kind: Any) -> str:
 
 def _to_object(cfg: DictConfig) -> RunConfig:
     try:
-        return OmegaConf.to_object(cfg)
+        built = OmegaConf.to_object(cfg)
     except OmegaConfBaseException as error:
         # Only interpolations such as ${seed} can fail here; every value was type-checked when assigned.
         raise ConfigError(f"cannot resolve {error.full_key}: {str(error).splitlines()[0]}") from error
+    assert isinstance(built, RunConfig)
+    return built
 
 
 def _yaml_names(folder: Path) -> list[str]:

@@ -39,7 +39,7 @@ DATA_SEED = 0
 
 
 def _toy(dataset: DatasetConfig, model: ModelConfig) -> list[Problem]:
-    from rlvrlab.policy.toy import make_problems
+    from rlvrlab.data.toy import make_problems
 
     return make_problems(dataset.num_problems, num_responses=model.toy_num_responses,
                          num_correct=model.toy_num_correct, seed=DATA_SEED)

@@ -22,6 +22,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from rlvrlab import components
+from rlvrlab.components import Sampling
 from rlvrlab.data.problems import Problem
 from rlvrlab.errors import RlvrlabError
 from rlvrlab.eval.passk import avg_at_n, diversity_of_correct, maj_at_k, mean, pass_at_k
@@ -31,19 +33,6 @@ from rlvrlab.rollout.base import Generation, RolloutEngine
 # Responses per generate call when Sampling.batch_prompts is not given: prompts * n stays near this.
 HF_BATCH_RESPONSES = 256
 VLLM_BATCH_RESPONSES = 8192
-
-
-@dataclass(frozen=True)
-class Sampling:
-    """How responses are sampled (the engine settings an evaluation is run with and recorded under)."""
-
-    engine: str = "hf"  # hf | vllm
-    temperature: float = 1.0
-    top_p: float = 1.0
-    max_new_tokens: int = 32
-    dtype: str = "float32"  # float32 | bfloat16
-    gpu_memory_utilization: float = 0.3  # vllm only
-    batch_prompts: int | None = None  # prompts per generate call; None: about HF_/VLLM_BATCH_RESPONSES / n
 
 
 @dataclass
@@ -64,49 +53,10 @@ class Sampler:
 
 def open_sampler(folder: Path, sampling: Sampling, *, seed: int = 0) -> Sampler:
     """Load the HF model folder into the chosen rollout engine. RlvrlabError when it cannot be loaded."""
-    import torch
-    from transformers import AutoTokenizer
-    from transformers.utils import logging as hf_logging
-
-    hf_logging.disable_progress_bar()
-    folder = Path(folder)
-    if not (folder / "config.json").is_file():
-        what = "does not exist" if not folder.exists() else "has no config.json"
-        raise RlvrlabError(f"model folder {folder} {what}; give a Hugging Face model folder (config.json, "
-                           "weights, tokenizer)")
-    if sampling.dtype not in ("float32", "bfloat16"):
-        raise RlvrlabError(f"dtype {sampling.dtype!r} is not float32 or bfloat16")
-    try:
-        tokenizer = AutoTokenizer.from_pretrained(folder)
-    except (OSError, ValueError) as error:
-        raise RlvrlabError(f"model folder {folder}: tokenizer could not be loaded ({str(error).splitlines()[0]})") \
-            from None
-    if tokenizer.pad_token_id is None:
-        tokenizer.pad_token = tokenizer.eos_token
-    if sampling.engine == "vllm":
-        from rlvrlab.rollout.vllm_engine import VLLMEngine
-
-        engine: RolloutEngine = VLLMEngine(
-            model_path=str(folder), temperature=sampling.temperature, top_p=sampling.top_p,
-            max_new_tokens=sampling.max_new_tokens, gpu_memory_utilization=sampling.gpu_memory_utilization,
-            dtype=sampling.dtype, seed=seed)
-    elif sampling.engine == "hf":
-        from transformers import AutoModelForCausalLM
-
-        from rlvrlab.rollout.hf_engine import HFEngine
-
-        dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16}[sampling.dtype]
-        try:
-            model = AutoModelForCausalLM.from_pretrained(folder, dtype=dtype)
-        except (OSError, ValueError) as error:
-            raise RlvrlabError(f"model folder {folder} could not be loaded ({str(error).splitlines()[0]}); "
-                               "check that it is a complete Hugging Face causal-LM folder") from None
-        device = "cuda" if torch.cuda.is_available() else "cpu"
-        engine = HFEngine(model.to(device), tokenizer, temperature=sampling.temperature, top_p=sampling.top_p,
-                          max_new_tokens=sampling.max_new_tokens)
-    else:
-        raise RlvrlabError(f"engine {sampling.engine!r} is unknown; expected hf or vllm")
-    return Sampler(engine, tokenizer, sampling)
+    folder = components.check_model_folder(folder)
+    components.torch_dtype(sampling.dtype)  # checked before anything is loaded
+    tokenizer = components.load_tokenizer(folder)
+    return Sampler(components.rollout_engine(sampling, folder, tokenizer, seed=seed), tokenizer, sampling)
 
 
 @dataclass

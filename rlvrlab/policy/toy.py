@@ -21,24 +21,7 @@ import torch
 from torch import nn
 
 from rlvrlab.data.problems import Problem
-
-
-def response_text(index: int) -> str:
-    return f"r{index}"
-
-
-def make_problems(num_problems: int, *, num_responses: int, num_correct: int, seed: int) -> list[Problem]:
-    """P toy problems; problem i's correct set is `num_correct` responses drawn from the seed."""
-    rng = np.random.default_rng([seed, 7])
-    problems = []
-    for i in range(num_problems):
-        correct = rng.choice(num_responses, size=num_correct, replace=False)
-        problems.append(Problem(id=f"toy-{i}", prompt=str(i), answer="|".join(response_text(int(j)) for j in correct)))
-    return problems
-
-
-def correct_indices(problem: Problem) -> list[int]:
-    return [int(token[1:]) for token in problem.answer.split("|")]
+from rlvrlab.data.toy import correct_indices
 
 
 class ToyPolicy(nn.Module):

@@ -14,6 +14,7 @@ import numpy as np
 
 from rlvrlab.config.rules import unknown
 from rlvrlab.errors import RlvrlabError
+from rlvrlab.tracking.runs import client_for, is_training_run, linked_evaluations, seed_of
 
 # flattened config keys that never name a group (the seed, where records go, the MLflow experiment)
 NOT_LABELS = ("seed", "output_dir", "experiment")
@@ -64,12 +65,6 @@ class Selection:
     failed_only: list[str] = field(default_factory=list)  # configs none of whose seeds finished: "hash (alg, seeds)"
 
 
-def client_for(uri: str):
-    from rlvrlab.tracking.mlflow_tracker import quiet_client
-
-    return quiet_client(uri)
-
-
 def select(uri: str, *, experiment: Optional[str] = None, study: Optional[str] = None,
            run_ids: Sequence[str] = (), only_changed: bool = True) -> Selection:
     """Training runs of an experiment, a sweep's seed runs, or the given runs; FINISHED runs only."""
@@ -103,23 +98,23 @@ def select(uri: str, *, experiment: Optional[str] = None, study: Optional[str] =
             runs = [r for r in runs if r.data.tags.get("rlvrlab.role") == "seed"]
             swept = _swept_keys(client, study_runs[0].info.run_id)
         else:
-            runs = [r for r in runs if _is_training_run(r)]
+            runs = [r for r in runs if is_training_run(r)]
         source = name
     excluded = [(r.info.run_id, f"status {r.info.status}") for r in runs if r.info.status != "FINISHED"]
-    all_runs, runs = runs, [r for r in runs if r.info.status == "FINISHED" and _is_training_run(r)]
+    all_runs, runs = runs, [r for r in runs if r.info.status == "FINISHED" and is_training_run(r)]
     if not runs:
         raise RlvrlabError(f"no finished training runs in {source!r} at {uri}"
                            + (f" ({len(excluded)} unfinished or failed)" if excluded else ""))
     by_hash: dict[str, list[SeedRun]] = defaultdict(list)
     for r in runs:
         tags = r.data.tags
-        by_hash[tags["config_hash"]].append(SeedRun(r.info.run_id, _seed_of(r),
+        by_hash[tags["config_hash"]].append(SeedRun(r.info.run_id, seed_of(r),
                                                     dict(r.data.params), tags.get("git_sha", "unknown"),
                                                     r.info.status))
     failed: dict[str, set[int]] = defaultdict(set)
     for r in all_runs:
-        if r.info.status == "FAILED" and "config_hash" in r.data.tags and _is_training_run(r):
-            failed[r.data.tags["config_hash"]].add(_seed_of(r))
+        if r.info.status == "FAILED" and "config_hash" in r.data.tags and is_training_run(r):
+            failed[r.data.tags["config_hash"]].add(seed_of(r))
     groups = [Group(h, sorted(members, key=lambda m: m.seed),
                     failed=sorted(failed[h] - {m.seed for m in members})) for h, members in by_hash.items()]
     algorithms = {r.data.tags["config_hash"]: r.data.params.get("algorithm.name", "?") for r in all_runs
@@ -135,10 +130,6 @@ def select(uri: str, *, experiment: Optional[str] = None, study: Optional[str] =
     return Selection(uri, source, groups, excluded, study=study, swept=swept, failed_only=failed_only)
 
 
-def _seed_of(run) -> int:
-    return int(run.data.tags.get("seed", run.data.params.get("seed", 0)))
-
-
 def _swept_keys(client, study_run_id: str) -> list[str]:
     """The space keys of a study, in the order of its sweep file (kept as an artifact of the study run)."""
     import yaml
@@ -150,12 +141,6 @@ def _swept_keys(client, study_run_id: str) -> list[str]:
             return []
     space = (yaml.safe_load(text) or {}).get("space") or {}
     return [str(key) for key in space]
-
-
-def _is_training_run(run) -> bool:
-    tags = run.data.tags
-    return "config_hash" in tags and tags.get("rlvrlab.role") not in ("study", "trial") \
-        and tags.get("rlvrlab.kind") != "eval"
 
 
 def _labelled_keys(params: dict[str, str]) -> dict[str, str]:
@@ -263,18 +248,6 @@ class EvalRecords:
     matrices: dict[tuple[str, str, str], np.ndarray]  # (group label, dataset, statistic) -> [S, P]
     eval_runs: dict[str, list[str]]  # group label -> eval run ids used
     statistics: list[str]  # avg@n, pass@k..., maj@k..., diversity
-
-
-def linked_evaluations(client, run_id: str) -> list:
-    """The FINISHED `rlvrlab eval pass-at-k` runs of a training run: it names each in a tag rlvrlab.eval.<id>."""
-    linked = [key.split(".", 2)[2] for key in client.get_run(run_id).data.tags if key.startswith("rlvrlab.eval.")]
-    evaluations = []
-    for eval_id in linked:
-        try:
-            evaluations.append(client.get_run(eval_id))
-        except Exception:  # deleted, or in another store
-            continue
-    return [e for e in evaluations if e.info.status == "FINISHED"]
 
 
 def eval_records(client, selection: Selection) -> Optional[EvalRecords]:

@@ -166,9 +166,9 @@ def rich_tables(report: Report):
 def sources(selection: Selection, report: Report, command: list[str], eval_runs: dict[str, list[str]],
             outputs: list[str]) -> str:
     """Everything a table rests on: runs per group (ids, seeds, git SHAs), evaluations, excluded runs, settings."""
-    from rlvrlab.train.setup import _git_state
+    from rlvrlab.tracking.provenance import git_state
 
-    sha, dirty, _ = _git_state()
+    sha, dirty, _ = git_state()
     body = {
         "command": command, "tracking_uri": selection.uri, "source": selection.experiment, "study": selection.study,
         "rng_seed": report.seed, "bootstrap_replicates": report.reps, "baseline": report.baseline,

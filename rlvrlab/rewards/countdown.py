@@ -1,6 +1,6 @@
 """The Countdown verifier: does the response combine the given numbers into the target?
 
-Rules (the same ones `rlvrlab.data.countdown.solutions` enumerates):
+Rules (the same ones `solutions` enumerates):
 
 - The response, stripped, is either ``expr`` or ``expr = target`` (one ``=``; the right side must then be the
   target written as an integer).
@@ -20,7 +20,9 @@ from __future__ import annotations
 
 import ast
 from collections import Counter
+from collections.abc import Sequence
 from fractions import Fraction
+from functools import lru_cache
 
 from rlvrlab.rewards.base import Verdict
 
@@ -86,6 +88,13 @@ def parse_expression(text: str) -> ast.expr:
     return tree
 
 
+def _int(node: ast.Constant) -> int:
+    """The value of an integer literal (parse_expression admits no other constant)."""
+    value = node.value
+    assert type(value) is int
+    return value
+
+
 def literals(tree: ast.expr) -> list[int]:
     """The integer literals of a checked expression, left to right."""
     out = []
@@ -93,7 +102,7 @@ def literals(tree: ast.expr) -> list[int]:
     while stack:
         node = stack.pop()
         if isinstance(node, ast.Constant):
-            out.append(node.value)
+            out.append(_int(node))
         elif isinstance(node, ast.BinOp):
             stack.append(node.right)
             stack.append(node.left)
@@ -105,7 +114,7 @@ def literals(tree: ast.expr) -> list[int]:
 def evaluate(tree: ast.expr) -> Fraction:
     """The exact value of a checked expression; ZeroDivisionError on division by zero."""
     if isinstance(tree, ast.Constant):
-        return Fraction(tree.value)
+        return Fraction(_int(tree))
     if isinstance(tree, ast.UnaryOp):
         return -evaluate(tree.operand)
     assert isinstance(tree, ast.BinOp)
@@ -119,6 +128,150 @@ def evaluate(tree: ast.expr) -> Fraction:
     return left / right  # Fraction raises ZeroDivisionError
 
 
+# Canonical expression nodes (hashable, comparable through their formatted text):
+#   ("n", value)                          an integer literal
+#   ("s", positive_terms, negative_terms)  a flattened sum: terms are "n" or "p" nodes, each tuple sorted
+#   ("p", numerator, denominator)          a flattened product: factors are "n" or "s" nodes, each tuple sorted
+Node = tuple
+
+
+def _num(value: int) -> Node:
+    return ("n", value)
+
+
+def fmt(node: Node) -> str:
+    """The canonical text of a node: minimal parentheses, no spaces."""
+    kind = node[0]
+    if kind == "n":
+        return str(node[1])
+    if kind == "s":
+        pos, neg = node[1], node[2]
+        return "+".join(fmt(t) for t in pos) + "".join("-" + fmt(t) for t in neg)
+    num, den = node[1], node[2]
+
+    def factor(f: Node) -> str:
+        return f"({fmt(f)})" if f[0] == "s" else fmt(f)
+
+    return "*".join(factor(f) for f in num) + "".join("/" + factor(f) for f in den)
+
+
+def _sum_key(node: Node) -> tuple:
+    return (1, node[1], "") if node[0] == "n" else (0, 0, fmt(node))  # compound terms first, numbers ascending
+
+
+def _prod_key(node: Node) -> tuple:
+    return (0, node[1], "") if node[0] == "n" else (1, 0, fmt(node))  # numbers ascending first, then sums
+
+
+def _make_sum(pos: Sequence[Node], neg: Sequence[Node]) -> Node:
+    if len(pos) == 1 and not neg:
+        return pos[0]
+    return ("s", tuple(sorted(pos, key=_sum_key)), tuple(sorted(neg, key=_sum_key)))
+
+
+def _make_prod(num: Sequence[Node], den: Sequence[Node]) -> Node:
+    if len(num) == 1 and not den:
+        return num[0]
+    return ("p", tuple(sorted(num, key=_prod_key)), tuple(sorted(den, key=_prod_key)))
+
+
+def _terms(node: Node) -> tuple[tuple[Node, ...], tuple[Node, ...]]:
+    return (node[1], node[2]) if node[0] == "s" else ((node,), ())
+
+
+def _factors(node: Node) -> tuple[tuple[Node, ...], tuple[Node, ...]]:
+    return (node[1], node[2]) if node[0] == "p" else ((node,), ())
+
+
+def combine(op: str, a: Node, b: Node) -> Node:
+    """The canonical node of `a op b` (op one of + - * /)."""
+    if op in "+-":
+        (ap, an), (bp, bn) = _terms(a), _terms(b)
+        return _make_sum(ap + bp, an + bn) if op == "+" else _make_sum(ap + bn, an + bp)
+    (an_, ad), (bn_, bd) = _factors(a), _factors(b)
+    return _make_prod(an_ + bn_, ad + bd) if op == "*" else _make_prod(an_ + bd, ad + bn_)
+
+
+def negate(a: Node) -> Node:
+    pos, neg = _terms(a)
+    return _make_sum(neg, pos)
+
+
+def _apply(op: str, x: Fraction, y: Fraction) -> Fraction | None:
+    if op == "+":
+        return x + y
+    if op == "-":
+        return x - y
+    if op == "*":
+        return x * y
+    return None if y == 0 else x / y
+
+
+@lru_cache(maxsize=4096)
+def all_expressions(numbers: tuple[int, ...]) -> dict[str, Fraction]:
+    """Every distinct (canonical) expression over a sub-multiset of `numbers`, with its value."""
+    n = len(numbers)
+    memo: dict[int, dict[str, tuple[Node, Fraction]]] = {}
+
+    def exprs(mask: int) -> dict[str, tuple[Node, Fraction]]:
+        if mask in memo:
+            return memo[mask]
+        out: dict[str, tuple[Node, Fraction]] = {}
+        bits = [i for i in range(n) if mask >> i & 1]
+        if len(bits) == 1:
+            node = _num(numbers[bits[0]])
+            out[fmt(node)] = (node, Fraction(numbers[bits[0]]))
+        else:
+            sub = (mask - 1) & mask
+            while sub:  # every non-empty proper sub-mask as the left operand
+                for a, va in exprs(sub).values():
+                    for b, vb in exprs(mask ^ sub).values():
+                        for op in "+-*/":
+                            value = _apply(op, va, vb)
+                            if value is None:
+                                continue
+                            node = combine(op, a, b)
+                            out.setdefault(fmt(node), (node, value))
+                sub = (sub - 1) & mask
+        memo[mask] = out
+        return out
+
+    result: dict[str, Fraction] = {}
+    for mask in range(1, 1 << n):
+        for text, (_, value) in exprs(mask).items():
+            result.setdefault(text, value)
+    return result
+
+
+def _sort_key(text: str) -> tuple[int, str]:
+    return (len(text), text)
+
+
+def solutions(numbers: Sequence[int], target: int) -> list[str]:
+    """All distinct correct expressions (one canonical string each, shortest first) for the problem."""
+    table = all_expressions(tuple(sorted(int(x) for x in numbers)))
+    return sorted((text for text, value in table.items() if value == target), key=_sort_key)
+
+
+def canonical(expression: str) -> str | None:
+    """The canonical form of an expression (e.g. a model's response), or None when it is not one."""
+    try:
+        tree = parse_expression(expression)
+    except ValueError:
+        return None
+
+    def walk(node: ast.expr) -> Node:
+        if isinstance(node, ast.Constant):
+            return _num(_int(node))
+        if isinstance(node, ast.UnaryOp):
+            return negate(walk(node.operand))
+        assert isinstance(node, ast.BinOp)
+        op = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Div: "/"}[type(node.op)]
+        return combine(op, walk(node.left), walk(node.right))
+
+    return fmt(walk(tree))
+
+
 def countdown(response: str, answer: str) -> Verdict:
     """Does `response` reach the target of `answer` ("target=22;numbers=3,5,7") under the module's rules?
 
@@ -126,7 +279,7 @@ def countdown(response: str, answer: str) -> Verdict:
     expression (or ``expr = n``) at all, "wrong" when it is one that fails a rule (wrong value, a number not
     given or reused, a wrong stated result, division by zero), "error" when `answer` is malformed. answer: the
     value the expression reaches as text ("22", "7/2"; None on division by zero); form: its canonical equation
-    (`rlvrlab.data.countdown.canonical`, the same for reorderings and regroupings). Never raises.
+    (`canonical`, the same for reorderings and regroupings). Never raises.
     """
     try:
         numbers, target = parse_answer(answer)
@@ -140,10 +293,6 @@ def countdown(response: str, answer: str) -> Verdict:
         tree = parse_expression(expr_text)
     except Exception:  # noqa: BLE001 - not an expression: refused characters, too long or deep, syntax, a non-string
         return Verdict(0.0, "no_answer")
-    from rlvrlab.data.countdown import (
-        canonical,  # here: rlvrlab.data.countdown imports this module
-    )
-
     form = canonical(expr_text)
     try:
         value = evaluate(tree)

@@ -6,7 +6,7 @@ from collections.abc import Iterable
 
 import torch
 
-from rlvrlab.policy.toy import response_text
+from rlvrlab.data.toy import response_text
 from rlvrlab.rollout.base import Generation
 
 

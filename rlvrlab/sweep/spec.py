@@ -36,6 +36,7 @@ from typing import Any, Optional
 import yaml
 
 from rlvrlab.config.rules import unknown
+from rlvrlab.config.shipped import shipped_dir
 from rlvrlab.errors import ConfigError
 
 SAMPLERS = ("grid", "tpe", "random")
@@ -48,7 +49,6 @@ VARIANT = "variant"  # the space key of `variants:`
 _FIXED_KEYS = ("seed", "experiment")  # set by the sweep: seeds from `seeds:`, the MLflow experiment from the name
 _NOT_SCIENCE = ("output_dir=", "tracking.")  # overrides that move records, not results (not in the fingerprint)
 
-_REPO_SWEEPS = Path(__file__).resolve().parents[2] / "sweeps"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -151,7 +151,8 @@ def format_value(value: Any) -> str:
 
 
 def sweeps_dir() -> Path:
-    return Path(os.environ.get("RLVRLAB_SWEEPS_DIR") or _REPO_SWEEPS)
+    """`$RLVRLAB_SWEEPS_DIR`, else the shipped sweeps/ folder (the checkout's, or the installed one)."""
+    return shipped_dir("sweeps", "RLVRLAB_SWEEPS_DIR")
 
 
 def sweep_file(name: str) -> Path:
@@ -315,7 +316,7 @@ def _objective(body: Any, where: str) -> Objective:
     metric = fields.get("metric")
     if not isinstance(metric, str) or not metric:
         raise ConfigError(f"objective.metric in {where} must name a per-step metric, e.g. train/reward")
-    from rlvrlab.tracking.metrics import metric_names
+    from rlvrlab.train.metrics import metric_names
 
     if metric not in metric_names():
         raise unknown("objective.metric", metric, metric_names(), where=where)

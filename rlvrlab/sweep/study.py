@@ -1,29 +1,22 @@
 """An Optuna study whose trials are groups of seed runs, recorded in MLflow as study -> trial -> seed runs.
 
 How the pieces fit:
-- Storage: Optuna's journal file by default (`<output_dir>/optuna.journal`, safe for several processes on one
-  machine: every write is an appended record under a file lock), or any Optuna RDB URL (`postgresql://...`) for
-  workers on many machines.
+- Storage (`rlvrlab.sweep.storage`): Optuna's journal file by default, or an RDB URL for many machines.
 - Trials are claimed, never duplicated. A grid study enqueues all its points once, when the study is created;
   workers then only pop WAITING trials (an atomic state change in the journal and PostgreSQL storages; not in
-  sqlite, which ignores SELECT ... FOR UPDATE: bench/sweep_storage.py), so two workers never run the same point (Optuna's GridSampler alone re-runs points under concurrency). Samplers ask for new trials
-  only when no enqueued trial waits.
-- Liveness: a worker records its host:pid and a heartbeat on the trial it runs. Optuna's own heartbeat exists only
-  for RDB storages, so rlvrlab keeps one for all: a RUNNING trial whose worker is gone (same host: the process
-  no longer exists; any host: no heartbeat for STALE_AFTER seconds) is marked FAIL and re-enqueued with Optuna's
-  RetryHeartbeatStaleTrialCallback. Its finished seed runs are reused by the retry, so no seed is trained or
-  counted twice.
+  sqlite, which ignores SELECT ... FOR UPDATE: bench/sweep_storage.py), so two workers never run the same point
+  (Optuna's GridSampler alone re-runs points under concurrency). Samplers ask for new trials only when no
+  enqueued trial waits.
+- Liveness (`rlvrlab.sweep.liveness`): a trial whose worker died is failed and re-enqueued; its finished seed runs
+  are reused by the retry, so no seed is trained or counted twice.
 - A seed run that fails (non-finite loss, bad data) fails its trial with the reason; the sweep goes on, and a
   re-run does not repeat it (it would fail the same way).
 """
 
 from __future__ import annotations
 
-import copy
 import math
 import os
-import socket
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -33,64 +26,14 @@ from typing import Any, Optional
 import numpy as np
 
 from rlvrlab.errors import RlvrlabError
+from rlvrlab.sweep.liveness import Heartbeat, close_runs, fail_and_retry, recover_stale
 from rlvrlab.sweep.spec import SweepSpec, format_value
+from rlvrlab.sweep.storage import masked, open_storage, storage_url
 
-HEARTBEAT_SECONDS = 10.0
-STALE_AFTER = 120.0  # seconds without a heartbeat after which a trial on another host counts as dead
-MAX_RETRY = 3  # re-runs of a trial whose worker died, before it stays failed
-ATTR = "rlvrlab."  # prefix of rlvrlab's study and trial attributes
+ATTR = "rlvrlab."  # prefix of rlvrlab's study and trial attributes (rlvrlab.tracking.tags.attr)
 
 
-# ---------------------------------------------------------------------------------------------- storage and study
-def storage_url(spec_output_dir: str, storage: Optional[str]) -> str:
-    """The storage as given, or the default journal file in the base config's output_dir."""
-    if storage:
-        return storage
-    return str(Path(spec_output_dir).expanduser().resolve() / "optuna.journal")
-
-
-def open_storage(url: str):
-    """A journal file path (default) or an RDB URL; one-line errors for unreachable servers."""
-    import optuna
-
-    if "://" not in url:
-        from optuna.storages.journal import JournalFileBackend
-
-        path = Path(url).expanduser()
-        path.parent.mkdir(parents=True, exist_ok=True)
-        return optuna.storages.JournalStorage(JournalFileBackend(str(path)))
-    for attempt in range(5):
-        try:
-            engine = {"pool_pre_ping": True}
-            if url.startswith("sqlite"):  # wait for the lock instead of failing after pysqlite's 5 s
-                engine["connect_args"] = {"timeout": 60}
-            return optuna.storages.RDBStorage(url, engine_kwargs=engine)
-        except ImportError as error:  # optuna wraps the driver's ModuleNotFoundError
-            raise RlvrlabError(f"--storage {masked(url)}: the database driver is not installed ({error}); for "
-                               "PostgreSQL: pip install 'rlvrlab[postgres]'") from None
-        except Exception as error:  # sqlalchemy's OperationalError & co
-            # two workers creating the tables of a fresh database at once collide (a unique violation on
-            # PostgreSQL's catalog); the loser retries and finds the tables there
-            collided = "UniqueViolation" in repr(error) or "IntegrityError" in type(error).__name__
-            if collided and attempt < 4:
-                time.sleep(0.5 * (attempt + 1))
-                continue
-            first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-            raise RlvrlabError(f"cannot open the Optuna storage {masked(url)}: {first}") from None
-    raise AssertionError("unreachable")
-
-
-def masked(url: str) -> str:
-    if "://" not in url:
-        return url
-    try:
-        from sqlalchemy.engine import make_url
-
-        return make_url(url).render_as_string(hide_password=True)
-    except Exception:
-        return url.split("://")[0] + "://..."
-
-
+# ----------------------------------------------------------------------------------------------------- the study
 def make_sampler(spec: SweepSpec, seed: int):
     """seed: sampler_seed mixed with what differs between invocations and workers (see open_sweep)."""
     import optuna
@@ -149,7 +92,7 @@ def open_sweep(spec: SweepSpec, storage: Optional[str] = None, *, create: bool =
     import optuna
 
     from rlvrlab.config import compose
-    from rlvrlab.tracking.mlflow_tracker import default_uri
+    from rlvrlab.tracking.store import store
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     base = compose(spec.experiment, spec.overrides_for({}, spec.seeds[0]))
@@ -176,8 +119,8 @@ def open_sweep(spec: SweepSpec, storage: Optional[str] = None, *, create: bool =
             names = [s.study_name for s in optuna.get_all_study_summaries(backend, include_best_trial=False)]
             raise RlvrlabError(f"no study {spec.name!r} in {masked(url)}; studies there: "
                                f"{', '.join(names) or 'none'} (run the sweep without --status to start it)") from None
-    uri = base.tracking.uri or default_uri(output_dir)
-    artifact_root = None if base.tracking.uri else output_dir / "mlartifacts"
+    where = store(output_dir, base.tracking.uri)
+    uri, artifact_root = where.uri, where.artifact_root
     sweep = Sweep(spec, study, backend, url, backend.get_study_id_from_name(spec.name), uri, artifact_root,
                   output_dir, base.steps)
     if created:
@@ -257,130 +200,6 @@ def _wait_ready(sweep: Sweep, timeout: float = 30.0) -> None:
             f"study {sweep.spec.name!r} in {masked(sweep.storage_url)} was started from a different sweep "
             f"(fingerprint {fingerprint}, this file {sweep.spec.fingerprint()}: space, seeds, objective, base "
             "config or overrides changed); give it a new name with --name, or restore the file")
-
-
-# ------------------------------------------------------------------------------------------------------ liveness
-def _start_time(pid: int) -> str:
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19]
-    except (OSError, IndexError):
-        return ""
-
-
-def worker_id() -> str:
-    return f"{socket.gethostname()}:{os.getpid()}:{_start_time(os.getpid())}"
-
-
-def _worker_gone(worker: str) -> bool:
-    """True when `worker` ran on this host and its process no longer exists (a reused pid has another start)."""
-    host, _, rest = worker.partition(":")
-    pid_text, _, started = rest.partition(":")
-    if host != socket.gethostname() or not pid_text.isdigit():
-        return False
-    try:
-        os.kill(int(pid_text), 0)
-    except ProcessLookupError:
-        return True
-    except PermissionError:
-        return False
-    return bool(started) and _start_time(int(pid_text)) != started
-
-
-class Heartbeat:
-    """Records this worker and a timestamp on a trial every HEARTBEAT_SECONDS while it runs."""
-
-    def __init__(self, storage, trial_id: int):
-        self.storage, self.trial_id = storage, trial_id
-        self._stop = threading.Event()
-        storage.set_trial_system_attr(trial_id, ATTR + "worker", worker_id())
-        self._beat()
-        self._thread = threading.Thread(target=self._run, name="rlvrlab-heartbeat", daemon=True)
-        self._thread.start()
-
-    def _beat(self) -> None:
-        self.storage.set_trial_system_attr(self.trial_id, ATTR + "heartbeat", time.time())
-
-    def _run(self) -> None:
-        while not self._stop.wait(HEARTBEAT_SECONDS):
-            try:
-                self._beat()
-            except Exception:  # a storage hiccup must not kill the trial; the next beat tries again
-                pass
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._thread.join()
-
-
-def recover_stale(sweep: Sweep) -> list[int]:
-    """Mark RUNNING trials whose worker is gone as FAIL, close their MLflow runs, and enqueue a retry of each.
-    Returns the numbers of the trials recovered."""
-    from optuna.exceptions import UpdateFinishedTrialError
-    from optuna.trial import TrialState
-
-    recovered = []
-    for trial in sweep.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
-        worker = trial.system_attrs.get(ATTR + "worker", "")
-        beat = trial.system_attrs.get(ATTR + "heartbeat")
-        if beat is None and trial.datetime_start is not None:
-            beat = trial.datetime_start.timestamp()
-        if not (_worker_gone(worker) or (beat is not None and time.time() - beat > STALE_AFTER)):
-            continue
-        # the reason goes on while the trial is still RUNNING (a finished trial takes no attributes); the FAIL
-        # transition below is atomic, so only one process re-enqueues it
-        try:
-            sweep.storage.set_trial_user_attr(trial._trial_id, ATTR + "failure", "worker")
-            sweep.storage.set_trial_user_attr(trial._trial_id, ATTR + "fail_reason",
-                                              f"worker {worker.split(':')[1] if worker else '?'} died; re-run")
-        except UpdateFinishedTrialError:
-            continue  # another process recovered it first
-        if not _fail_and_retry(sweep, trial._trial_id):
-            continue
-        frozen = sweep.storage.get_trial(trial._trial_id)
-        run_id = frozen.user_attrs.get(ATTR + "mlflow_run_id")
-        if run_id:
-            _close_runs(sweep.client(), run_id, "KILLED")
-        recovered.append(trial.number)
-    return recovered
-
-
-def _fail_and_retry(sweep: Sweep, trial_id: int) -> bool:
-    """RUNNING -> FAIL, then enqueue a copy with the same params (Optuna's retry callback records the lineage:
-    system attrs failed_trial and retry_history). False when another process finished or failed it first."""
-    import warnings
-
-    from optuna.exceptions import UpdateFinishedTrialError
-    from optuna.storages import RetryHeartbeatStaleTrialCallback
-    from optuna.trial import TrialState
-
-    try:
-        if not sweep.storage.set_trial_state_values(trial_id, state=TrialState.FAIL):
-            return False
-    except UpdateFinishedTrialError:
-        return False
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # the callback is marked experimental
-        # user attrs are not carried over: the retry gets its own MLflow run and reason
-        frozen = copy.deepcopy(sweep.storage.get_trial(trial_id))  # storages may hand out their cached object
-        frozen.user_attrs = {}
-        # nor is the dead worker's liveness record: on the WAITING copy it would make the copy look dead again in
-        # the moment between another worker claiming it and its first heartbeat (found by tests/test_sweep.py)
-        frozen.system_attrs = {k: v for k, v in frozen.system_attrs.items()
-                               if k not in (ATTR + "worker", ATTR + "heartbeat")}
-        RetryHeartbeatStaleTrialCallback(max_retry=MAX_RETRY)(sweep.study, frozen)
-    return True
-
-
-def _close_runs(client, trial_run_id: str, status: str) -> None:
-    """End a dead trial's MLflow run and its still-RUNNING seed runs."""
-    run = client.get_run(trial_run_id)
-    children = client.search_runs([run.info.experiment_id],
-                                  filter_string=f"tags.`mlflow.parentRunId` = '{trial_run_id}' and "
-                                                "attributes.status = 'RUNNING'")
-    for child in children:
-        client.set_terminated(child.info.run_id, status=status)
-    if run.info.status == "RUNNING":
-        client.set_terminated(trial_run_id, status=status)
 
 
 # --------------------------------------------------------------------------------------------------- the workers
@@ -523,11 +342,11 @@ def run_trial(sweep: Sweep, trial, *, on_seed: Optional[OnSeed] = None) -> Trial
         # interrupted (Ctrl-C) or a bug: leave the trial to the liveness check of the next invocation, which
         # retries it; the MLflow runs are closed as KILLED
         if trial_run is not None:
-            _close_runs(client, trial_run, "KILLED")
+            close_runs(client, trial_run, "KILLED")
         try:
             sweep.storage.set_trial_user_attr(trial._trial_id, ATTR + "failure", "worker")
             sweep.storage.set_trial_user_attr(trial._trial_id, ATTR + "fail_reason", "interrupted; re-enqueued")
-            _fail_and_retry(sweep, trial._trial_id)
+            fail_and_retry(sweep, trial._trial_id)
         except Exception:
             pass
         raise
@@ -551,8 +370,8 @@ def _seed_run(sweep: Sweep, client, trial, params: dict, seed: int, position: in
               trial_run: str) -> tuple[Optional[str], Optional[float], Optional[str]]:
     """(run id, objective value, failure reason) of one seed, reusing a finished run of an earlier attempt."""
     from rlvrlab.config import compose, config_hash
-    from rlvrlab.tracking.metrics import step_metrics
     from rlvrlab.train.loop import RunStopped, train
+    from rlvrlab.train.metrics import step_metrics
 
     spec = sweep.spec
     cfg = compose(spec.experiment, spec.overrides_for(params, seed))

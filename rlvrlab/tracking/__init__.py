@@ -1,1 +1,1 @@
-"""Tracking: MLflow records of every run; metric names exist only in tracking.metrics."""
+"""Tracking: the MLflow tracker, provenance of runs, the MLflow tag names (`tags`) and run selection."""

@@ -1,10 +1,9 @@
-"""MLflow through its client API, batched: one `log_batch` per flush (PLATFORM_NOTES: 10k points cost 103 s
+"""MLflow through its client API, batched: one `log_batch` per flush (docs/platform.md: 10k points cost 103 s
 with log_metric calls and 2.3 s with log_batch). Even batched, sqlite takes ~50 us per metric point (~1.4 ms
 for one step's ~30 metrics, 1% of a tiny-model step), so flushes run on one background thread; the training
 thread only appends to a list. `flush(wait=True)` (checkpoints, the end of a run) waits until all is written.
 
-Default store: `sqlite:////<output_dir>/mlflow.db` with artifacts in `<output_dir>/mlartifacts`;
-`tracking.uri` points at a shared server instead (`http://host:5000`).
+Where the store is: `rlvrlab.tracking.store`.
 """
 
 from __future__ import annotations
@@ -20,10 +19,6 @@ from rlvrlab.errors import RlvrlabError
 _BATCH = 1000  # MLflow's limit of metrics per log_batch call
 _PARAMS_BATCH = 100  # ... and of params
 _FLUSH_SECONDS = 15.0  # metrics reach the store at least this often while a run is alive
-
-
-def default_uri(output_dir: Path) -> str:
-    return f"sqlite:///{output_dir.resolve() / 'mlflow.db'}"
 
 
 def quiet_client(uri: str):

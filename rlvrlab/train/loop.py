@@ -38,7 +38,7 @@ from rlvrlab.algorithms import (
 from rlvrlab.config.schema import RunConfig
 from rlvrlab.errors import RlvrlabError
 from rlvrlab.procs import raise_if_stop_requested, stop_at_safe_points
-from rlvrlab.tracking.metrics import step_metrics
+from rlvrlab.train.metrics import step_metrics
 from rlvrlab.train import checkpoint
 from rlvrlab.train.batch import RolloutBatch, collate, logp_and_entropy, shuffled_rows, split_rows, stream_problems
 from rlvrlab.train.checkpoint import TrainState

@@ -6,27 +6,49 @@ Bad paths and unreadable data fail here, in one line, before any model is loaded
 from __future__ import annotations
 
 import copy
-import functools
-import os
-import subprocess
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
-from rlvrlab.config.compose import config_hash, to_yaml
-from rlvrlab.config.schema import DatasetConfig, RunConfig
+from rlvrlab import components, rundir
+from rlvrlab.config.compose import compose, to_yaml
+from rlvrlab.config.schema import RunConfig
 from rlvrlab.data import load_split
 from rlvrlab.data.problems import Problem
-from rlvrlab.errors import RlvrlabError
+from rlvrlab.errors import ConfigError, RlvrlabError
 from rlvrlab.policy.toy import ToyDiagnostics
 from rlvrlab.rewards import VERIFIERS
-from rlvrlab.rewards.pool import RewardPool, default_workers
+from rlvrlab.rewards.pool import RewardPool
 from rlvrlab.rollout.base import RolloutEngine
 from rlvrlab.tracking.base import NullTracker, Tracker
+from rlvrlab.tracking.provenance import record_run
+from rlvrlab.tracking.store import store
 from rlvrlab.update.base import UpdateEngine
 from rlvrlab.update.dist import world
+
+RESUMABLE_OVERRIDES = ("output_dir=", "tracking.", "steps=")
+
+
+def run_config(experiment: str | None, overrides: list[str], *, resume: str | None = None) -> RunConfig:
+    """The configuration `rlvrlab train` runs: composed from the experiment and overrides, or (resume) the run's
+    own resolved config with the few overrides a resumed run may take."""
+    if resume:
+        return _resumed_config(resume, experiment, overrides)
+    return compose(experiment, overrides)
+
+
+def _resumed_config(run_id: str, experiment: str | None, overrides: list[str]) -> RunConfig:
+    bad = [o for o in overrides if not o.startswith(RESUMABLE_OVERRIDES)] + ([experiment] if experiment else [])
+    if bad:
+        raise ConfigError(f"--resume continues a run with its own config; {bad[0]!r} cannot change it "
+                          "(only output_dir=, tracking.* and steps= can be given)")
+    output_dir = next((o.split("=", 1)[1] for o in overrides if o.startswith("output_dir=")), RunConfig.output_dir)
+    saved = rundir.config_file(rundir.run_dir(output_dir, run_id))
+    if not saved.is_file():
+        raise ConfigError(f"--resume {run_id}: {saved} does not exist; pass output_dir= of the run to resume")
+    return compose(saved, overrides)
 
 
 @dataclass
@@ -45,26 +67,6 @@ class Run:
     run_dir: Path  # <output_dir>/<run id>: resolved config, checkpoints
     save_model: Callable[[torch.nn.Module, Path], None]  # weights as safetensors (+ tokenizer): a loadable folder
     toy_diagnostics: Callable[[], ToyDiagnostics] | None  # exact toy-policy collapse measures
-
-
-def cache_root() -> Path:
-    return Path(os.environ.get("RLVRLAB_CACHE") or Path.home() / ".cache" / "rlvrlab")
-
-
-def model_folder(cfg: RunConfig, problems: list[Problem]) -> Path:
-    """The HF folder of the tiny or real tier (the tiny one is built and warm-started once, then cached)."""
-    if cfg.model.tier == "real":
-        folder = Path(cfg.model.path).expanduser()
-        if not (folder / "config.json").is_file():
-            what = "does not exist" if not folder.exists() else "has no config.json"
-            raise RlvrlabError(f"model.path {folder} {what}; point it at a Hugging Face model folder "
-                               "(config.json, weights, tokenizer)")
-        return folder
-    from rlvrlab.policy.tiny import tiny_model_folder
-
-    return tiny_model_folder(layers=cfg.model.tiny_layers, hidden=cfg.model.tiny_hidden, heads=cfg.model.tiny_heads,
-                             warmstart_steps=cfg.model.warmstart_steps, problems=problems, seed=0,
-                             cache_root=cache_root())
 
 
 def build(cfg: RunConfig, *, run_id: str | None = None, tags: Mapping[str, str] | None = None) -> Run:
@@ -88,27 +90,31 @@ def build(cfg: RunConfig, *, run_id: str | None = None, tags: Mapping[str, str] 
     if cfg.model.tier == "toy":
         parts = _toy_parts(cfg, problems, world_size)
     else:
-        parts = _hf_parts(cfg, model_folder(cfg, problems), world_size)
-    module, engine, prompt_ids, pad_id, save_model, reference, toy_diagnostics = parts
+        parts = _hf_parts(cfg, components.model_folder(cfg, problems), world_size)
 
     output_dir = Path(cfg.output_dir).expanduser().resolve()
     tracker = _tracker(cfg, output_dir, run_id, rank, tags or {})
     run_id = _broadcast(tracker.run_id if rank == 0 else None)
-    run_dir = output_dir / run_id
+    run_folder = rundir.run_dir(output_dir, run_id)
     if rank == 0:
-        run_dir.mkdir(parents=True, exist_ok=True)
-        (run_dir / "config.yaml").write_text(to_yaml(cfg))
-    return Run(cfg, problems, prompt_ids, reward_pool(cfg, world_size), module, engine, reference, tracker, rank,
-               world_size, pad_id, run_dir, save_model, toy_diagnostics)
+        run_folder.mkdir(parents=True, exist_ok=True)
+        rundir.config_file(run_folder).write_text(to_yaml(cfg))
+    return Run(cfg, problems, parts.prompt_ids, components.reward_pool(cfg.dataset, world_size), parts.update,
+               parts.rollout, parts.reference, tracker, rank, world_size, parts.pad_id, run_folder, parts.save_model,
+               parts.toy_diagnostics)
 
 
-def reward_pool(cfg: RunConfig, world_size: int = 1) -> RewardPool:
-    """The dataset's verifier as a RewardPool (workers start on the first batch that needs them). With
-    verifier_workers=0 the cores are shared among the processes of this node, not taken by each."""
-    d = cfg.dataset
-    local = int(os.environ.get("LOCAL_WORLD_SIZE", world_size))
-    workers = d.verifier_workers or max(1, default_workers() // max(1, local))
-    return RewardPool(d.verifier, workers=workers, timeout_s=d.verifier_timeout, math_extraction=d.math_extraction)
+@dataclass
+class _Parts:
+    """The tier-specific half of a Run."""
+
+    update: UpdateEngine
+    rollout: RolloutEngine
+    prompt_ids: Callable[[Problem], list[int]]
+    pad_id: int
+    save_model: Callable[[torch.nn.Module, Path], None]
+    reference: torch.nn.Module | None
+    toy_diagnostics: Callable[[], ToyDiagnostics] | None
 
 
 def _toy_parts(cfg: RunConfig, problems: list[Problem], world_size: int):
@@ -120,39 +126,27 @@ def _toy_parts(cfg: RunConfig, problems: list[Problem], world_size: int):
     policy = ToyPolicy.initial(problems, num_responses=cfg.model.toy_num_responses, init=cfg.model.toy_init,
                                skew=cfg.model.toy_init_skew)
     reference = copy.deepcopy(policy).requires_grad_(False) if cfg.algorithm.kl_coef > 0 else None
-    update = _update_engine(cfg, policy, world_size)
+    update = components.update_engine(cfg, policy, world_size)
     engine = ToyEngine(policy.logits, temperature=cfg.rollout.temperature, top_p=cfg.rollout.top_p)
 
     def save_model(module: torch.nn.Module, folder: Path) -> None:
         folder.mkdir(parents=True, exist_ok=True)
         save_file({k: v.contiguous() for k, v in module.state_dict().items()}, str(folder / "model.safetensors"))
 
-    return (update, engine, lambda p: [int(p.prompt)], 0, save_model, reference,
-            lambda: diagnostics(update.module, problems))
+    return _Parts(update, engine, lambda p: [int(p.prompt)], 0, save_model, reference,
+                  lambda: diagnostics(update.module, problems))
 
 
-def _hf_parts(cfg: RunConfig, folder: Path, world_size: int):
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-    from transformers.utils import logging as hf_logging
-
-    hf_logging.disable_progress_bar()  # "Loading weights" / "Writing model shards" bars would break rich's
-
-    dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16}[cfg.model.dtype]
-    try:
-        tokenizer = AutoTokenizer.from_pretrained(folder)
-        torch.manual_seed(cfg.seed)
-        # the trainer keeps fp32 weights (DeepSpeed bf16 computes in bf16 from fp32 masters)
-        model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32)
-    except (OSError, ValueError) as error:
-        raise RlvrlabError(f"model folder {folder} could not be loaded ({str(error).splitlines()[0]}); "
-                           "check that it is a complete Hugging Face causal-LM folder") from None
-    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
-    if tokenizer.pad_token_id is None:
-        tokenizer.pad_token = tokenizer.eos_token
-    model.eval()  # no dropout: the behaviour and current log-probs of the same weights must agree
+def _hf_parts(cfg: RunConfig, folder: Path, world_size: int) -> _Parts:
+    tokenizer = components.load_tokenizer(folder)
+    torch.manual_seed(cfg.seed)
+    # the trainer keeps fp32 weights (DeepSpeed bf16 computes in bf16 from fp32 masters)
+    model = components.load_model(folder, torch.float32)
+    pad_id = tokenizer.pad_token_id
+    dtype = components.torch_dtype(cfg.model.dtype)
     reference = copy.deepcopy(model).to(dtype).requires_grad_(False) if cfg.algorithm.kl_coef > 0 else None
-    engine = _rollout_engine(cfg, folder, model, tokenizer)
-    update = _update_engine(cfg, model, world_size)
+    engine = components.rollout_engine(components.Sampling.of(cfg), folder, tokenizer, seed=cfg.seed, model=model)
+    update = components.update_engine(cfg, model, world_size)
     if reference is not None:
         reference.to(next(update.module.parameters()).device)
 
@@ -160,135 +154,23 @@ def _hf_parts(cfg: RunConfig, folder: Path, world_size: int):
         module.save_pretrained(out, safe_serialization=True)
         tokenizer.save_pretrained(out)
 
-    return update, engine, prompt_renderer(cfg.dataset, tokenizer), pad_id, save_model, reference, None
-
-
-def _rollout_engine(cfg: RunConfig, folder: Path, model: torch.nn.Module, tokenizer) -> RolloutEngine:
-    r = cfg.rollout
-    if r.engine == "vllm":
-        from rlvrlab.rollout.vllm_engine import VLLMEngine
-
-        return VLLMEngine(model_path=str(folder), temperature=r.temperature, top_p=r.top_p, max_new_tokens=r.max_new_tokens,
-                          gpu_memory_utilization=r.vllm_gpu_memory_utilization, dtype=cfg.model.dtype,
-                          seed=cfg.seed)
-    from rlvrlab.rollout.hf_engine import HFEngine
-
-    dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16}[cfg.model.dtype]
-    device = "cuda" if torch.cuda.is_available() else "cpu"
-    return HFEngine(copy.deepcopy(model).to(device=device, dtype=dtype), tokenizer, temperature=r.temperature,
-                    top_p=r.top_p, max_new_tokens=r.max_new_tokens)
-
-
-def _update_engine(cfg: RunConfig, model: torch.nn.Module, world_size: int) -> UpdateEngine:
-    t = cfg.trainer
-    common = dict(lr=t.lr, weight_decay=t.weight_decay, betas=tuple(t.betas), grad_clip=t.grad_clip)
-    if t.engine == "torch":
-        from rlvrlab.update.torch_engine import TorchEngine
-
-        return TorchEngine(model, **common)
-    from rlvrlab.update.deepspeed_engine import DeepSpeedEngine
-
-    rows_per_mini = cfg.rollout.prompts_per_step // world_size * cfg.rollout.group_size // t.mini_batches
-    micro = min(t.micro_batch_size, rows_per_mini)
-    return DeepSpeedEngine(model, **common, zero_stage=t.zero_stage, bf16=cfg.model.dtype == "bfloat16", micro_batch_size=micro,
-                           accumulation_steps=-(-rows_per_mini // micro), world_size=world_size)
-
-
-def prompt_renderer(dataset: DatasetConfig, tokenizer) -> Callable[[Problem], list[int]]:
-    """Problem -> prompt token ids, as training and evaluation both render them.
-
-    The question goes through dataset.template; so do the questions of dataset.fewshot. With
-    dataset.use_chat_template the system prompt is the system turn and each example a user and an assistant turn
-    before the question's user turn; without it they are paragraphs ("system\n\nQ1 A1\n\nQ2 A2\n\nQ")."""
-    template, chat, system = dataset.template, dataset.use_chat_template, dataset.system_prompt
-    shots = [(template.format(prompt=q) if template else q, a) for q, a in dataset.fewshot]
-
-    def prompt_ids(problem: Problem) -> list[int]:
-        text = template.format(prompt=problem.prompt) if template else problem.prompt
-        if chat:
-            turns = [{"role": "system", "content": system}] if system else []
-            for question, answer in shots:
-                turns += [{"role": "user", "content": question}, {"role": "assistant", "content": answer}]
-            turns.append({"role": "user", "content": text})
-            return list(tokenizer.apply_chat_template(turns, add_generation_prompt=True, tokenize=True,
-                                                      return_dict=False))
-        paragraphs = ([system] if system else []) + [f"{q} {a}" for q, a in shots] + [text]
-        return tokenizer("\n\n".join(paragraphs)).input_ids
-
-    return prompt_ids
+    return _Parts(update, engine, components.prompt_renderer(cfg.dataset, tokenizer), pad_id, save_model, reference,
+                  None)
 
 
 def _tracker(cfg: RunConfig, output_dir: Path, run_id: str | None, rank: int, tags: Mapping[str, str]) -> Tracker:
     if rank != 0:
         return NullTracker(run_id or "")
-    from rlvrlab.tracking.mlflow_tracker import MlflowTracker, default_uri
+    from rlvrlab.tracking.mlflow_tracker import MlflowTracker
 
     output_dir.mkdir(parents=True, exist_ok=True)
-    uri = cfg.tracking.uri or default_uri(output_dir)
-    artifacts = None if cfg.tracking.uri else output_dir / "mlartifacts"
+    where = store(output_dir, cfg.tracking.uri)
     name = f"{cfg.algorithm.name}-{cfg.model.tier}-{cfg.dataset.name}-s{cfg.seed}"
-    tracker = MlflowTracker(uri, cfg.experiment, artifact_root=artifacts, run_id=run_id, run_name=name, tags=tags)
+    tracker = MlflowTracker(where.uri, cfg.experiment, artifact_root=where.artifact_root, run_id=run_id, run_name=name,
+                            tags=tags)
     if run_id is None:
-        _record_run(tracker, cfg)
+        record_run(tracker, cfg)
     return tracker
-
-
-def _record_run(tracker: Tracker, cfg: RunConfig) -> None:
-    """Params, tags and artifacts that make the run reproducible and groupable (config hash without seed)."""
-    from omegaconf import OmegaConf
-
-    flat = _flatten(OmegaConf.to_container(OmegaConf.structured(cfg), resolve=True))
-    tracker.log_params(flat)
-    sha, dirty, diff = _git_state()
-    tracker.set_tags({
-        "algorithm": cfg.algorithm.name, "model": cfg.model.path or cfg.model.tier, "dataset": cfg.dataset.name,
-        "config_hash": config_hash(cfg), "seed": str(cfg.seed), "git_sha": sha, "git_dirty": str(dirty).lower(),
-        "tier": cfg.model.tier,
-    })
-    tracker.log_text(to_yaml(cfg), "config.yaml")
-    tracker.log_text(_packages(), "packages.txt")
-    if dirty:
-        tracker.log_text(diff, "git.diff")
-
-
-def _flatten(tree: dict, prefix: str = "") -> dict[str, object]:
-    out: dict[str, object] = {}
-    for key, value in tree.items():
-        if isinstance(value, dict):
-            out.update(_flatten(value, f"{prefix}{key}."))
-        else:
-            out[f"{prefix}{key}"] = value
-    return out
-
-
-def _git_state() -> tuple[str, bool, str]:
-    """(commit, dirty, diff against HEAD) of the rlvrlab checkout that runs; ("unknown", False, "") outside git."""
-    root = Path(__file__).resolve().parents[2]
-
-    def git(*args: str) -> str:
-        return subprocess.run(["git", *args], cwd=root, capture_output=True, text=True, check=True).stdout
-
-    try:
-        sha = git("rev-parse", "HEAD").strip()
-        dirty = bool(git("status", "--porcelain", "--untracked-files=no").strip())
-        return sha, dirty, git("diff", "HEAD") if dirty else ""
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown", False, ""
-
-
-@functools.lru_cache(maxsize=1)
-def _packages() -> str:
-    """Installed distributions (~90 ms to read; once per process: a sweep trains many runs in one). A distribution
-    whose metadata cannot be read (pip installing into the environment meanwhile) is skipped, not fatal."""
-    from importlib.metadata import distributions
-
-    names = set()
-    for dist in distributions():
-        try:
-            names.add(f"{dist.metadata['Name']}=={dist.version}")
-        except Exception:
-            continue
-    return "\n".join(sorted(names)) + "\n"
 
 
 def _broadcast(value: str | None) -> str:

@@ -1,4 +1,4 @@
-"""Typed statistics of one training step. Names for the tracker are made in rlvrlab.tracking.metrics only."""
+"""Typed statistics of one training step. Names for the tracker are made in rlvrlab.train.metrics only."""
 
 from __future__ import annotations
 

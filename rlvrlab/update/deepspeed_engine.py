@@ -1,7 +1,7 @@
 """DeepSpeed as the update engine: ZeRO 0-2, AdamW, gradient clipping, fp32/bf16, CPU or GPU.
 
 The optimizer is a plain torch AdamW handed to DeepSpeed: DeepSpeed's own fused/CPU Adam would compile an
-extension first (~2 min on CPU, PLATFORM_NOTES). Losses arrive normalised by global token/sequence counts,
+extension first (~2 min on CPU, docs/platform.md). Losses arrive normalised by global token/sequence counts,
 so `backward(scale_wrt_gas=False)`; DeepSpeed only averages gradients over data-parallel ranks, which the
 aggregation undoes with dp_size.
 """

@@ -1,4 +1,5 @@
-"""The only place metric names exist: typed step statistics -> {"train/reward": 0.4, ...}.
+"""The only place training metric names exist, next to the trainer whose typed step statistics they name:
+StepStats -> {"train/reward": 0.4, ...}.
 
 Groups: train/ (outcomes), loss/ (the policy loss and its diagnostics), policy/ (entropy, KL, collapse
 diagnostics), rollout/ (engine agreement, lag, throughput), time/ (seconds per stage).

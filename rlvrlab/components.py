@@ -1,0 +1,183 @@
+"""The one place components are built from config sections; training (`rlvrlab.train.setup`) and evaluation
+(`rlvrlab.eval`) both build theirs here, so a model folder, a dtype, a rollout engine, an update engine, a verifier
+pool or a prompt means the same thing in both.
+
+Every builder fails with a one-line RlvrlabError naming what is wrong and how to fix it.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from rlvrlab.config.schema import DatasetConfig, RunConfig
+from rlvrlab.data.problems import Problem
+from rlvrlab.errors import RlvrlabError
+from rlvrlab.rewards.pool import RewardPool, default_workers
+from rlvrlab.rollout.base import RolloutEngine
+from rlvrlab.update.base import UpdateEngine
+
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}  # model.dtype -> torch
+
+
+def torch_dtype(name: str) -> torch.dtype:
+    try:
+        return DTYPES[name]
+    except KeyError:
+        raise RlvrlabError(f"dtype {name!r} is not one of {', '.join(DTYPES)}") from None
+
+
+def cache_root() -> Path:
+    """Where built artefacts (the tiny tier's warm-started models) are cached: $RLVRLAB_CACHE or ~/.cache/rlvrlab."""
+    return Path(os.environ.get("RLVRLAB_CACHE") or Path.home() / ".cache" / "rlvrlab")
+
+
+def check_model_folder(folder: Path, what: str = "model folder") -> Path:
+    """`folder` resolved, when it is a Hugging Face model folder (has config.json); else a one-line error."""
+    resolved = Path(folder).expanduser().resolve()
+    if not (resolved / "config.json").is_file():
+        problem = "does not exist" if not resolved.exists() else "has no config.json"
+        raise RlvrlabError(f"{what} {folder} {problem}; give a Hugging Face model folder (config.json, weights, "
+                           "tokenizer)")
+    return resolved
+
+
+def model_folder(cfg: RunConfig, problems: list[Problem]) -> Path:
+    """The HF folder of the tiny or real tier (the tiny one is built and warm-started once, then cached)."""
+    if cfg.model.tier == "real":
+        return check_model_folder(Path(cfg.model.path), "model.path")
+    from rlvrlab.policy.tiny import tiny_model_folder
+
+    return tiny_model_folder(layers=cfg.model.tiny_layers, hidden=cfg.model.tiny_hidden, heads=cfg.model.tiny_heads,
+                             warmstart_steps=cfg.model.warmstart_steps, problems=problems, seed=0,
+                             cache_root=cache_root())
+
+
+def load_tokenizer(folder: Path):
+    """The folder's tokenizer, with pad = eos when it has no pad token."""
+    from transformers import AutoTokenizer
+
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(folder)
+    except (OSError, ValueError) as error:
+        raise RlvrlabError(f"model folder {folder}: tokenizer could not be loaded ({str(error).splitlines()[0]})") \
+            from None
+    if tokenizer.pad_token_id is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    return tokenizer
+
+
+def load_model(folder: Path, dtype: torch.dtype = torch.float32) -> torch.nn.Module:
+    """The folder's causal LM in eval mode (no dropout: behaviour and current log-probs of one set of weights
+    must agree)."""
+    from transformers import AutoModelForCausalLM
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()  # "Loading weights" bars would break rich's progress display
+    try:
+        model = AutoModelForCausalLM.from_pretrained(folder, dtype=dtype)
+    except (OSError, ValueError) as error:
+        raise RlvrlabError(f"model folder {folder} could not be loaded ({str(error).splitlines()[0]}); "
+                           "check that it is a complete Hugging Face causal-LM folder") from None
+    return model.eval()
+
+
+@dataclass(frozen=True)
+class Sampling:
+    """How responses are sampled: the rollout engine and its settings (training's `rollout` section, or an
+    evaluation's flags)."""
+
+    engine: str = "hf"  # hf | vllm
+    temperature: float = 1.0
+    top_p: float = 1.0
+    max_new_tokens: int = 32
+    dtype: str = "float32"  # float32 | bfloat16
+    gpu_memory_utilization: float = 0.3  # vllm only
+    batch_prompts: int | None = None  # evaluation: prompts per generate call; None: about 256 (hf) / 8192 (vllm) / n
+
+    @classmethod
+    def of(cls, cfg: RunConfig) -> Sampling:
+        r = cfg.rollout
+        return cls(engine=r.engine, temperature=r.temperature, top_p=r.top_p, max_new_tokens=r.max_new_tokens,
+                   dtype=cfg.model.dtype, gpu_memory_utilization=r.vllm_gpu_memory_utilization)
+
+
+ROLLOUT_ENGINES = ("hf", "vllm")
+
+
+def rollout_engine(sampling: Sampling, folder: Path, tokenizer, *, seed: int,
+                   model: torch.nn.Module | None = None) -> RolloutEngine:
+    """The rollout engine over the model in `folder`. hf: a copy of `model` (the trainer's, when given) in the
+    sampling dtype on this process's device; vllm: vLLM loads the folder itself (weights are synced later)."""
+    if sampling.engine == "vllm":
+        from rlvrlab.rollout.vllm_engine import VLLMEngine
+
+        return VLLMEngine(model_path=str(folder), temperature=sampling.temperature, top_p=sampling.top_p,
+                          max_new_tokens=sampling.max_new_tokens,
+                          gpu_memory_utilization=sampling.gpu_memory_utilization, dtype=sampling.dtype, seed=seed)
+    if sampling.engine != "hf":
+        raise RlvrlabError(f"rollout engine {sampling.engine!r} is unknown; expected one of "
+                           f"{', '.join(ROLLOUT_ENGINES)}")
+    from rlvrlab.rollout.hf_engine import HFEngine
+
+    dtype = torch_dtype(sampling.dtype)
+    sampler = copy.deepcopy(model).to(dtype) if model is not None else load_model(folder, dtype)
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    return HFEngine(sampler.to(device), tokenizer, temperature=sampling.temperature, top_p=sampling.top_p,
+                    max_new_tokens=sampling.max_new_tokens)
+
+
+def update_engine(cfg: RunConfig, model: torch.nn.Module, world_size: int) -> UpdateEngine:
+    """trainer.engine over `model`: DeepSpeed (ZeRO, bf16, data parallel) or plain torch AdamW."""
+    t = cfg.trainer
+    common: dict[str, Any] = dict(lr=t.lr, weight_decay=t.weight_decay, betas=tuple(t.betas), grad_clip=t.grad_clip)
+    if t.engine == "torch":
+        from rlvrlab.update.torch_engine import TorchEngine
+
+        return TorchEngine(model, **common)
+    from rlvrlab.update.deepspeed_engine import DeepSpeedEngine
+
+    rows_per_mini = cfg.rollout.prompts_per_step // world_size * cfg.rollout.group_size // t.mini_batches
+    micro = min(t.micro_batch_size, rows_per_mini)
+    return DeepSpeedEngine(model, **common, zero_stage=t.zero_stage, bf16=cfg.model.dtype == "bfloat16",
+                           micro_batch_size=micro, accumulation_steps=-(-rows_per_mini // micro),
+                           world_size=world_size)
+
+
+def reward_pool(dataset: DatasetConfig, world_size: int = 1) -> RewardPool:
+    """The dataset's verifier as a RewardPool (workers start on the first batch that needs them). With
+    verifier_workers=0 the cores are shared among the processes of this node, not taken by each."""
+    local = int(os.environ.get("LOCAL_WORLD_SIZE", world_size))
+    workers = dataset.verifier_workers or max(1, default_workers() // max(1, local))
+    return RewardPool(dataset.verifier, workers=workers, timeout_s=dataset.verifier_timeout,
+                      math_extraction=dataset.math_extraction)
+
+
+def prompt_renderer(dataset: DatasetConfig, tokenizer) -> Callable[[Problem], list[int]]:
+    """Problem -> prompt token ids, as training and evaluation both render them.
+
+    The question goes through dataset.template; so do the questions of dataset.fewshot. With
+    dataset.use_chat_template the system prompt is the system turn and each example a user and an assistant turn
+    before the question's user turn; without it they are paragraphs ("system\\n\\nQ1 A1\\n\\nQ2 A2\\n\\nQ")."""
+    template, chat, system = dataset.template, dataset.use_chat_template, dataset.system_prompt
+    shots = [(template.format(prompt=q) if template else q, a) for q, a in dataset.fewshot]
+
+    def prompt_ids(problem: Problem) -> list[int]:
+        text = template.format(prompt=problem.prompt) if template else problem.prompt
+        if chat:
+            turns = [{"role": "system", "content": system}] if system else []
+            for question, answer in shots:
+                turns += [{"role": "user", "content": question}, {"role": "assistant", "content": answer}]
+            turns.append({"role": "user", "content": text})
+            return list(tokenizer.apply_chat_template(turns, add_generation_prompt=True, tokenize=True,
+                                                      return_dict=False))
+        paragraphs = ([system] if system else []) + [f"{q} {a}" for q, a in shots] + [text]
+        return tokenizer("\n\n".join(paragraphs)).input_ids
+
+    return prompt_ids

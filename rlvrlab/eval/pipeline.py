@@ -1,0 +1,333 @@
+"""`rlvrlab eval pass-at-k` as a library call: what to evaluate (a model folder, a run's checkpoint, every run of a
+study or experiment), on which datasets, with which sampling; then sample, verify, write records and record an
+MLflow evaluation run linked to the training run.
+
+Every input is checked before the model is loaded (one-line RlvrlabError): exactly one of --model / --run /
+--study / --runs-of, the run's folder and checkpoint, the datasets and their files, the sampling settings, and
+k <= n. Results go to files (records.jsonl, records.csv, samples.jsonl, aggregate.json) and to an MLflow
+evaluation run in the same store as training.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Optional
+
+from rlvrlab import components, rundir
+from rlvrlab.components import Sampling
+from rlvrlab.config import compose
+from rlvrlab.config.schema import DatasetConfig, RunConfig
+from rlvrlab.data import load_problems
+from rlvrlab.errors import RlvrlabError
+from rlvrlab.eval.run import aggregate, check_ks, evaluate, mlflow_metrics, open_sampler, write_outputs
+from rlvrlab.tracking import tags as T
+from rlvrlab.tracking.store import store
+
+SPLITS = ("auto", "train", "eval", "all")
+
+# progress(dataset label, problems done, problems in all)
+Progress = Callable[[str, int, int], None]
+
+
+@dataclass(frozen=True)
+class EvalRequest:
+    """One `rlvrlab eval pass-at-k` invocation. Unset sampling fields default to the run's (or the default
+    experiment's) rollout settings."""
+
+    model: Optional[Path] = None
+    run: Optional[str] = None
+    study: Optional[str] = None
+    runs_of: Optional[str] = None  # an MLflow experiment: every finished training run of it
+    checkpoint: Optional[int] = None
+    output_dir: Path = Path("runs")
+    datasets: tuple[str, ...] = ()
+    sets: tuple[str, ...] = ()
+    split: str = "auto"
+    n: int = 64
+    k: str = "1,4,16,64"
+    temperature: Optional[float] = None
+    top_p: Optional[float] = None
+    max_new_tokens: Optional[int] = None
+    engine: Optional[str] = None
+    seed: int = 0
+    limit: Optional[int] = None
+    batch_prompts: Optional[int] = None
+    out: Optional[Path] = None
+    experiment: Optional[str] = None
+
+
+@dataclass
+class EvalOutcome:
+    """One evaluated target: the per-dataset summary, the files written and the MLflow evaluation run."""
+
+    target: str
+    summary: dict
+    ks: list[int]
+    n: int
+    files: list[Path] = field(default_factory=list)
+    mlflow_run_id: str = ""
+    uri: str = ""
+    experiment: str = ""
+
+
+@dataclass
+class Target:
+    """What is evaluated: a model folder, and the training run and checkpoint it came from (if any)."""
+
+    folder: Path
+    name: str  # a short label for folders and the MLflow run name
+    run_id: Optional[str] = None
+    step: Optional[int] = None
+    run_cfg: Optional[RunConfig] = None
+    config_file: Optional[Path] = None  # the training run's resolved config.yaml
+
+
+@dataclass
+class Dataset:
+    cfg: DatasetConfig
+    problems: list
+    sha256: str  # of the data file, or "synthetic"
+
+
+def targets(request: EvalRequest) -> list[str] | None:
+    """The run ids a --study / --runs-of request evaluates (those not yet evaluated with the same settings), or
+    None for a single --model / --run request. Checks the request's flags first."""
+    _parse_ks(request.k, request.n)
+    if request.limit is not None and request.limit < 1:
+        raise RlvrlabError(f"--limit {request.limit}: give at least 1 problem")
+    if not (request.study or request.runs_of):
+        return None
+    if request.model is not None or request.run is not None or request.study and request.runs_of:
+        raise RlvrlabError("give one of --model, --run, --study or --runs-of")
+    return _runs_to_evaluate(request)
+
+
+def pass_at_k(request: EvalRequest, *, progress: Optional[Progress] = None,
+              announce: Optional[Callable[[int, int, str], None]] = None) -> Iterator[EvalOutcome]:
+    """Evaluate what the request names, one outcome per model or run (lazily: a study's runs one by one).
+    announce(number, of, run id) before each run of a --study / --runs-of request; with none left to evaluate,
+    nothing is yielded."""
+    ks = _parse_ks(request.k, request.n)
+    runs = targets(request)
+    if runs is None:
+        yield _evaluate_one(_target(request.model, request.run, request.checkpoint, request.output_dir), request,
+                            ks, progress)
+        return
+    for number, run_id in enumerate(runs, 1):
+        if announce is not None:
+            announce(number, len(runs), run_id)
+        one = replace(request, out=request.out / run_id if request.out else None)
+        yield _evaluate_one(_target(None, run_id, request.checkpoint, request.output_dir), one, ks, progress)
+
+
+def _parse_ks(text: str, n: int) -> list[int]:
+    try:
+        ks = [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise RlvrlabError(f"--k {text!r}: give comma-separated integers, e.g. --k 1,4,16,64") from None
+    return check_ks(ks, n)
+
+
+def _checkpoint(run_dir: Path, run_id: str, step: Optional[int]) -> Path:
+    root = run_dir / rundir.CHECKPOINTS
+    complete = rundir.complete(run_dir)
+    if step is None:
+        if not complete:
+            raise RlvrlabError(f"run {run_id} has no complete checkpoint in {root}; train with "
+                               "trainer.checkpoint_every > 0, or evaluate a model folder with --model")
+        return complete[-1]
+    folder = rundir.checkpoint_dir(run_dir, step)
+    if folder not in complete:
+        have = ", ".join(str(rundir.step_of(p)) for p in complete) or "none"
+        raise RlvrlabError(f"run {run_id} has no complete checkpoint at step {step} (complete steps: {have})")
+    return folder
+
+
+def _target(model: Optional[Path], run: Optional[str], checkpoint: Optional[int], output_dir: Path) -> Target:
+    if (model is None) == (run is None):
+        raise RlvrlabError("give exactly one of --model PATH (a Hugging Face model folder) or --run RUN_ID "
+                           "(a training run's checkpoint)")
+    if model is not None:
+        if checkpoint is not None:
+            raise RlvrlabError("--checkpoint picks a step of --run; a --model folder has no checkpoints")
+        folder = components.check_model_folder(model, "--model")
+        return Target(folder, folder.name)
+    run_dir = rundir.run_dir(output_dir, run)
+    config_file = rundir.config_file(run_dir)
+    if not config_file.is_file():
+        raise RlvrlabError(f"--run {run}: no run folder {run_dir} with config.yaml; pass --output-dir of the "
+                           "training run")
+    run_cfg = compose(config_file)
+    ckpt = _checkpoint(run_dir, run, checkpoint)
+    folder = ckpt / rundir.MODEL
+    if not (folder / "config.json").is_file():
+        raise RlvrlabError(f"run {run} checkpoint {ckpt.name} has no Hugging Face model folder ({folder}); "
+                           f"model.tier={run_cfg.model.tier} runs cannot be evaluated (only tiny and real tiers)")
+    step = rundir.step_of(ckpt)
+    return Target(folder, f"{run[:12]}-step{step}", run, step, run_cfg, config_file)
+
+
+def _file_sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _datasets(names: list[str], sets: list[str], split: str, limit: Optional[int],
+              run: Optional[Target] = None) -> list[Dataset]:
+    """The --dataset files with their --set overrides; with --run and no --dataset, the run's own dataset as it
+    was trained (its resolved config, level and template included)."""
+    own = not names and run is not None and run.config_file is not None
+    if own:
+        names = [run.run_cfg.dataset.name]
+    if not names:
+        raise RlvrlabError("give at least one --dataset NAME (a file in experiments/datasets/, e.g. countdown)")
+    if len(set(names)) < len(names):
+        raise RlvrlabError(f"--dataset {', '.join(names)}: a dataset is named twice; give each once")
+    scoped: list[tuple[Optional[str], str]] = []  # (dataset name or None for all, override)
+    for text in sets:
+        head, colon, rest = text.partition(":")
+        scope, override = (head, rest) if colon and "=" not in head else (None, text)
+        if not override.startswith("dataset."):
+            raise RlvrlabError(f"--set {text!r}: only dataset fields can be set here, e.g. --set dataset.path=... "
+                               "or, for one of several datasets, --set math500:dataset.path=...")
+        if scope is not None and scope not in names:
+            raise RlvrlabError(f"--set {text!r}: {scope} is not one of the --dataset names ({', '.join(names)})")
+        scoped.append((scope, override))
+    if split not in SPLITS:
+        raise RlvrlabError(f"--split {split!r} is not one of {', '.join(SPLITS)}")
+    out = []
+    for name in names:
+        mine = [o for scope, o in scoped if scope in (None, name)]
+        cfg = compose(run.config_file, mine) if own else compose(None, [f"dataset={name}", *mine])
+        ds = cfg.dataset
+        # auto: the held-out problems when the dataset holds some out, else every problem
+        chosen = split if split != "auto" else ("all" if ds.split == "all" else
+                                                "eval" if ds.eval_fraction > 0 else "train")
+        train, held_out = load_problems(ds, cfg.model)
+        problems = {"eval": held_out, "train": train, "all": train + held_out}[chosen]
+        if not problems:
+            raise RlvrlabError(f"dataset {name}: split {chosen} holds no problems (eval_fraction "
+                               f"{ds.eval_fraction}); use --split train or all")
+        if limit is not None:
+            problems = problems[:limit]
+        sha = "synthetic" if ds.format == "synthetic" else _file_sha256(Path(ds.path).expanduser())
+        out.append(Dataset(replace(ds, split=chosen), problems, sha))
+    return out
+
+
+def _runs_to_evaluate(request: EvalRequest) -> list[str]:
+    """The finished training runs of a study or experiment, minus those that already have an evaluation with the
+    same n, ks, seed and datasets (so re-running the command finishes what is missing)."""
+    from rlvrlab.tracking.runs import client_for, linked_evaluations, training_run_ids
+
+    uri = store(request.output_dir).uri
+    run_ids = training_run_ids(uri, experiment=request.runs_of, study=request.study)
+    if not run_ids:
+        raise RlvrlabError(f"no finished training runs in {request.study or request.runs_of!r} at {uri}")
+    client = client_for(uri)
+    ks = _parse_ks(request.k, request.n)
+    wanted = {"n": str(request.n), "ks": ",".join(map(str, ks)), "seed": str(request.seed)} | (
+        {"dataset": ",".join(request.datasets)} if request.datasets else {})
+
+    def done(run_id: str) -> bool:
+        return any(all(e.data.params.get(k) == v for k, v in wanted.items())
+                   for e in linked_evaluations(client, run_id))
+
+    return [run_id for run_id in run_ids if not done(run_id)]
+
+
+def _evaluate_one(target: Target, request: EvalRequest, ks: list[int], progress: Optional[Progress]) -> EvalOutcome:
+    datasets = _datasets(list(request.datasets), list(request.sets), request.split, request.limit, target)
+    base = target.run_cfg or compose(None)
+    sampling = Sampling(
+        engine=request.engine or base.rollout.engine,
+        temperature=base.rollout.temperature if request.temperature is None else request.temperature,
+        top_p=base.rollout.top_p if request.top_p is None else request.top_p,
+        max_new_tokens=base.rollout.max_new_tokens if request.max_new_tokens is None else request.max_new_tokens,
+        dtype=base.model.dtype, gpu_memory_utilization=base.rollout.vllm_gpu_memory_utilization,
+        batch_prompts=request.batch_prompts)
+    if sampling.engine not in components.ROLLOUT_ENGINES:
+        raise RlvrlabError(f"--engine {sampling.engine!r} is unknown; expected one of "
+                           f"{', '.join(components.ROLLOUT_ENGINES)}")
+    if not sampling.temperature > 0 or not 0 < sampling.top_p <= 1 or sampling.max_new_tokens < 1:
+        raise RlvrlabError("need --temperature > 0, 0 < --top-p <= 1 and --max-new-tokens >= 1")
+    if request.batch_prompts is not None and request.batch_prompts < 1:
+        raise RlvrlabError(f"--batch-prompts {request.batch_prompts}: give at least 1")
+    pools = [components.reward_pool(d.cfg) for d in datasets]
+    name = f"{target.name}-{'+'.join(d.cfg.name for d in datasets)}"
+    out = request.out or Path("results") / "eval" / name
+    experiment = request.experiment or (f"{target.run_cfg.experiment}-eval" if target.run_cfg else "eval")
+    where = store(request.output_dir, target.run_cfg.tracking.uri if target.run_cfg else None)
+    summary, files = _sample_and_score(target, datasets, pools, sampling, ks=ks, n=request.n, seed=request.seed,
+                                       out=out, progress=progress)
+    run_id = _track(target, datasets, sampling, summary, files, ks=ks, n=request.n, seed=request.seed, name=name,
+                    output_dir=Path(request.output_dir).expanduser().resolve(), where=where, experiment=experiment)
+    return EvalOutcome(name, summary, ks, request.n, files, run_id, where.uri, experiment)
+
+
+def _sample_and_score(target: Target, datasets: list[Dataset], pools: list, sampling: Sampling, *, ks: list[int],
+                      n: int, seed: int, out: Path, progress: Optional[Progress]) -> tuple[dict, list[Path]]:
+    sampler = open_sampler(target.folder, sampling, seed=seed)
+    records, samples = [], []
+    try:
+        for d, pool in zip(datasets, pools):
+            label = f"{d.cfg.name} ({n} samples/problem)"
+            if progress is not None:
+                progress(label, 0, len(d.problems))
+            render = components.prompt_renderer(d.cfg, sampler.tokenizer)
+            with pool:
+                result = evaluate(sampler, d.problems, render, n=n, ks=ks, seed=seed, pool=pool, dataset=d.cfg.name,
+                                  progress=None if progress is None else
+                                  lambda done, total, label=label: progress(label, done, total))
+            records += result.records
+            samples += result.samples
+    finally:
+        sampler.close()
+    per_dataset = aggregate(records, ks)
+    summary = {name: {**entry, "sha256": d.sha256, "split": d.cfg.split, "verifier": d.cfg.verifier}
+               for d in datasets for name, entry in per_dataset.items() if name == d.cfg.name}
+    meta = {"model": str(target.folder), "source_run": target.run_id, "checkpoint_step": target.step, "n": n,
+            "ks": ks, "seed": seed, **{f"sampling.{key}": value for key, value in vars(sampling).items()}}
+    files = write_outputs(out, records, samples, {"meta": meta, "datasets": summary}, ks)
+    return summary, files
+
+
+def _track(target: Target, datasets: list[Dataset], sampling: Sampling, summary: dict, files: list[Path], *,
+           ks: list[int], n: int, seed: int, name: str, output_dir: Path, where, experiment: str) -> str:
+    from rlvrlab.tracking.mlflow_tracker import MlflowTracker
+
+    output_dir.mkdir(parents=True, exist_ok=True)
+    tracker = MlflowTracker(where.uri, experiment, artifact_root=where.artifact_root, run_name=f"eval-{name}")
+    params = {"n": n, "ks": ",".join(map(str, ks)), "seed": seed, "dataset": ",".join(d.cfg.name for d in datasets),
+              **{f"sampling.{key}": value for key, value in vars(sampling).items()}}
+    for d in datasets:
+        params.update({f"dataset.{d.cfg.name}.split": d.cfg.split, f"dataset.{d.cfg.name}.problems": len(d.problems),
+                       f"dataset.{d.cfg.name}.verifier": d.cfg.verifier,
+                       f"dataset.{d.cfg.name}.path": d.cfg.path or "synthetic"})
+    tracker.log_params(params)
+    tags = {T.KIND: "eval", T.MODEL_PATH: str(target.folder), T.EVAL_SEED: str(seed),
+            T.DATASETS: ",".join(d.cfg.name for d in datasets)}
+    for d in datasets:
+        tags[f"{T.DATASET_SHA256}.{d.cfg.name}"] = d.sha256
+    if len(datasets) == 1:
+        tags[T.DATASET_SHA256] = datasets[0].sha256
+    if target.run_id:
+        tags.update({T.SOURCE_RUN: target.run_id, T.CHECKPOINT_STEP: str(target.step)})
+    tracker.set_tags(tags)
+    tracker.log_metrics(target.step or 0, mlflow_metrics(summary))
+    for path in files:
+        tracker.log_artifact(path, "eval")
+    tracker.finish("FINISHED")
+    if target.run_id:  # link back: a tag on the training run names this evaluation
+        try:
+            tracker.client.set_tag(target.run_id, f"{T.EVAL_LINK}{tracker.run_id}",
+                                   f"step {target.step}: {','.join(d.cfg.name for d in datasets)}")
+        except Exception:  # the training run is not in this store: the eval run still names it
+            pass
+    return tracker.run_id

@@ -1,0 +1,163 @@
+"""Liveness of sweep workers: a worker records its host:pid and a heartbeat on the trial it runs. Optuna's own
+heartbeat exists only for RDB storages, so rlvrlab keeps one for all: a RUNNING trial whose worker is gone (same
+host: the process no longer exists; any host: no heartbeat for STALE_AFTER seconds) is marked FAIL and
+re-enqueued with Optuna's RetryHeartbeatStaleTrialCallback. Its finished seed runs are reused by the retry, so no
+seed is trained or counted twice.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+import socket
+import threading
+import time
+from pathlib import Path
+from typing import Any, Protocol
+
+from rlvrlab.tracking import tags as T
+
+
+class Sweep(Protocol):
+    """What liveness needs of an opened sweep (rlvrlab.sweep.study.Sweep)."""
+
+    study: Any  # optuna.Study
+    storage: Any
+
+    def client(self) -> Any: ...
+
+HEARTBEAT_SECONDS = 10.0
+STALE_AFTER = 120.0  # seconds without a heartbeat after which a trial on another host counts as dead
+MAX_RETRY = 3  # re-runs of a trial whose worker died, before it stays failed
+WORKER = T.attr("worker")
+HEARTBEAT = T.attr("heartbeat")
+FAILURE = T.attr("failure")  # why a trial failed: "run" (its seed runs), "worker" (died; retried), "pruned"
+
+
+def trial_id(trial) -> int:
+    """The storage id of an Optuna Trial or FrozenTrial. Optuna's storage API takes it, but exposes it on trials only
+    as the private `_trial_id`; this is the one place rlvrlab reads it."""
+    return trial._trial_id
+
+
+def _start_time(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19]
+    except (OSError, IndexError):
+        return ""
+
+
+def worker_id() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}:{_start_time(os.getpid())}"
+
+
+def _worker_gone(worker: str) -> bool:
+    """True when `worker` ran on this host and its process no longer exists (a reused pid has another start)."""
+    host, _, rest = worker.partition(":")
+    pid_text, _, started = rest.partition(":")
+    if host != socket.gethostname() or not pid_text.isdigit():
+        return False
+    try:
+        os.kill(int(pid_text), 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        return False
+    return bool(started) and _start_time(int(pid_text)) != started
+
+
+class Heartbeat:
+    """Records this worker and a timestamp on a trial every HEARTBEAT_SECONDS while it runs."""
+
+    def __init__(self, storage, trial_id: int):
+        self.storage, self.trial_id = storage, trial_id
+        self._stop = threading.Event()
+        storage.set_trial_system_attr(trial_id, WORKER, worker_id())
+        self._beat()
+        self._thread = threading.Thread(target=self._run, name="rlvrlab-heartbeat", daemon=True)
+        self._thread.start()
+
+    def _beat(self) -> None:
+        self.storage.set_trial_system_attr(self.trial_id, HEARTBEAT, time.time())
+
+    def _run(self) -> None:
+        while not self._stop.wait(HEARTBEAT_SECONDS):
+            try:
+                self._beat()
+            except Exception:  # a storage hiccup must not kill the trial; the next beat tries again
+                pass
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+def recover_stale(sweep: Sweep) -> list[int]:
+    """Mark RUNNING trials whose worker is gone as FAIL, close their MLflow runs, and enqueue a retry of each.
+    Returns the numbers of the trials recovered."""
+    from optuna.exceptions import UpdateFinishedTrialError
+    from optuna.trial import TrialState
+
+    recovered = []
+    for trial in sweep.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+        worker = trial.system_attrs.get(WORKER, "")
+        beat = trial.system_attrs.get(HEARTBEAT)
+        if beat is None and trial.datetime_start is not None:
+            beat = trial.datetime_start.timestamp()
+        if not (_worker_gone(worker) or (beat is not None and time.time() - beat > STALE_AFTER)):
+            continue
+        # the reason goes on while the trial is still RUNNING (a finished trial takes no attributes); the FAIL
+        # transition below is atomic, so only one process re-enqueues it
+        try:
+            sweep.storage.set_trial_user_attr(trial_id(trial), FAILURE, "worker")
+            sweep.storage.set_trial_user_attr(trial_id(trial), T.FAIL_REASON,
+                                              f"worker {worker.split(':')[1] if worker else '?'} died; re-run")
+        except UpdateFinishedTrialError:
+            continue  # another process recovered it first
+        if not fail_and_retry(sweep, trial_id(trial)):
+            continue
+        frozen = sweep.storage.get_trial(trial_id(trial))
+        run_id = frozen.user_attrs.get(T.attr("mlflow_run_id"))
+        if run_id:
+            close_runs(sweep.client(), run_id, "KILLED")
+        recovered.append(trial.number)
+    return recovered
+
+
+def fail_and_retry(sweep: Sweep, trial_id: int) -> bool:
+    """RUNNING -> FAIL, then enqueue a copy with the same params (Optuna's retry callback records the lineage:
+    system attrs failed_trial and retry_history). False when another process finished or failed it first."""
+    import warnings
+
+    from optuna.exceptions import UpdateFinishedTrialError
+    from optuna.storages import RetryHeartbeatStaleTrialCallback
+    from optuna.trial import TrialState
+
+    try:
+        if not sweep.storage.set_trial_state_values(trial_id, state=TrialState.FAIL):
+            return False
+    except UpdateFinishedTrialError:
+        return False
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the callback is marked experimental
+        # user attrs are not carried over: the retry gets its own MLflow run and reason
+        frozen = copy.deepcopy(sweep.storage.get_trial(trial_id))  # storages may hand out their cached object
+        frozen.user_attrs = {}
+        # nor is the dead worker's liveness record: on the WAITING copy it would make the copy look dead again in
+        # the moment between another worker claiming it and its first heartbeat (found by tests/test_sweep.py)
+        frozen.system_attrs = {k: v for k, v in frozen.system_attrs.items()
+                               if k not in (WORKER, HEARTBEAT)}
+        RetryHeartbeatStaleTrialCallback(max_retry=MAX_RETRY)(sweep.study, frozen)
+    return True
+
+
+def close_runs(client, trial_run_id: str, status: str) -> None:
+    """End a dead trial's MLflow run and its still-RUNNING seed runs."""
+    run = client.get_run(trial_run_id)
+    children = client.search_runs([run.info.experiment_id],
+                                  filter_string=f"tags.`{T.PARENT}` = '{trial_run_id}' and "
+                                                "attributes.status = 'RUNNING'")
+    for child in children:
+        client.set_terminated(child.info.run_id, status=status)
+    if run.info.status == "RUNNING":
+        client.set_terminated(trial_run_id, status=status)

@@ -1,0 +1,63 @@
+"""Optuna study storage: the default journal file, or an RDB URL (PostgreSQL for workers on many machines).
+
+The journal file (`<output_dir>/optuna.journal`) is safe for several processes on one machine: every write is an
+appended record under a file lock. An RDB storage (`postgresql://...`) serves workers on many machines; sqlite
+is refused for several workers (it ignores SELECT ... FOR UPDATE: bench/sweep_storage.py).
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Optional
+
+from rlvrlab.errors import RlvrlabError
+
+
+def storage_url(spec_output_dir: str, storage: Optional[str]) -> str:
+    """The storage as given, or the default journal file in the base config's output_dir."""
+    if storage:
+        return storage
+    return str(Path(spec_output_dir).expanduser().resolve() / "optuna.journal")
+
+
+def open_storage(url: str):
+    """A journal file path (default) or an RDB URL; one-line errors for unreachable servers."""
+    import optuna
+
+    if "://" not in url:
+        from optuna.storages.journal import JournalFileBackend
+
+        path = Path(url).expanduser()
+        path.parent.mkdir(parents=True, exist_ok=True)
+        return optuna.storages.JournalStorage(JournalFileBackend(str(path)))
+    for attempt in range(5):
+        try:
+            engine = {"pool_pre_ping": True}
+            if url.startswith("sqlite"):  # wait for the lock instead of failing after pysqlite's 5 s
+                engine["connect_args"] = {"timeout": 60}
+            return optuna.storages.RDBStorage(url, engine_kwargs=engine)
+        except ImportError as error:  # optuna wraps the driver's ModuleNotFoundError
+            raise RlvrlabError(f"--storage {masked(url)}: the database driver is not installed ({error}); for "
+                               "PostgreSQL: pip install 'rlvrlab[postgres]'") from None
+        except Exception as error:  # sqlalchemy's OperationalError & co
+            # two workers creating the tables of a fresh database at once collide (a unique violation on
+            # PostgreSQL's catalog); the loser retries and finds the tables there
+            collided = "UniqueViolation" in repr(error) or "IntegrityError" in type(error).__name__
+            if collided and attempt < 4:
+                time.sleep(0.5 * (attempt + 1))
+                continue
+            first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+            raise RlvrlabError(f"cannot open the Optuna storage {masked(url)}: {first}") from None
+    raise AssertionError("unreachable")
+
+
+def masked(url: str) -> str:
+    if "://" not in url:
+        return url
+    try:
+        from sqlalchemy.engine import make_url
+
+        return make_url(url).render_as_string(hide_password=True)
+    except Exception:
+        return url.split("://")[0] + "://..."

@@ -1,0 +1,71 @@
+"""What makes a run reproducible and groupable: its flattened config as params, grouping and git tags, the
+resolved config, the installed packages and (for a dirty tree) the diff."""
+
+from __future__ import annotations
+
+import functools
+import subprocess
+from pathlib import Path
+
+from rlvrlab.config.compose import config_hash, to_yaml
+from rlvrlab.config.schema import RunConfig
+from rlvrlab.tracking import tags as T
+from rlvrlab.tracking.base import Tracker
+
+
+def record_run(tracker: Tracker, cfg: RunConfig) -> None:
+    """Params, tags and artifacts of a new training run (config hash without seed)."""
+    from omegaconf import OmegaConf
+
+    tracker.log_params(flatten(OmegaConf.to_container(OmegaConf.structured(cfg), resolve=True)))
+    sha, dirty, diff = git_state()
+    tracker.set_tags({
+        T.ALGORITHM: cfg.algorithm.name, T.MODEL: cfg.model.path or cfg.model.tier, T.DATASET: cfg.dataset.name,
+        T.CONFIG_HASH: config_hash(cfg), T.SEED: str(cfg.seed), T.GIT_SHA: sha, T.GIT_DIRTY: str(dirty).lower(),
+        T.TIER: cfg.model.tier,
+    })
+    tracker.log_text(to_yaml(cfg), "config.yaml")
+    tracker.log_text(packages(), "packages.txt")
+    if dirty:
+        tracker.log_text(diff, "git.diff")
+
+
+def flatten(tree: dict, prefix: str = "") -> dict[str, object]:
+    """{"a": {"b": 1}} -> {"a.b": 1}."""
+    out: dict[str, object] = {}
+    for key, value in tree.items():
+        if isinstance(value, dict):
+            out.update(flatten(value, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = value
+    return out
+
+
+def git_state() -> tuple[str, bool, str]:
+    """(commit, dirty, diff against HEAD) of the rlvrlab checkout that runs; ("unknown", False, "") outside git."""
+    root = Path(__file__).resolve().parents[2]
+
+    def git(*args: str) -> str:
+        return subprocess.run(["git", *args], cwd=root, capture_output=True, text=True, check=True).stdout
+
+    try:
+        sha = git("rev-parse", "HEAD").strip()
+        dirty = bool(git("status", "--porcelain", "--untracked-files=no").strip())
+        return sha, dirty, git("diff", "HEAD") if dirty else ""
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown", False, ""
+
+
+@functools.lru_cache(maxsize=1)
+def packages() -> str:
+    """Installed distributions (~90 ms to read; once per process: a sweep trains many runs in one). A distribution
+    whose metadata cannot be read (pip installing into the environment meanwhile) is skipped, not fatal."""
+    from importlib.metadata import distributions
+
+    names = set()
+    for dist in distributions():
+        try:
+            names.add(f"{dist.metadata['Name']}=={dist.version}")
+        except Exception:
+            continue
+    return "\n".join(sorted(names)) + "\n"

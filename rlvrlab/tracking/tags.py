@@ -1,0 +1,52 @@
+"""Every MLflow tag name rlvrlab writes or reads, in one place.
+
+Training runs carry the plain tags (grouping and provenance); sweeps and evaluations add ``rlvrlab.*`` tags
+that place a run in its study or link an evaluation to the run it evaluated. Optuna study and trial attributes
+use the same ``rlvrlab.`` prefix (`attr`).
+"""
+
+from __future__ import annotations
+
+PARENT = "mlflow.parentRunId"  # MLflow's own nesting tag (study -> trial -> seed runs)
+
+# every training run (rlvrlab.tracking.provenance.run_tags)
+ALGORITHM = "algorithm"
+MODEL = "model"
+DATASET = "dataset"
+TIER = "tier"
+CONFIG_HASH = "config_hash"  # the configuration without seed and output settings: the seeds of one config share it
+SEED = "seed"
+GIT_SHA = "git_sha"
+GIT_DIRTY = "git_dirty"  # "true" | "false"
+
+PREFIX = "rlvrlab."
+
+
+def attr(name: str) -> str:
+    """rlvrlab's tag (or Optuna attribute) `name`: "role" -> "rlvrlab.role"."""
+    return PREFIX + name
+
+
+# sweeps (rlvrlab.sweep): roles and placement in a study
+ROLE = attr("role")  # "study" | "trial" | "seed"
+STUDY = attr("study")
+TRIAL = attr("trial")
+RETRY_OF = attr("retry_of")
+STORAGE = attr("storage")
+FINGERPRINT = attr("fingerprint")
+OBJECTIVE = attr("objective")
+FAIL_REASON = attr("fail_reason")
+PRUNED = attr("pruned")
+BEST_TRIAL = attr("best_trial")
+BEST_PARAMS = attr("best_params")
+BEST_VALUE = attr("best_value")
+
+# evaluations (rlvrlab.eval)
+KIND = attr("kind")  # "eval" on evaluation runs
+MODEL_PATH = attr("model_path")
+EVAL_SEED = attr("seed")
+DATASETS = attr("datasets")
+DATASET_SHA256 = attr("dataset_sha256")  # + "." + dataset name when several
+SOURCE_RUN = attr("source_run")
+CHECKPOINT_STEP = attr("checkpoint_step")
+EVAL_LINK = attr("eval.")  # + eval run id, set on the evaluated training run
