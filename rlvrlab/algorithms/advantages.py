@@ -188,7 +188,9 @@ def passk(inp: AdvantageInputs, *, passk_k: int, adv_eps: float) -> AdvantageOut
         rho = 1.0 - math.comb(n - c, passk_k) / math.comb(n, passk_k)
         sigma = math.sqrt(rho * (1.0 - rho))
         correct = (1.0 - rho) / (sigma + adv_eps)
-        wrong = (1.0 - rho - math.comb(n - c - 1, passk_k - 1) / math.comb(n - 1, passk_k - 1)) / (sigma + adv_eps)
+        # an all-correct group has no wrong response (and C(-1, K-1) is undefined)
+        wrong = (1.0 - rho - math.comb(n - c - 1, passk_k - 1) / math.comb(n - 1, passk_k - 1)) / (sigma + adv_eps) \
+            if c < n else 0.0
         values = torch.tensor([wrong, correct], dtype=torch.float64)
         adv[rows] = values[(scores[rows] > 0).long()]
     return _broadcast(adv, inp)
