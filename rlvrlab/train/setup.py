@@ -15,6 +15,7 @@ from pathlib import Path
 
 import torch
 
+from rlvrlab.algorithms import BoundAlgorithm, bind_algorithm
 from rlvrlab.config.compose import config_hash, to_yaml
 from rlvrlab.config.schema import DatasetConfig, RunConfig
 from rlvrlab.data import load_split
@@ -45,6 +46,7 @@ class Run:
     run_dir: Path  # <output_dir>/<run id>: resolved config, checkpoints
     save_model: Callable[[torch.nn.Module, Path], None]  # weights as safetensors (+ tokenizer): a loadable folder
     toy_diagnostics: Callable[[], ToyDiagnostics] | None  # exact toy-policy collapse measures
+    algorithm: BoundAlgorithm  # estimator, loss and loss terms with their knobs bound once from cfg.algorithm
 
 
 def cache_root() -> Path:
@@ -99,7 +101,7 @@ def build(cfg: RunConfig, *, run_id: str | None = None, tags: Mapping[str, str] 
         run_dir.mkdir(parents=True, exist_ok=True)
         (run_dir / "config.yaml").write_text(to_yaml(cfg))
     return Run(cfg, problems, prompt_ids, reward_pool(cfg, world_size), module, engine, reference, tracker, rank,
-               world_size, pad_id, run_dir, save_model, toy_diagnostics)
+               world_size, pad_id, run_dir, save_model, toy_diagnostics, algorithm=bind_algorithm(cfg.algorithm))
 
 
 def reward_pool(cfg: RunConfig, world_size: int = 1) -> RewardPool:
