@@ -250,6 +250,11 @@ BAD_OVERRIDES = [
      "algorithm.unbounded_positive has no effect with algorithm.loss 'sapo' (it is read by: cispo, clip, gspo)"),
     (["trainer.engine=torch", "trainer.zero_stage=2"], "trainer.zero_stage has no effect with trainer.engine 'torch'"),
     (["trainer.zero_stage=3"], "unknown trainer.zero_stage '3'"),
+    (["dataset.verifier=maths"], "unknown dataset.verifier 'maths'; did you mean 'math'? available: exact, countdown, math"),
+    (["rollout.engine=sglang"], "unknown rollout.engine 'sglang'; available: hf, vllm"),
+    (["trainer.engine=fsdp"], "unknown trainer.engine 'fsdp'; available: deepspeed, torch"),
+    (["dataset.name=countdwn"], "unknown dataset.name 'countdwn' in dataset.format=synthetic (or set dataset.format"
+     "=jsonl|parquet and dataset.path for a file); did you mean 'countdown'? available: arith, countdown, toy"),
     (["model.tier=real"], "model.tier=real needs model.path"),
     (["model.path=/models/qwen"], "model.path has no effect with model.tier 'tiny'"),
     (["dataset.format=jsonl"], "dataset.format=jsonl needs dataset.path"),

@@ -195,6 +195,12 @@ def test_toy_diagnostics_are_exact_hand_worked_numbers():
     assert d.pass_at[1] == d.correct_mass
 
 
+def test_log_every_logs_every_nth_step_and_the_last(tmp_path, mlflow_history):
+    run_id = train(toy(tmp_path, "steps=6", "trainer.checkpoint_every=0", "tracking.log_every=4"))
+    history = mlflow_history(tmp_path, run_id)
+    assert sorted(history["train/reward"]) == sorted(history["loss/policy"]) == [0, 4, 5]
+
+
 # ----------------------------------------------------------------- every registered algorithm, two toy steps
 
 

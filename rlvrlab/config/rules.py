@@ -177,12 +177,14 @@ def _registry_choices() -> dict[str, Collection[str]]:
     # Imported here: rlvrlab.algorithms imports torch (~2 s), which `rlvrlab --help` and the cheaper
     # checks above must not wait for.
     from rlvrlab import algorithms
+    from rlvrlab.rewards import VERIFIERS
 
     return {
         "algorithm.estimator": algorithms.ADVANTAGES,
         "algorithm.loss": algorithms.POLICY_LOSSES,
         "algorithm.agg": algorithms.AGGREGATIONS,
         "algorithm.kl_estimator": algorithms.KL_ESTIMATORS,
+        "dataset.verifier": VERIFIERS,
     }
 
 
@@ -292,6 +294,14 @@ def _file_dataset_has_path(cfg: RunConfig) -> None:
         )
 
 
+def _synthetic_dataset_exists(cfg: RunConfig) -> None:
+    from rlvrlab.data import SYNTHETIC_TASKS  # lazily: the data package imports numpy
+
+    if cfg.dataset.format == "synthetic" and cfg.dataset.name not in SYNTHETIC_TASKS:
+        raise unknown("dataset.name", cfg.dataset.name, sorted(SYNTHETIC_TASKS), "dataset.format=synthetic "
+                      "(or set dataset.format=jsonl|parquet and dataset.path for a file)")
+
+
 def _split_all_holds_nothing_out(cfg: RunConfig) -> None:
     if cfg.dataset.split == "all" and cfg.dataset.eval_fraction > 0:
         raise ConfigError(
@@ -356,6 +366,7 @@ CROSS_FIELD_RULES: tuple[Callable[[RunConfig], None], ...] = (
     _mini_batches_divide_batch,
     _real_model_has_path,
     _file_dataset_has_path,
+    _synthetic_dataset_exists,
     _split_all_holds_nothing_out,
     _toy_has_incorrect_responses,
     _tiny_heads_divide_hidden,

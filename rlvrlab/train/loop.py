@@ -74,7 +74,8 @@ def train(cfg: RunConfig, *, resume: str | None = None, on_step: OnStep | None =
                 raise_if_stop_requested()  # Ctrl-C or SIGTERM: a run stops between steps, never inside one
                 stats, batch = train_step(run, state, step)
                 state.step = step + 1
-                run.tracker.log_metrics(step, step_metrics(stats))
+                if step % cfg.tracking.log_every == 0 or state.step == cfg.steps:  # the last step always
+                    run.tracker.log_metrics(step, step_metrics(stats))
                 if on_step is not None:
                     on_step(step, batch, run, stats)
                 if progress is not None:

@@ -22,7 +22,6 @@ from rlvrlab.data import load_split
 from rlvrlab.data.problems import Problem
 from rlvrlab.errors import RlvrlabError
 from rlvrlab.policy.toy import ToyDiagnostics
-from rlvrlab.rewards import VERIFIERS
 from rlvrlab.rewards.pool import RewardPool, default_workers
 from rlvrlab.rollout.base import RolloutEngine
 from rlvrlab.tracking.base import NullTracker, Tracker
@@ -83,9 +82,6 @@ def build(cfg: RunConfig, *, run_id: str | None = None, tags: Mapping[str, str] 
     if world_size > 1 and cfg.trainer.engine != "deepspeed":
         raise RlvrlabError(f"{world_size} processes need trainer.engine=deepspeed (data parallel); "
                            "the torch engine trains in one process")
-    if cfg.dataset.verifier not in VERIFIERS:
-        raise RlvrlabError(f"dataset.verifier {cfg.dataset.verifier!r} is unknown; expected one of "
-                           f"{', '.join(sorted(VERIFIERS))}")
     problems = load_split(cfg.dataset, cfg.model)  # dataset.split: train (default), eval or all
     if cfg.model.tier == "toy":
         parts = _toy_parts(cfg, problems, world_size)
