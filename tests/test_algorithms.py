@@ -469,7 +469,8 @@ def test_registries_hold_documented_functions_with_their_traits() -> None:
 
 def test_binary_sign_is_plus_minus_one() -> None:
     inp = outcome_batch([1, 0, 0.5], [1, 2, 1], ["a", "a", "b"])
-    torch.testing.assert_close(per_seq(A.ADVANTAGES["binary_sign"].fn(inp)), torch.tensor([1.0, -1.0, 1.0], dtype=torch.float64))
+    expected = torch.tensor([1.0, -1.0, 1.0], dtype=torch.float64)
+    torch.testing.assert_close(per_seq(A.ADVANTAGES["binary_sign"].fn(inp)), expected)
 
 
 def test_bind_algorithm_fixes_exactly_the_functions_knobs_from_the_config() -> None:
@@ -484,7 +485,8 @@ def test_bind_algorithm_fixes_exactly_the_functions_knobs_from_the_config() -> N
     assert algo.entropy_bonus is None and algo.ent_adv is None  # coefficients 0: the terms are off
     ucpo = A.bind_algorithm(compose(None, ["algorithm=ucpo"]).algorithm)
     inp = outcome_batch([1, 0, 1, 1], [2, 3, 1, 2], ["g"] * 4)
-    torch.testing.assert_close(ucpo.advantage(inp).advantages, adv_fns.ucpo(inp, tau=0.2, alpha=0.0, adv_eps=1e-8).advantages)
+    expected = adv_fns.ucpo(inp, tau=0.2, alpha=0.0, adv_eps=1e-8).advantages
+    torch.testing.assert_close(ucpo.advantage(inp).advantages, expected)
     assert ucpo.estimator.reads_old_logp
 
 

@@ -171,7 +171,8 @@ def test_every_algorithm_knob_in_the_schema_is_read_by_something() -> None:
     from rlvrlab import algorithms
     from rlvrlab.config.schema import AlgorithmConfig
 
-    read = {k for reg in (algorithms.ADVANTAGES, algorithms.POLICY_LOSSES) for entry in reg.values() for k in entry.knobs}
+    read = {k for registry in (algorithms.ADVANTAGES, algorithms.POLICY_LOSSES) for entry in registry.values()
+            for k in entry.knobs}
     for term in (algorithms.entropy_advantage_bonus, algorithms.kl_loss, algorithms.entropy_bonus):
         read |= set(algorithms.knobs(term))
     selectors_and_trainer_terms = {"name", "estimator", "loss", "agg", "loss_scale_factor", "unbounded_positive"}
@@ -189,7 +190,8 @@ def test_every_numeric_algorithm_knob_has_a_range() -> None:
     from rlvrlab.config.schema import AlgorithmConfig
 
     any_real = {"clip_cov_lb", "clip_cov_ub"}
-    read = {k for reg in (algorithms.ADVANTAGES, algorithms.POLICY_LOSSES) for entry in reg.values() for k in entry.knobs}
+    read = {k for registry in (algorithms.ADVANTAGES, algorithms.POLICY_LOSSES) for entry in registry.values()
+            for k in entry.knobs}
     for term in (algorithms.entropy_advantage_bonus, algorithms.kl_loss, algorithms.entropy_bonus):
         read |= set(algorithms.knobs(term))
     numeric = {k for k in read if isinstance(getattr(AlgorithmConfig(), k), (int, float, type(None)))
@@ -250,7 +252,8 @@ BAD_OVERRIDES = [
      "algorithm.unbounded_positive has no effect with algorithm.loss 'sapo' (it is read by: cispo, clip, gspo)"),
     (["trainer.engine=torch", "trainer.zero_stage=2"], "trainer.zero_stage has no effect with trainer.engine 'torch'"),
     (["trainer.zero_stage=3"], "unknown trainer.zero_stage '3'"),
-    (["dataset.verifier=maths"], "unknown dataset.verifier 'maths'; did you mean 'math'? available: exact, countdown, math"),
+    (["dataset.verifier=maths"],
+     "unknown dataset.verifier 'maths'; did you mean 'math'? available: exact, countdown, math"),
     (["rollout.engine=sglang"], "unknown rollout.engine 'sglang'; available: hf, vllm"),
     (["trainer.engine=fsdp"], "unknown trainer.engine 'fsdp'; available: deepspeed, torch"),
     (["dataset.name=countdwn"], "unknown dataset.name 'countdwn' in dataset.format=synthetic (or set dataset.format"

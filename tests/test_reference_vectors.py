@@ -57,8 +57,9 @@ def require_known_params(params: Mapping, mapped: Collection[str], ignored: Mapp
     """Fail on the first key of ``params`` that is neither mapped to an rlvrlab argument nor ignored with a reason."""
     for key in params:
         if key not in mapped and key not in ignored:
-            pytest.fail(f"{where}: params key {key!r} is neither mapped to an rlvrlab argument ({', '.join(sorted(mapped))})"
-                        " nor on the ignore list; map it in tests/test_reference_vectors.py or ignore it with the reason",
+            mapped_keys = ", ".join(sorted(mapped)) or "none"
+            pytest.fail(f"{where}: params key {key!r} is neither mapped to an rlvrlab argument ({mapped_keys}) nor "
+                        "on the ignore list; map it in tests/test_reference_vectors.py or ignore it with the reason",
                         pytrace=False)
 
 
@@ -484,7 +485,8 @@ def test_reference_case(file_name: str, case: dict, shared: dict) -> None:
     CHECKS[file_name](case, shared)
 
 
-def _extra_cases(folder: Path, monkeypatch: pytest.MonkeyPatch, file_name: str, cases: list[dict], shared: dict) -> list:
+def _extra_cases(folder: Path, monkeypatch: pytest.MonkeyPatch, file_name: str, cases: list[dict],
+                 shared: dict) -> list:
     (folder / file_name).write_text(json.dumps({"cases": cases, "shared_inputs": shared}))
     monkeypatch.setenv("RLVRLAB_VECTORS_DIR", str(folder))
     return [p.values for p in _cases() if p.id.startswith("extra/")]
@@ -519,7 +521,8 @@ def test_every_ignored_key_has_a_reason() -> None:
 
 
 @pytest.mark.parametrize("scale", [3.0, 12.0])
-def test_loss_scale_factor_maps_to_the_aggregation(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, scale: float) -> None:
+def test_loss_scale_factor_maps_to_the_aggregation(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                   scale: float) -> None:
     """verl's seq-mean-token-sum-norm divides by global_batch_info.loss_scale_factor instead of the padded width
     T (LOSS_ANCHORS.md section 5): the shipped case's loss and gradient times T / scale, its metrics unchanged."""
     data = json.loads((SHIPPED / "verl_policy_loss_vanilla.json").read_text())

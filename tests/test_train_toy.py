@@ -7,6 +7,7 @@ import math
 import os
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -149,8 +150,6 @@ def test_resume_without_a_checkpoint_is_one_error_and_leaves_the_run_as_it_was(t
 def test_non_finite_loss_stops_the_run_and_marks_it_failed(tmp_path, monkeypatch):
     from mlflow.tracking import MlflowClient
 
-    import dataclasses
-
     from rlvrlab.algorithms import POLICY_LOSSES
 
     calls = {"n": 0}
@@ -162,7 +161,7 @@ def test_non_finite_loss_stops_the_run_and_marks_it_failed(tmp_path, monkeypatch
         return out if calls["n"] < 4 else type(out)(out.loss * math.nan, out.per_token, out.stats)
 
     poisoned.__wrapped__ = clip  # the same knobs as clip
-    monkeypatch.setitem(POLICY_LOSSES, "clip", dataclasses.replace(POLICY_LOSSES["clip"], fn=poisoned))
+    monkeypatch.setitem(POLICY_LOSSES, "clip", replace(POLICY_LOSSES["clip"], fn=poisoned))
     with pytest.raises(RlvrlabError, match=r"step 3: the loss is nan; run \w+ is marked FAILED and the last good "
                                            r"checkpoint is .*step_000002"):
         train(toy(tmp_path, "trainer.checkpoint_every=2"))
@@ -214,7 +213,8 @@ def _every_algorithm() -> list:
     for name, loss in sorted(POLICY_LOSSES.items()):
         cases.append(pytest.param([f"algorithm.loss={name}"], id=f"loss-{name}"))
         if loss.up_compatible:
-            cases.append(pytest.param([f"algorithm.loss={name}", "algorithm.unbounded_positive=true"], id=f"loss-up_{name}"))
+            up = [f"algorithm.loss={name}", "algorithm.unbounded_positive=true"]
+            cases.append(pytest.param(up, id=f"loss-up_{name}"))
     yamls = sorted((experiments_dir() / "algorithms").glob("*.yaml"))
     return cases + [pytest.param([f"algorithm={path.stem}"], id=f"yaml-{path.stem}") for path in yamls]
 

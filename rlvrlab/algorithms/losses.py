@@ -7,6 +7,7 @@ delta = logp - old_logp, rho = exp(delta). Where verl clamps delta to [-20, 20] 
 from __future__ import annotations
 
 import math
+
 import torch
 
 from .aggregation import Aggregation
