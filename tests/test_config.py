@@ -256,8 +256,8 @@ BAD_OVERRIDES = [
      "unknown dataset.verifier 'maths'; did you mean 'math'? available: exact, countdown, math"),
     (["rollout.engine=sglang"], "unknown rollout.engine 'sglang'; available: hf, vllm"),
     (["trainer.engine=fsdp"], "unknown trainer.engine 'fsdp'; available: deepspeed, torch"),
-    (["dataset.name=countdwn"], "unknown dataset.name 'countdwn' in dataset.format=synthetic (or set dataset.format"
-     "=jsonl|parquet and dataset.path for a file); did you mean 'countdown'? available: arith, countdown, toy"),
+    (["dataset.name=countdwn"], "unknown synthetic dataset.name 'countdwn'; did you mean 'countdown'? available: "
+     "arith, countdown, toy; a file's data needs dataset.format=jsonl or parquet and dataset.path"),
     (["model.tier=real"], "model.tier=real needs model.path"),
     (["model.path=/models/qwen"], "model.path has no effect with model.tier 'tiny'"),
     (["dataset.format=jsonl"], "dataset.format=jsonl needs dataset.path"),

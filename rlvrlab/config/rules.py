@@ -298,8 +298,8 @@ def _synthetic_dataset_exists(cfg: RunConfig) -> None:
     from rlvrlab.data import SYNTHETIC_TASKS  # lazily: the data package imports numpy
 
     if cfg.dataset.format == "synthetic" and cfg.dataset.name not in SYNTHETIC_TASKS:
-        raise unknown("dataset.name", cfg.dataset.name, sorted(SYNTHETIC_TASKS), "dataset.format=synthetic "
-                      "(or set dataset.format=jsonl|parquet and dataset.path for a file)")
+        error = unknown("synthetic dataset.name", cfg.dataset.name, sorted(SYNTHETIC_TASKS))
+        raise ConfigError(f"{error}; a file's data needs dataset.format=jsonl or parquet and dataset.path")
 
 
 def _split_all_holds_nothing_out(cfg: RunConfig) -> None:
