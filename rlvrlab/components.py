@@ -16,6 +16,7 @@ from typing import Any
 
 import torch
 
+from rlvrlab.config.rules import CHOICES
 from rlvrlab.config.schema import DatasetConfig, RunConfig
 from rlvrlab.data.problems import Problem
 from rlvrlab.errors import RlvrlabError
@@ -108,7 +109,7 @@ class Sampling:
                    dtype=cfg.model.dtype, gpu_memory_utilization=r.vllm_gpu_memory_utilization)
 
 
-ROLLOUT_ENGINES = ("hf", "vllm")
+ROLLOUT_ENGINES = CHOICES["rollout.engine"]
 
 
 def rollout_engine(sampling: Sampling, folder: Path, tokenizer, *, seed: int,

@@ -35,7 +35,7 @@ def main(out: str) -> None:
                     version=0, batch_index=0)
     with torch.no_grad():
         batch.old_logp, batch.old_entropy = logp_and_entropy(run.update.module, batch, temperature=1.0)
-    set_advantages(cfg, batch)
+    set_advantages(run.algorithm, batch)
     initial = run.update.module.logits.detach().clone()
     result = update_policy(run, batch, step=0)
     if run.rank == 0:

@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from rlvrlab.config import check_files, compose, config_hash, to_yaml
-from rlvrlab.config.rules import KNOB_READERS
+from rlvrlab.config.rules import KNOB_READERS, RANGES
 from rlvrlab.errors import ConfigError, RlvrlabError
 
 WriteTree = Callable[[Path, dict[str, str]], Path]  # the conftest fixture
@@ -171,13 +171,34 @@ def test_every_algorithm_knob_in_the_schema_is_read_by_something() -> None:
     from rlvrlab import algorithms
     from rlvrlab.config.schema import AlgorithmConfig
 
-    read = {k for reg in (algorithms.ADVANTAGES, algorithms.POLICY_LOSSES) for fn in reg.values() for k in algorithms.knobs(fn)}
+    read = {k for registry in (algorithms.ADVANTAGES, algorithms.POLICY_LOSSES) for entry in registry.values()
+            for k in entry.knobs}
     for term in (algorithms.entropy_advantage_bonus, algorithms.kl_loss, algorithms.entropy_bonus):
         read |= set(algorithms.knobs(term))
     selectors_and_trainer_terms = {"name", "estimator", "loss", "agg", "loss_scale_factor", "unbounded_positive"}
     fields = {f.name for f in dataclasses.fields(AlgorithmConfig)}
     assert fields - selectors_and_trainer_terms == read
     assert set(KNOB_READERS).isdisjoint({f"algorithm.{k}" for k in read})  # derived, never listed twice
+
+
+def test_every_numeric_algorithm_knob_has_a_range() -> None:
+    """A new estimator's or loss's knob needs its RANGES entry; only knobs whose every real value is valid are
+    exempt (the clip_cov covariance bounds, which a cross-field rule orders)."""
+    import dataclasses
+
+    from rlvrlab import algorithms
+    from rlvrlab.config.schema import AlgorithmConfig
+
+    any_real = {"clip_cov_lb", "clip_cov_ub"}
+    read = {k for registry in (algorithms.ADVANTAGES, algorithms.POLICY_LOSSES) for entry in registry.values()
+            for k in entry.knobs}
+    for term in (algorithms.entropy_advantage_bonus, algorithms.kl_loss, algorithms.entropy_bonus):
+        read |= set(algorithms.knobs(term))
+    numeric = {k for k in read if isinstance(getattr(AlgorithmConfig(), k), (int, float, type(None)))
+               and not isinstance(getattr(AlgorithmConfig(), k), bool)}
+    fields = {f.name for f in dataclasses.fields(AlgorithmConfig)}
+    assert numeric <= fields
+    assert {k for k in numeric - any_real if f"algorithm.{k}" not in RANGES} == set()
 
 
 def test_switching_the_loss_supersedes_the_files_knobs_but_an_explicit_knob_must_be_read() -> None:
@@ -231,6 +252,12 @@ BAD_OVERRIDES = [
      "algorithm.unbounded_positive has no effect with algorithm.loss 'sapo' (it is read by: cispo, clip, gspo)"),
     (["trainer.engine=torch", "trainer.zero_stage=2"], "trainer.zero_stage has no effect with trainer.engine 'torch'"),
     (["trainer.zero_stage=3"], "unknown trainer.zero_stage '3'"),
+    (["dataset.verifier=maths"],
+     "unknown dataset.verifier 'maths'; did you mean 'math'? available: exact, countdown, math"),
+    (["rollout.engine=sglang"], "unknown rollout.engine 'sglang'; available: hf, vllm"),
+    (["trainer.engine=fsdp"], "unknown trainer.engine 'fsdp'; available: deepspeed, torch"),
+    (["dataset.name=countdwn"], "unknown synthetic dataset.name 'countdwn'; did you mean 'countdown'? available: "
+     "arith, countdown, toy; a file's data needs dataset.format=jsonl or parquet and dataset.path"),
     (["model.tier=real"], "model.tier=real needs model.path"),
     (["model.path=/models/qwen"], "model.path has no effect with model.tier 'tiny'"),
     (["dataset.format=jsonl"], "dataset.format=jsonl needs dataset.path"),

@@ -5,6 +5,10 @@ the same names in that folder. Cases are dispatched by their ``function``/``para
 case name, so new cases of the same schema run unchanged. Tolerance: atol 1e-6, rtol 1e-5 (the files'
 ``tolerance_hint``); float64 UCPO outputs at atol 1e-6, rtol 0.
 
+Strict parameters: every key of a case's ``params`` (and of its ``global_batch_info``) is either mapped to an
+rlvrlab argument by the check that runs the case, or on that check's ignore list below with the reason it does
+not apply; any other key fails the case, naming the key (`require_known_params`).
+
 Deliberate differences from the references (docs/algorithms.md) are applied to the expected values by
 rule, and the rule is what is tested:
 - D1: a group whose rewards are all exactly equal gets advantage 0 (verl's float32 GRPO gives 0.056 for
@@ -18,7 +22,7 @@ from __future__ import annotations
 import json
 import math
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Collection, Mapping
 from pathlib import Path
 
 import pytest
@@ -49,7 +53,37 @@ def close(actual, expected, atol=ATOL, rtol=RTOL, what="") -> None:
     torch.testing.assert_close(actual, expected, atol=atol, rtol=rtol, msg=lambda m: f"{what}: {m}")
 
 
+def require_known_params(params: Mapping, mapped: Collection[str], ignored: Mapping[str, str], where: str) -> None:
+    """Fail on the first key of ``params`` that is neither mapped to an rlvrlab argument nor ignored with a reason."""
+    for key in params:
+        if key not in mapped and key not in ignored:
+            mapped_keys = ", ".join(sorted(mapped)) or "none"
+            pytest.fail(f"{where}: params key {key!r} is neither mapped to an rlvrlab argument ({mapped_keys}) nor "
+                        "on the ignore list; map it in tests/test_reference_vectors.py or ignore it with the reason",
+                        pytrace=False)
+
+
 # ---------------------------------------------------------------- advantages (verl)
+
+# Keys that edit the shared inputs rather than parametrise a function: every advantage case may carry them.
+ADVANTAGE_INPUT_KEYS = ("response_mask_override", "rows_kept")
+# verl function -> the params keys its rlvrlab counterpart takes (see _advantage_call).
+ADVANTAGE_PARAMS: dict[str, tuple[str, ...]] = {
+    "compute_grpo_outcome_advantage": ("epsilon", "norm_adv_by_std_in_grpo"),
+    "compute_grpo_vectorized_outcome_advantage": ("epsilon", "norm_adv_by_std_in_grpo"),
+    "compute_grpo_passk_outcome_advantage": ("epsilon", "norm_adv_by_std_in_grpo"),
+    "compute_gdpo_outcome_advantage": ("epsilon", "norm_adv_by_std_in_grpo"),
+    "compute_reinforce_plus_plus_outcome_advantage": ("gamma",),
+    "compute_gpg_outcome_advantage": ("f_norm",),  # checked to be 1 (rlvrlab's gpg)
+}
+# verl function -> params key -> why it does not apply.
+ADVANTAGE_IGNORED: dict[str, dict[str, str]] = {
+    fn: {
+        "epsilon": "RLOO has no std normalisation: verl's function takes epsilon and does not read it",
+        "norm_adv_by_std_in_grpo": "a GRPO switch; verl's RLOO does not read it (the edge cases pass it as null)",
+    }
+    for fn in ("compute_rloo_outcome_advantage", "compute_rloo_vectorized_outcome_advantage")
+}
 
 
 def _advantage_call(function: str, params: dict) -> tuple[Callable, dict, bool]:
@@ -97,6 +131,9 @@ def _apply_group_rules(expected: torch.Tensor, scores: torch.Tensor, index: list
 def check_verl_advantages(case: dict, shared: dict) -> None:
     inputs = {**shared, **case.get("inputs", {})}
     params = case.get("params", {})
+    function = case["function"]
+    require_known_params(params, ADVANTAGE_PARAMS.get(function, ()) + ADVANTAGE_INPUT_KEYS,
+                         ADVANTAGE_IGNORED.get(function, {}), function)
     rewards, mask, index = t(inputs["token_level_rewards"]), t(inputs["response_mask"]), list(inputs["index"])
     if "response_mask_override" in params:
         mask = t(params["response_mask_override"])
@@ -128,14 +165,22 @@ def _loss_inputs(inputs: dict) -> A.LossInputs:
     )
 
 
+# verl's agg_loss(..., **config.global_batch_info) key -> rlvrlab's Aggregation field. verl's ppo_loss fills all
+# four (loss_scale_factor from actor.loss_scale_factor: the constant L of seq-mean-token-sum-norm, default the
+# padded width; LOSS_ANCHORS.md section 5). None of the shipped cases sets loss_scale_factor;
+# test_loss_scale_factor_maps_to_the_aggregation pins the mapping on a case derived from a shipped one.
+GLOBAL_BATCH_INFO = {
+    "batch_num_tokens": "num_tokens",
+    "global_batch_size": "num_seqs",
+    "dp_size": "dp_size",
+    "loss_scale_factor": "loss_scale_factor",
+}
+
+
 def _aggregation(mode: str, params: dict) -> A.Aggregation:
     info = params.get("global_batch_info") or {}
-    return A.Aggregation(
-        mode=mode,
-        num_tokens=info.get("batch_num_tokens"),
-        num_seqs=info.get("global_batch_size"),
-        dp_size=info.get("dp_size", 1),
-    )
+    require_known_params(info, GLOBAL_BATCH_INFO, {}, "global_batch_info")
+    return A.Aggregation(mode=mode, **{GLOBAL_BATCH_INFO[key]: value for key, value in info.items()})
 
 
 def _bounds(params: dict) -> tuple[float, float]:
@@ -170,6 +215,43 @@ STAT_NAMES: dict[str, dict[str, Callable[[A.LossStats], float]]] = {
 }
 
 
+_BOUNDS = ("clip_ratio", "clip_ratio_low", "clip_ratio_high")  # -> eps_low, eps_high (_bounds)
+_ONE_CONFIG = "the file's generator passes one actor config to every loss"
+# verl loss -> the params keys its rlvrlab counterpart takes (see _loss_call and _check_loss).
+LOSS_PARAMS: dict[str, tuple[str, ...]] = {
+    "vanilla": (*_BOUNDS, "clip_ratio_c", "loss_agg_mode", "global_batch_info"),
+    "gspo": (*_BOUNDS, "global_batch_info"),
+    "sapo": ("tau_pos", "tau_neg", "global_batch_info"),
+    "cispo": (*_BOUNDS, "loss_agg_mode", "global_batch_info"),
+    "geo_mean": (*_BOUNDS, "loss_agg_mode"),
+    "gpg": ("loss_agg_mode", "global_batch_info"),
+    "dppo_tv": (*_BOUNDS, "clip_ratio_c", "loss_agg_mode", "global_batch_info"),
+    "dppo_kl": (*_BOUNDS, "clip_ratio_c", "loss_agg_mode", "global_batch_info"),
+    "dro": ("dro_beta", "loss_agg_mode", "global_batch_info"),
+}
+_FORCED_AGG = "verl aggregates this loss with seq-mean-token-mean whatever the mode says; so does the harness"
+# verl loss -> params key -> why it does not apply to the rlvrlab counterpart.
+LOSS_IGNORED: dict[str, dict[str, str]] = {
+    "gspo": {"loss_agg_mode_arg": _FORCED_AGG, "loss_agg_mode": _FORCED_AGG},
+    "sapo": {"loss_agg_mode": _FORCED_AGG, "clip_ratio_low": f"sapo has no ratio bounds; {_ONE_CONFIG}",
+             "clip_ratio_high": f"sapo has no ratio bounds; {_ONE_CONFIG}",
+             "clip_ratio_c": f"sapo has no dual clip; {_ONE_CONFIG}", "dro_beta": f"a DRO knob; {_ONE_CONFIG}"},
+    "cispo": {"clip_ratio_c": f"cispo has no dual clip; {_ONE_CONFIG}", "tau_pos": f"a SAPO knob; {_ONE_CONFIG}",
+              "tau_neg": f"a SAPO knob; {_ONE_CONFIG}", "dro_beta": f"a DRO knob; {_ONE_CONFIG}"},
+    "geo_mean": {"global_batch_info": "verl's GMPO takes a plain mean over the local rows and ignores it",
+                 "clip_ratio_c": f"gmpo has no dual clip; {_ONE_CONFIG}", "tau_pos": f"a SAPO knob; {_ONE_CONFIG}",
+                 "tau_neg": f"a SAPO knob; {_ONE_CONFIG}", "dro_beta": f"a DRO knob; {_ONE_CONFIG}"},
+    "gpg": {key: f"plain policy gradient: no ratio, bounds or penalty; {_ONE_CONFIG}"
+            for key in (*_BOUNDS, "clip_ratio_c", "tau_pos", "tau_neg", "dro_beta")},
+    "dppo_tv": {"tau_pos": f"a SAPO knob; {_ONE_CONFIG}", "tau_neg": f"a SAPO knob; {_ONE_CONFIG}",
+                "dro_beta": f"a DRO knob; {_ONE_CONFIG}"},
+    "dppo_kl": {"tau_pos": f"a SAPO knob; {_ONE_CONFIG}", "tau_neg": f"a SAPO knob; {_ONE_CONFIG}",
+                "dro_beta": f"a DRO knob; {_ONE_CONFIG}"},
+    "dro": {key: f"DRO has no ratio bounds or gate; {_ONE_CONFIG}"
+            for key in (*_BOUNDS, "clip_ratio_c", "tau_pos", "tau_neg")},
+}
+
+
 def _loss_call(verl_name: str, params: dict) -> tuple[Callable, dict, str, str]:
     """verl loss + params -> (rlvrlab loss, knobs, aggregation mode, stat-name table)."""
     low, high = _bounds(params)
@@ -199,6 +281,8 @@ def _loss_call(verl_name: str, params: dict) -> tuple[Callable, dict, str, str]:
 def _check_loss(case: dict, shared: dict, verl_name: str) -> None:
     inputs = {**shared, **case.get("inputs", {})}
     params = case.get("params", {})
+    assert verl_name in LOSS_PARAMS, f"no rlvrlab mapping for verl loss {verl_name!r}"
+    require_known_params(params, LOSS_PARAMS[verl_name], LOSS_IGNORED.get(verl_name, {}), f"verl loss {verl_name}")
     fn, knobs, mode, stat_table = _loss_call(verl_name, params)
     x = _loss_inputs(inputs)
     # verl's GMPO takes a plain mean over the local rows and ignores global_batch_info
@@ -232,6 +316,7 @@ def check_other_loss(case: dict, shared: dict) -> None:
 
 def check_up_dapo(case: dict, shared: dict) -> None:
     params = case["params"]
+    require_known_params(params, ("eps_low", "eps_high", "dual_clip_c", "loss_agg_mode"), {}, "UP-DAPO")
     knobs = {"eps_low": params["eps_low"], "eps_high": params["eps_high"], "dual_clip_c": params["dual_clip_c"]}
     agg = A.Aggregation(mode=params["loss_agg_mode"])
     x = _loss_inputs({**shared, **case.get("inputs", {})})
@@ -252,6 +337,7 @@ def check_up_dapo(case: dict, shared: dict) -> None:
 
 def check_kl(case: dict, shared: dict) -> None:
     inputs = {**shared, **case.get("inputs", {})}
+    require_known_params(case["params"], ("kl_penalty",), {}, "verl kl_penalty")
     name = case["params"]["kl_penalty"]
     if "error" in case["outputs"]:  # e.g. verl's "full" raises NotImplementedError; rlvrlab has no such name
         assert name not in A.KL_ESTIMATORS
@@ -386,10 +472,70 @@ def _cases() -> list:
     return params
 
 
+# Files whose cases carry their settings as top-level fields (UCPO's tau, alpha, epsilon) or none: a params key
+# there would be read by nothing.
+PARAMLESS = ("verl_entropy.json", "ucpo_iq_vectors.json", "ucpo_repo_grpo_vectors.json", VERIFIER_FILE)
+
+
 @pytest.mark.parametrize(("file_name", "case", "shared"), _cases())
 def test_reference_case(file_name: str, case: dict, shared: dict) -> None:
     assert file_name in CHECKS, f"unknown vector file {file_name}; expected one of {sorted(CHECKS)}"
+    if file_name in PARAMLESS:
+        require_known_params(case.get("params", {}), (), {}, file_name)
     CHECKS[file_name](case, shared)
+
+
+def _extra_cases(folder: Path, monkeypatch: pytest.MonkeyPatch, file_name: str, cases: list[dict],
+                 shared: dict) -> list:
+    (folder / file_name).write_text(json.dumps({"cases": cases, "shared_inputs": shared}))
+    monkeypatch.setenv("RLVRLAB_VECTORS_DIR", str(folder))
+    return [p.values for p in _cases() if p.id.startswith("extra/")]
+
+
+@pytest.mark.parametrize(
+    ("file_name", "where", "key"),
+    [("verl_policy_loss_vanilla.json", "params", "clip_ratio_dual"),
+     ("verl_policy_loss_vanilla.json", "global_batch_info", "micro_batch_size"),
+     ("verl_advantages.json", "params", "gamma"),  # a knob of REINFORCE++, not of GRPO
+     ("verl_kl.json", "params", "kl_coef"),
+     ("ucpo_iq_vectors.json", "params", "tau")],
+)
+def test_a_case_with_an_unknown_params_key_fails_naming_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                          file_name: str, where: str, key: str) -> None:
+    """A shipped case plus one key nothing maps, run from RLVRLAB_VECTORS_DIR: the case fails and names the key."""
+    data = json.loads((SHIPPED / file_name).read_text())
+    case = json.loads(json.dumps(data["cases"][0]))
+    params = case.setdefault("params", {})
+    (params.setdefault("global_batch_info", {}) if where == "global_batch_info" else params)[key] = 1.0
+    ((name, extra, shared),) = _extra_cases(tmp_path, monkeypatch, file_name, [case], data.get("shared_inputs", {}))
+    test_reference_case(name, data["cases"][0], shared)  # the shipped case itself passes
+    with pytest.raises(pytest.fail.Exception, match=f"params key '{key}' is neither mapped"):
+        test_reference_case(name, extra, shared)
+
+
+def test_every_ignored_key_has_a_reason() -> None:
+    for table in (*ADVANTAGE_IGNORED.values(), *LOSS_IGNORED.values()):
+        assert all(isinstance(reason, str) and len(reason) > 20 for reason in table.values()), table
+    for verl_name, ignored in LOSS_IGNORED.items():  # never both mapped and ignored
+        assert not set(ignored) & set(LOSS_PARAMS[verl_name]), verl_name
+
+
+@pytest.mark.parametrize("scale", [3.0, 12.0])
+def test_loss_scale_factor_maps_to_the_aggregation(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                   scale: float) -> None:
+    """verl's seq-mean-token-sum-norm divides by global_batch_info.loss_scale_factor instead of the padded width
+    T (LOSS_ANCHORS.md section 5): the shipped case's loss and gradient times T / scale, its metrics unchanged."""
+    data = json.loads((SHIPPED / "verl_policy_loss_vanilla.json").read_text())
+    shipped = next(c for c in data["cases"] if c["params"]["loss_agg_mode"] == "seq-mean-token-sum-norm")
+    width = len(data["shared_inputs"]["response_mask"][0])
+    case = json.loads(json.dumps(shipped))
+    case["params"]["global_batch_info"] = {"loss_scale_factor": scale}
+    case["outputs"]["pg_loss"] *= width / scale
+    case["outputs"]["grad_wrt_log_prob"] = (t(case["outputs"]["grad_wrt_log_prob"]) * width / scale).tolist()
+    ((name, extra, shared),) = _extra_cases(tmp_path, monkeypatch, "verl_policy_loss_vanilla.json", [case],
+                                            data["shared_inputs"])
+    test_reference_case(name, extra, shared)
+    assert _aggregation("token-mean", case["params"]).loss_scale_factor == scale
 
 
 def test_every_shipped_file_and_case_is_checked() -> None:

@@ -7,6 +7,7 @@ import math
 import os
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -152,7 +153,7 @@ def test_non_finite_loss_stops_the_run_and_marks_it_failed(tmp_path, monkeypatch
     from rlvrlab.algorithms import POLICY_LOSSES
 
     calls = {"n": 0}
-    clip = POLICY_LOSSES["clip"]
+    clip = POLICY_LOSSES["clip"].fn
 
     def poisoned(x, agg, **knobs):  # a loss that turns NaN at its 4th evaluation (step 3)
         calls["n"] += 1
@@ -160,7 +161,7 @@ def test_non_finite_loss_stops_the_run_and_marks_it_failed(tmp_path, monkeypatch
         return out if calls["n"] < 4 else type(out)(out.loss * math.nan, out.per_token, out.stats)
 
     poisoned.__wrapped__ = clip  # the same knobs as clip
-    monkeypatch.setitem(POLICY_LOSSES, "clip", poisoned)
+    monkeypatch.setitem(POLICY_LOSSES, "clip", replace(POLICY_LOSSES["clip"], fn=poisoned))
     with pytest.raises(RlvrlabError, match=r"step 3: the loss is nan; run \w+ is marked FAILED and the last good "
                                            r"checkpoint is .*step_000002"):
         train(toy(tmp_path, "trainer.checkpoint_every=2"))
@@ -191,3 +192,45 @@ def test_toy_diagnostics_are_exact_hand_worked_numbers():
     assert math.isclose(d.coverage, (coverage[0] + coverage[1]) / 2, rel_tol=1e-6)
     assert math.isclose(d.pass_at[4], ((1 - 0.5**4) + (1 - 0.75**4)) / 2, rel_tol=1e-6)
     assert d.pass_at[1] == d.correct_mass
+
+
+def test_log_every_logs_every_nth_step_and_the_last(tmp_path, mlflow_history):
+    run_id = train(toy(tmp_path, "steps=6", "trainer.checkpoint_every=0", "tracking.log_every=4"))
+    history = mlflow_history(tmp_path, run_id)
+    assert sorted(history["train/reward"]) == sorted(history["loss/policy"]) == [0, 4, 5]
+
+
+# ----------------------------------------------------------------- every registered algorithm, two toy steps
+
+
+def _every_algorithm() -> list:
+    """Overrides that select each registered estimator, each registered loss (UP on the up_compatible ones) and
+    each experiments/algorithms/*.yaml: a new entry is trained here without being named."""
+    from rlvrlab.algorithms import ADVANTAGES, POLICY_LOSSES
+    from rlvrlab.config.compose import experiments_dir
+
+    cases = [pytest.param([f"algorithm.estimator={name}"], id=f"estimator-{name}") for name in sorted(ADVANTAGES)]
+    for name, loss in sorted(POLICY_LOSSES.items()):
+        cases.append(pytest.param([f"algorithm.loss={name}"], id=f"loss-{name}"))
+        if loss.up_compatible:
+            up = [f"algorithm.loss={name}", "algorithm.unbounded_positive=true"]
+            cases.append(pytest.param(up, id=f"loss-up_{name}"))
+    yamls = sorted((experiments_dir() / "algorithms").glob("*.yaml"))
+    return cases + [pytest.param([f"algorithm={path.stem}"], id=f"yaml-{path.stem}") for path in yamls]
+
+
+@pytest.fixture(scope="module")
+def shared_output(tmp_path_factory) -> Path:
+    """One output folder (one MLflow database, created once) for the many two-step runs."""
+    return tmp_path_factory.mktemp("every_algorithm")
+
+
+@pytest.mark.parametrize("overrides", _every_algorithm())
+def test_every_algorithm_trains_two_toy_steps(shared_output: Path, overrides: list[str]):
+    from mlflow.tracking import MlflowClient
+
+    seen: list[tuple[float, float]] = []
+    cfg = toy(shared_output, "steps=2", "trainer.checkpoint_every=0", *overrides)
+    run_id = train(cfg, on_step=lambda step, batch, run, stats: seen.append((stats.policy_loss, stats.grad_norm)))
+    assert len(seen) == 2 and all(math.isfinite(v) for pair in seen for v in pair), seen
+    assert MlflowClient(f"sqlite:///{shared_output / 'mlflow.db'}").get_run(run_id).info.status == "FINISHED"

@@ -5,6 +5,8 @@ are all exactly equal gets exactly zero advantage (deliberate difference D1). ve
 float32, where 7 copies of 0.7f give a mean off by 6e-8 and GRPO then returns 0.056 instead of 0
 (LOSS_ANCHORS.md §3).
 
+Every estimator is registered once, with its traits, in ADVANTAGES at the bottom of this module.
+
 Singleton groups (deliberate difference D2 from verl's loop estimators): a response with no sibling has no
 group baseline, so every estimator whose only baseline is the group (grpo, dr_grpo, rloo, opo, gpg,
 fgrpo, ucpo) gives it 0, as verl's vectorised RLOO and UCPO's own estimator do; verl's loop versions give
@@ -19,6 +21,7 @@ import math
 import torch
 
 from .masked import group_count, group_index, group_sum, masked_whiten
+from .registry import Estimator
 from .types import AdvantageInputs, AdvantageOutput, CorrectSetStats
 
 
@@ -188,7 +191,9 @@ def passk(inp: AdvantageInputs, *, passk_k: int, adv_eps: float) -> AdvantageOut
         rho = 1.0 - math.comb(n - c, passk_k) / math.comb(n, passk_k)
         sigma = math.sqrt(rho * (1.0 - rho))
         correct = (1.0 - rho) / (sigma + adv_eps)
-        wrong = (1.0 - rho - math.comb(n - c - 1, passk_k - 1) / math.comb(n - 1, passk_k - 1)) / (sigma + adv_eps)
+        # an all-correct group has no wrong response (and C(-1, K-1) is undefined)
+        wrong = (1.0 - rho - math.comb(n - c - 1, passk_k - 1) / math.comb(n - 1, passk_k - 1)) / (sigma + adv_eps) \
+            if c < n else 0.0
         values = torch.tensor([wrong, correct], dtype=torch.float64)
         adv[rows] = values[(scores[rows] > 0).long()]
     return _broadcast(adv, inp)
@@ -281,3 +286,23 @@ def correct_set_stats(inp: AdvantageInputs) -> CorrectSetStats:
         return torch.tensor([float(v) for v in values], dtype=torch.float64)
 
     return CorrectSetStats(vec(h_c), vec(max_q), vec(n_c), vec(h_i), vec(n_i))
+
+
+# The registry: name -> estimator and its traits (rlvrlab.algorithms.registry). per_group: the baseline is the
+# prompt group, so a group of one response carries no signal; reads_old_logp: needs the behaviour log-probs.
+ADVANTAGES: dict[str, Estimator] = {
+    "grpo": Estimator(grpo, per_group=True, reads_old_logp=False),
+    "dr_grpo": Estimator(dr_grpo, per_group=True, reads_old_logp=False),
+    "rloo": Estimator(rloo, per_group=True, reads_old_logp=False),
+    "opo": Estimator(opo, per_group=True, reads_old_logp=False),
+    "gpg": Estimator(gpg, per_group=True, reads_old_logp=False),
+    "reinforce_pp": Estimator(reinforce_pp, per_group=False, reads_old_logp=False),
+    "reinforce_pp_baseline": Estimator(reinforce_pp_baseline, per_group=True, reads_old_logp=False),
+    "gdpo": Estimator(gdpo, per_group=True, reads_old_logp=False),
+    "grpo_passk": Estimator(grpo_passk, per_group=True, reads_old_logp=False),
+    "dr_grpo_passk": Estimator(dr_grpo_passk, per_group=True, reads_old_logp=False),
+    "passk": Estimator(passk, per_group=True, reads_old_logp=False),
+    "fgrpo": Estimator(fgrpo, per_group=True, reads_old_logp=False),
+    "ucpo": Estimator(ucpo, per_group=True, reads_old_logp=True),
+    "binary_sign": Estimator(binary_sign, per_group=False, reads_old_logp=False),
+}

@@ -7,15 +7,13 @@ delta = logp - old_logp, rho = exp(delta). Where verl clamps delta to [-20, 20] 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 
 import torch
 
 from .aggregation import Aggregation
 from .masked import masked_mean, masked_sum
+from .registry import LossFn, PolicyLoss
 from .types import LossInputs, LossOutput, LossStats
-
-PolicyLoss = Callable[..., LossOutput]
 
 
 def _item(t: torch.Tensor) -> float:
@@ -291,7 +289,7 @@ def kl_cov_loss(x: LossInputs, agg: Aggregation, *, cov_ratio: float, kl_cov_coe
     return LossOutput(agg(per_token, x.mask), per_token, stats)
 
 
-def with_unbounded_positive(base: PolicyLoss) -> PolicyLoss:
+def with_unbounded_positive(base: LossFn) -> LossFn:
     """UP (Unbounded Positive, arXiv 2607.06987, eq. 12-16) on top of a base loss.
 
     A > 0 tokens: l = -A exp(logp - sg(logp)): value -A, gradient -A d logp, no ratio to pi_old, never
@@ -324,21 +322,22 @@ def with_unbounded_positive(base: PolicyLoss) -> PolicyLoss:
     return up_loss
 
 
+# The registry: name -> loss and its traits (rlvrlab.algorithms.registry). clips_ratio: clips rho itself to
+# [1 - eps_low, 1 + eps_high] (gmpo clips in log space and dppo bounds a divergence: they do not); up_compatible:
+# a clipped positive branch that UP can replace; micro_batch_exact: false for clip_cov and kl_cov, which pick
+# tokens by the covariance within the micro-batch they see (as verl does).
 POLICY_LOSSES: dict[str, PolicyLoss] = {
-    "clip": clip_loss,
-    "reinforce": reinforce_offpolicy_loss,
-    "gspo": gspo_loss,
-    "cispo": cispo_loss,
-    "sapo": sapo_loss,
-    "gmpo": gmpo_loss,
-    "gpg": pg_loss,
-    "w_reinforce": w_reinforce_loss,
-    "dppo_tv": dppo_tv_loss,
-    "dppo_kl": dppo_kl_loss,
-    "dro": dro_loss,
-    "clip_cov": clip_cov_loss,
-    "kl_cov": kl_cov_loss,
+    "clip": PolicyLoss(clip_loss, clips_ratio=True, up_compatible=True, micro_batch_exact=True),
+    "reinforce": PolicyLoss(reinforce_offpolicy_loss, clips_ratio=False, up_compatible=False, micro_batch_exact=True),
+    "gspo": PolicyLoss(gspo_loss, clips_ratio=True, up_compatible=True, micro_batch_exact=True),
+    "cispo": PolicyLoss(cispo_loss, clips_ratio=True, up_compatible=True, micro_batch_exact=True),
+    "sapo": PolicyLoss(sapo_loss, clips_ratio=False, up_compatible=False, micro_batch_exact=True),
+    "gmpo": PolicyLoss(gmpo_loss, clips_ratio=False, up_compatible=False, micro_batch_exact=True),
+    "gpg": PolicyLoss(pg_loss, clips_ratio=False, up_compatible=False, micro_batch_exact=True),
+    "w_reinforce": PolicyLoss(w_reinforce_loss, clips_ratio=False, up_compatible=False, micro_batch_exact=True),
+    "dppo_tv": PolicyLoss(dppo_tv_loss, clips_ratio=False, up_compatible=False, micro_batch_exact=True),
+    "dppo_kl": PolicyLoss(dppo_kl_loss, clips_ratio=False, up_compatible=False, micro_batch_exact=True),
+    "dro": PolicyLoss(dro_loss, clips_ratio=False, up_compatible=False, micro_batch_exact=True),
+    "clip_cov": PolicyLoss(clip_cov_loss, clips_ratio=True, up_compatible=False, micro_batch_exact=False),
+    "kl_cov": PolicyLoss(kl_cov_loss, clips_ratio=False, up_compatible=False, micro_batch_exact=False),
 }
-
-# Losses with a clipped positive branch that UP can replace.
-UP_COMPATIBLE_LOSSES = frozenset({"clip", "gspo", "cispo"})

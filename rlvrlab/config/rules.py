@@ -14,6 +14,9 @@ from typing import Any
 from rlvrlab.config.schema import RunConfig
 from rlvrlab.errors import ConfigError
 
+# The synthetic tasks rlvrlab.data generates (its SYNTHETIC_TASKS is keyed by exactly these; data checks at import).
+SYNTHETIC_DATASETS = ("toy", "countdown", "arith")
+
 CHOICES: dict[str, tuple[Any, ...]] = {
     "model.tier": ("toy", "tiny", "real"),
     "model.dtype": ("float32", "bfloat16"),
@@ -111,15 +114,10 @@ RANGES: dict[str, Range] = {
     "steps": AT_LEAST_ONE,
 }
 
-# The losses that bound the importance ratio with eps_low / eps_high (gmpo in log space, dppo as a divergence).
-CLIPPED_LOSSES = ("clip", "gspo", "cispo", "gmpo", "dppo_tv", "dppo_kl", "clip_cov")
-# The losses that clip the ratio itself to [1 - eps_low, 1 + eps_high].
-RATIO_CLIPPED_LOSSES = ("clip", "gspo", "cispo", "clip_cov")
-
 # knob -> (the key that selects what reads it, the values of that key under which it is read).
 # A knob moved off its default while nothing reads it would be silently ignored, so that is an error.
-# The knobs of the algorithm functions are not listed here: _knob_readers() reads them off the functions'
-# signatures (rlvrlab.algorithms.knobs), the one source of truth.
+# The knobs of the algorithm functions are not listed here: _knob_readers() reads them off the registered
+# functions' signatures (rlvrlab.algorithms.knobs) and UP's off the losses' up_compatible trait.
 KNOB_READERS: dict[str, tuple[str, tuple[Any, ...]]] = {
     "algorithm.loss_scale_factor": ("algorithm.agg", ("seq-mean-token-sum-norm",)),
     "model.path": ("model.tier", ("real",)),
@@ -182,12 +180,14 @@ def _registry_choices() -> dict[str, Collection[str]]:
     # Imported here: rlvrlab.algorithms imports torch (~2 s), which `rlvrlab --help` and the cheaper
     # checks above must not wait for.
     from rlvrlab import algorithms
+    from rlvrlab.rewards import VERIFIERS
 
     return {
         "algorithm.estimator": algorithms.ADVANTAGES,
         "algorithm.loss": algorithms.POLICY_LOSSES,
         "algorithm.agg": algorithms.AGGREGATIONS,
         "algorithm.kl_estimator": algorithms.KL_ESTIMATORS,
+        "dataset.verifier": VERIFIERS,
     }
 
 
@@ -209,12 +209,15 @@ def _knob_readers() -> dict[str, tuple[str, tuple[Any, ...]]]:
     from rlvrlab import algorithms  # lazily, as in _registry_choices
 
     readers = dict(KNOB_READERS)
-    for selector, registry in (("algorithm.estimator", algorithms.ADVANTAGES), ("algorithm.loss", algorithms.POLICY_LOSSES)):
-        for name, fn in registry.items():
-            for knob in algorithms.knobs(fn):
+    registries: tuple[tuple[str, Mapping[str, algorithms.Estimator | algorithms.PolicyLoss]], ...] = (
+        ("algorithm.estimator", algorithms.ADVANTAGES), ("algorithm.loss", algorithms.POLICY_LOSSES))
+    for selector, registry in registries:
+        for name, entry in registry.items():
+            for knob in entry.knobs:
                 key = f"algorithm.{knob}"
                 readers[key] = (selector, readers.get(key, (selector, ()))[1] + (name,))
-    readers["algorithm.unbounded_positive"] = ("algorithm.loss", tuple(sorted(algorithms.UP_COMPATIBLE_LOSSES)))
+    up = tuple(sorted(name for name, loss in algorithms.POLICY_LOSSES.items() if loss.up_compatible))
+    readers["algorithm.unbounded_positive"] = ("algorithm.loss", up)
     return readers
 
 
@@ -236,9 +239,9 @@ def _check_knobs_are_read(cfg: RunConfig, layers: Mapping[str, int]) -> None:
 
 
 def _group_size_fits_estimator(cfg: RunConfig) -> None:
-    from rlvrlab.algorithms import GROUP_ESTIMATORS  # lazily, as in _registry_choices
+    from rlvrlab.algorithms import ADVANTAGES  # lazily, as in _registry_choices
 
-    if cfg.algorithm.estimator in GROUP_ESTIMATORS and cfg.rollout.group_size < 2:
+    if ADVANTAGES[cfg.algorithm.estimator].per_group and cfg.rollout.group_size < 2:
         raise ConfigError(
             f"rollout.group_size={cfg.rollout.group_size} is too small for algorithm.estimator "
             f"{cfg.algorithm.estimator!r}, which compares responses within a group; set rollout.group_size>=2"
@@ -255,7 +258,9 @@ def _passk_fits_group(cfg: RunConfig) -> None:
 
 
 def _lower_ratio_bound_not_negative(cfg: RunConfig) -> None:
-    if cfg.algorithm.loss in RATIO_CLIPPED_LOSSES and cfg.algorithm.eps_low > 1:
+    from rlvrlab.algorithms import POLICY_LOSSES  # lazily, as in _registry_choices
+
+    if POLICY_LOSSES[cfg.algorithm.loss].clips_ratio and cfg.algorithm.eps_low > 1:
         raise ConfigError(
             f"algorithm.eps_low={cfg.algorithm.eps_low} makes the lower ratio bound 1 - eps_low negative for "
             f"algorithm.loss {cfg.algorithm.loss!r}; set algorithm.eps_low<=1 (1 removes the lower bound)"
@@ -290,6 +295,12 @@ def _file_dataset_has_path(cfg: RunConfig) -> None:
             f"dataset.format={cfg.dataset.format} needs dataset.path; "
             f"set dataset.path=/path/to/data.{cfg.dataset.format}"
         )
+
+
+def _synthetic_dataset_exists(cfg: RunConfig) -> None:
+    if cfg.dataset.format == "synthetic" and cfg.dataset.name not in SYNTHETIC_DATASETS:
+        error = unknown("synthetic dataset.name", cfg.dataset.name, sorted(SYNTHETIC_DATASETS))
+        raise ConfigError(f"{error}; a file's data needs dataset.format=jsonl or parquet and dataset.path")
 
 
 def _split_all_holds_nothing_out(cfg: RunConfig) -> None:
@@ -356,6 +367,7 @@ CROSS_FIELD_RULES: tuple[Callable[[RunConfig], None], ...] = (
     _mini_batches_divide_batch,
     _real_model_has_path,
     _file_dataset_has_path,
+    _synthetic_dataset_exists,
     _split_all_holds_nothing_out,
     _toy_has_incorrect_responses,
     _tiny_heads_divide_hidden,

@@ -110,7 +110,7 @@ class TrainerConfig:
 @dataclass
 class TrackingConfig:
     uri: Optional[str] = None  # MLflow tracking URI; null = sqlite file mlflow.db in output_dir
-    log_every: int = 1  # steps between metric logs, >= 1
+    log_every: int = 1  # log step metrics at steps 0, n, 2n, ... and the last step, >= 1
 
 
 @dataclass

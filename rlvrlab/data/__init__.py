@@ -29,6 +29,7 @@ from pathlib import Path
 
 import numpy as np
 
+from rlvrlab.config.rules import SYNTHETIC_DATASETS
 from rlvrlab.config.schema import DatasetConfig, ModelConfig
 from rlvrlab.data.problems import Problem
 from rlvrlab.errors import RlvrlabError
@@ -58,6 +59,9 @@ def _arith(dataset: DatasetConfig, model: ModelConfig) -> list[Problem]:
 
 
 SYNTHETIC_TASKS = {"toy": _toy, "countdown": _countdown, "arith": _arith}
+if set(SYNTHETIC_TASKS) != set(SYNTHETIC_DATASETS):  # the config rules validate dataset.name against that list
+    raise RuntimeError(f"rlvrlab.config.rules.SYNTHETIC_DATASETS {SYNTHETIC_DATASETS} must name exactly the tasks of "
+                       f"rlvrlab.data.SYNTHETIC_TASKS {tuple(SYNTHETIC_TASKS)}")
 
 
 def load_problems(dataset: DatasetConfig, model: ModelConfig) -> tuple[list[Problem], list[Problem]]:

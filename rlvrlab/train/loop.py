@@ -22,18 +22,12 @@ import torch
 
 from rlvrlab.algorithms import (
     ADVANTAGES,
-    POLICY_LOSSES,
-    READS_OLD_LOGP,
     AdvantageInputs,
     Aggregation,
+    BoundAlgorithm,
     LossInputs,
-    call_with_knobs,
     correct_set_stats,
-    entropy_advantage_bonus,
-    entropy_bonus,
-    kl_loss,
     masked_mean,
-    with_unbounded_positive,
 )
 from rlvrlab.config.schema import RunConfig
 from rlvrlab.errors import RlvrlabError
@@ -80,7 +74,8 @@ def train(cfg: RunConfig, *, resume: str | None = None, on_step: OnStep | None =
                 raise_if_stop_requested()  # Ctrl-C or SIGTERM: a run stops between steps, never inside one
                 stats, batch = train_step(run, state, step)
                 state.step = step + 1
-                run.tracker.log_metrics(step, step_metrics(stats))
+                if step % cfg.tracking.log_every == 0 or state.step == cfg.steps:  # the last step always
+                    run.tracker.log_metrics(step, step_metrics(stats))
                 if on_step is not None:
                     on_step(step, batch, run, stats)
                 if progress is not None:
@@ -122,7 +117,7 @@ def train_step(run: Run, state: TrainState, step: int) -> tuple[StepStats, Rollo
     run.rollout.sleep()  # vLLM on GPU frees its KV cache for the update; the sync below wakes it
 
     # 2. Advantages from outcome rewards (on each response's last token) and the behaviour log-probs.
-    adv_inputs = set_advantages(cfg, batch)
+    adv_inputs = set_advantages(run.algorithm, batch)
 
     # 3. Policy updates through the update engine.
     update_start = time.perf_counter()
@@ -159,16 +154,15 @@ def train_step(run: Run, state: TrainState, step: int) -> tuple[StepStats, Rollo
     return stats, batch
 
 
-def set_advantages(cfg: RunConfig, batch: RolloutBatch) -> AdvantageInputs:
+def set_advantages(algo: BoundAlgorithm, batch: RolloutBatch) -> AdvantageInputs:
     """Fill batch.adv [B, T]; returns the estimator's inputs (the correct-set statistics reuse them)."""
     lengths = batch.mask.sum(-1).long()  # [B]
     token_rewards = torch.zeros_like(batch.mask)  # [B, T]
     token_rewards[torch.arange(len(batch)), lengths - 1] = batch.rewards
     inputs = AdvantageInputs(token_rewards, batch.mask, batch.group_ids, old_logp=batch.old_logp)
-    batch.adv = call_with_knobs(ADVANTAGES[cfg.algorithm.estimator], inputs, source=cfg.algorithm).advantages
-    if cfg.algorithm.ent_adv_alpha > 0:
-        shaped = call_with_knobs(entropy_advantage_bonus, batch.adv, batch.old_entropy, source=cfg.algorithm)
-        batch.adv = shaped * batch.mask
+    batch.adv = algo.advantage(inputs).advantages
+    if algo.ent_adv is not None:
+        batch.adv = algo.ent_adv(batch.adv, batch.old_entropy) * batch.mask
     return inputs
 
 
@@ -187,10 +181,7 @@ def update_policy(run: Run, batch: RolloutBatch, step: int) -> UpdateResult:
     """ppo_epochs passes over this process's rows, each split into mini-batches (one optimizer step each),
     each accumulated over micro-batches. Losses are normalised by the mini-batch's counts over all processes,
     so the update does not depend on how rows are split into micro-batches or processes."""
-    cfg, result = run.cfg, UpdateResult()
-    loss_fn = POLICY_LOSSES[cfg.algorithm.loss]
-    if cfg.algorithm.unbounded_positive:
-        loss_fn = with_unbounded_positive(loss_fn)
+    cfg, algo, result = run.cfg, run.algorithm, UpdateResult()
     for epoch in range(cfg.trainer.ppo_epochs):
         order = shuffled_rows(len(batch), seed=(cfg.seed, step, epoch)) if cfg.trainer.mini_batches > 1 else None
         for rows in (order if order is not None else torch.arange(len(batch))).chunk(cfg.trainer.mini_batches):
@@ -208,14 +199,14 @@ def update_policy(run: Run, batch: RolloutBatch, step: int) -> UpdateResult:
                     old_logp = logp.detach()
                     result.logps.append(old_logp)
                     result.token_entropies.append(entropy.detach())
-                out = call_with_knobs(loss_fn, LossInputs(logp, old_logp, x.adv, x.mask), agg, source=cfg.algorithm)
+                out = algo.loss(LossInputs(logp, old_logp, x.adv, x.mask), agg)
                 loss = out.loss
                 if run.reference is not None:
-                    loss = loss + call_with_knobs(kl_loss, logp, x.ref_logp, x.mask, agg, source=cfg.algorithm)
+                    loss = loss + algo.kl(logp, x.ref_logp, x.mask, agg)
                     delta = (x.ref_logp - logp).detach()
                     result.kls.append(float(masked_mean(torch.expm1(delta) - delta, x.mask)))
-                if cfg.algorithm.entropy_coef > 0:
-                    loss = loss + call_with_knobs(entropy_bonus, entropy, x.mask, agg, source=cfg.algorithm)
+                if algo.entropy_bonus is not None:
+                    loss = loss + algo.entropy_bonus(entropy, x.mask, agg)
                 _require_finite(loss.item(), "loss", step, run)
                 run.update.backward(loss)
                 result.loss_stats.add(out.stats)
@@ -274,11 +265,11 @@ def reuse_update_logp(cfg: RunConfig) -> bool:
     """True when the no-grad pass for the behaviour log-probs can be skipped: one optimizer step per batch on
     fresh rollouts (ppo_epochs 1, mini_batches 1, staleness 0) makes them equal to the update's own forward pass
     before the step, bit for bit (tests/test_train_tiny.py); at temperature 1 they are also the log-probs compared
-    with the engine's; and nothing reads them before the update (no estimator in READS_OLD_LOGP, no Ent-Adv).
+    with the engine's; and nothing reads them before the update (no estimator with reads_old_logp, no Ent-Adv).
     TRL skips the same pass in this case; here it was 19% of a tiny-tier step (bench/README.md)."""
     t, a = cfg.trainer, cfg.algorithm
     return (t.ppo_epochs == 1 and t.mini_batches == 1 and t.staleness == 0 and cfg.rollout.temperature == 1.0
-            and a.estimator not in READS_OLD_LOGP and a.ent_adv_alpha == 0)
+            and not ADVANTAGES[a.estimator].reads_old_logp and a.ent_adv_alpha == 0)
 
 
 def _require_finite(value: float, what: str, step: int, run: Run) -> None:

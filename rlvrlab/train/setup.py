@@ -13,13 +13,13 @@ from pathlib import Path
 import torch
 
 from rlvrlab import components, rundir
+from rlvrlab.algorithms import BoundAlgorithm, bind_algorithm
 from rlvrlab.config.compose import compose, to_yaml
 from rlvrlab.config.schema import RunConfig
 from rlvrlab.data import load_split
 from rlvrlab.data.problems import Problem
 from rlvrlab.errors import ConfigError, RlvrlabError
 from rlvrlab.policy.toy import ToyDiagnostics
-from rlvrlab.rewards import VERIFIERS
 from rlvrlab.rewards.pool import RewardPool
 from rlvrlab.rollout.base import RolloutEngine
 from rlvrlab.tracking.base import NullTracker, Tracker
@@ -67,6 +67,7 @@ class Run:
     run_dir: Path  # <output_dir>/<run id>: resolved config, checkpoints
     save_model: Callable[[torch.nn.Module, Path], None]  # weights as safetensors (+ tokenizer): a loadable folder
     toy_diagnostics: Callable[[], ToyDiagnostics] | None  # exact toy-policy collapse measures
+    algorithm: BoundAlgorithm  # estimator, loss and loss terms with their knobs bound once from cfg.algorithm
 
 
 def build(cfg: RunConfig, *, run_id: str | None = None, tags: Mapping[str, str] | None = None) -> Run:
@@ -83,9 +84,6 @@ def build(cfg: RunConfig, *, run_id: str | None = None, tags: Mapping[str, str] 
     if world_size > 1 and cfg.trainer.engine != "deepspeed":
         raise RlvrlabError(f"{world_size} processes need trainer.engine=deepspeed (data parallel); "
                            "the torch engine trains in one process")
-    if cfg.dataset.verifier not in VERIFIERS:
-        raise RlvrlabError(f"dataset.verifier {cfg.dataset.verifier!r} is unknown; expected one of "
-                           f"{', '.join(sorted(VERIFIERS))}")
     problems = load_split(cfg.dataset, cfg.model)  # dataset.split: train (default), eval or all
     if cfg.model.tier == "toy":
         parts = _toy_parts(cfg, problems, world_size)
@@ -101,7 +99,7 @@ def build(cfg: RunConfig, *, run_id: str | None = None, tags: Mapping[str, str] 
         rundir.config_file(run_folder).write_text(to_yaml(cfg))
     return Run(cfg, problems, parts.prompt_ids, components.reward_pool(cfg.dataset, world_size), parts.update,
                parts.rollout, parts.reference, tracker, rank, world_size, parts.pad_id, run_folder, parts.save_model,
-               parts.toy_diagnostics)
+               parts.toy_diagnostics, algorithm=bind_algorithm(cfg.algorithm))
 
 
 @dataclass
