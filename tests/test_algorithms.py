@@ -100,11 +100,12 @@ def test_per_group_trait_matches_whether_the_grouping_matters(name: str) -> None
 
 @pytest.mark.parametrize("name", ESTIMATORS)
 def test_per_group_trait_matches_zero_signal_from_constant_groups(name: str) -> None:
-    """A batch whose every group is constant (all right, all wrong) carries no relative signal: every per-group
-    estimator gives exactly 0 (D1), the others (no group baseline) do not."""
+    """A batch whose every group is constant (all right, all wrong) carries no relative reward signal: every
+    per-group estimator gives exactly 0 (D1) unless it declares constant_group_signal (it reads more than the
+    rewards); the others (no group baseline) do not."""
     entry = A.ADVANTAGES[name]
     out = bound(entry)(trait_batch(rewards=[1, 0] * 4)).advantages
-    assert bool((out == 0).all()) == entry.per_group
+    assert bool((out == 0).all()) == (entry.per_group and not entry.constant_group_signal)
 
 
 @pytest.mark.parametrize("name", ESTIMATORS)
@@ -536,3 +537,68 @@ def test_up_compatible_losses_have_a_clipped_positive_branch_that_up_replaces(lo
     assert not torch.allclose(grad(base, x)[0, :2], -x.adv[0, :2])
     torch.testing.assert_close(grad(up, x)[0, :2], -x.adv[0, :2])
     torch.testing.assert_close(up.per_token.detach()[0, 2], base.per_token.detach()[0, 2])
+
+
+# ------------------------------------------------------------------------- UCPO's objective reading (exact)
+def _ucpo_objective_value(logits: torch.Tensor, correct: torch.Tensor, tau: float) -> torch.Tensor:
+    """J = log Z - tau * KL(u || q) over a whole toy table row: Z = pi(C), q = pi(. | C), u uniform on C."""
+    logpi = torch.log_softmax(logits, dim=-1)
+    log_z = torch.logsumexp(logpi[correct], dim=0)
+    log_q = logpi[correct] - log_z
+    k = int(correct.sum())
+    kl = (-math.log(k) - log_q).mean()  # sum_u u (log u - log q), u = 1/k
+    return log_z - tau * kl
+
+
+@pytest.mark.parametrize("tau", [0.0, 0.2, 1.0])
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_ucpo_objective_weights_give_the_exact_gradient_of_its_objective(tau: float, seed: int) -> None:
+    """On a toy table row (every response listed, no sampling): E_pi[(w - b) grad log pi] equals autograd's
+    gradient of log Z - tau KL(u || q), for any baseline b."""
+    from rlvrlab.policy.toy import ToyPolicy
+
+    gen = torch.Generator().manual_seed(seed)
+    M = 12
+    correct = torch.zeros(M, dtype=torch.bool)
+    correct[torch.randperm(M, generator=gen)[:5]] = True
+    table = ToyPolicy(torch.randn(1, M, generator=gen, dtype=torch.float64) * 2).logits.detach().double()[0]
+
+    logits = table.clone().requires_grad_(True)
+    (exact,) = torch.autograd.grad(_ucpo_objective_value(logits, correct, tau), logits)
+
+    logits = table.clone().requires_grad_(True)
+    logpi = torch.log_softmax(logits, dim=-1)
+    pi = logpi.exp().detach()
+    z = float(pi[correct].sum())
+    w = adv_fns.ucpo_objective_weights(correct, logpi.detach(), tau=tau, z=z)
+    for baseline in (0.0, float((pi * w).sum()), 3.7):
+        (surrogate,) = torch.autograd.grad((pi * (w - baseline) * logpi).sum(), logits, retain_graph=True)
+        assert torch.allclose(surrogate, exact, atol=1e-6, rtol=0), (baseline, surrogate, exact)
+
+
+def test_ucpo_objective_keeps_pushing_an_all_correct_group_toward_uniform() -> None:
+    """`ucpo` (the released code) gives an all-correct group 0; the objective's reading does not, unless q is
+    uniform, and it raises the less likely correct responses."""
+    inp = outcome_batch([1, 1, 1, 1], [2, 2, 2, 2], ["g"] * 4, T=2)
+    logp = torch.tensor([[-0.1, -0.1], [-1.0, -1.0], [-2.0, -2.0], [-3.0, -3.0]], dtype=torch.float64)
+    inp = A.AdvantageInputs(inp.token_rewards, inp.mask, inp.group_ids, logp)
+    assert torch.all(per_seq(adv_fns.ucpo(inp, tau=0.2, alpha=0.0, adv_eps=1e-8)) == 0)
+    objective = per_seq(adv_fns.ucpo_objective(inp, tau=0.2))
+    assert objective.abs().sum() > 0 and abs(float(objective.sum())) < 1e-12
+    assert torch.all(objective.diff() > 0)  # less likely under pi_old -> larger advantage
+    uniform = A.AdvantageInputs(inp.token_rewards, inp.mask, inp.group_ids, torch.full_like(logp, -1.0))
+    assert torch.all(per_seq(adv_fns.ucpo_objective(uniform, tau=0.2)) == 0)
+
+
+def test_ucpo_objective_hand_worked_with_a_repeated_response() -> None:
+    """One group of 4: rows 0 and 1 are the same correct response (log pi -1), row 2 another correct one (log pi
+    -2), row 3 wrong. Z = 3/4; q over the two distinct correct responses = softmax(-1, -2); with tau = 0.5,
+    w = (1/Z) (0.5 + 0.5 / (2 q)) on correct rows, 0 on the wrong one; advantage w - mean(w)."""
+    inp = outcome_batch([1, 1, 1, 0], [1, 1, 1, 1], ["g"] * 4, T=1)
+    logp = torch.tensor([[-1.0], [-1.0], [-2.0], [-0.5]], dtype=torch.float64)
+    inp = A.AdvantageInputs(inp.token_rewards, inp.mask, inp.group_ids, logp,
+                            response_keys=["a", "a", "b", "c"])
+    q_a = math.exp(-1) / (math.exp(-1) + math.exp(-2))
+    w_a, w_b = (0.5 + 0.25 / q_a) / 0.75, (0.5 + 0.25 / (1 - q_a)) / 0.75
+    w = torch.tensor([w_a, w_a, w_b, 0.0], dtype=torch.float64)
+    assert torch.allclose(per_seq(adv_fns.ucpo_objective(inp, tau=0.5)), w - w.mean(), atol=1e-12)

@@ -248,6 +248,55 @@ def ucpo(inp: AdvantageInputs, *, tau: float, alpha: float, adv_eps: float) -> A
     return _broadcast(adv, inp)
 
 
+def ucpo_objective_weights(correct: torch.Tensor, seq_logp: torch.Tensor, *, tau: float, z: float) -> torch.Tensor:
+    """Per-response weights w(y) whose expectation under pi gives the gradient of UCPO's objective (docs/algorithms.md,
+    "UCPO's two readings"): J = log Z - tau * KL(u || q), Z = pi(C), q = pi(. | C), u uniform over C,
+
+        grad J = E_{y ~ pi}[ w(y) grad log pi(y) ],   w(y) = 1[y in C] / Z * ((1 - tau) + tau * u(y) / q(y)).
+
+    correct: [K] bool over K distinct responses; seq_logp: [K] their log-probs (sequence log pi, up to a common
+    constant: only q = softmax over the correct ones is used); z: the probability mass of the correct set.
+    Returns [K] float64 (0 for incorrect responses and when nothing is correct)."""
+    correct = correct.bool()
+    w = torch.zeros(correct.shape, dtype=torch.float64)
+    k = int(correct.sum())
+    if k == 0 or z <= 0:
+        return w
+    q = torch.softmax(seq_logp.to(torch.float64)[correct], dim=0)
+    w[correct] = ((1.0 - tau) + tau / (k * q)) / z
+    return w
+
+
+def ucpo_objective(inp: AdvantageInputs, *, tau: float) -> AdvantageOutput:
+    """UCPO as its objective reads (Lochab et al. 2026, "log Z - tau KL(u || q)"), not as its released code scales
+    GRPO's advantage (`ucpo`): per group, Z is estimated by the fraction of correct rows, the correct set C by the
+    group's distinct correct responses (`response_keys`), q by the softmax of their sequence log-probs under pi_old;
+    each row gets w(y) of `ucpo_objective_weights`, minus the group mean of w (a baseline). An all-correct group
+    still pushes toward uniform (w differs between its responses unless q is uniform); tau = 0 is REINFORCE on
+    log pass@1. Rows of one response share its weight."""
+    if inp.old_logp is None:
+        raise ValueError("ucpo_objective needs old_logp (behaviour log-probs) to compute q")
+    scores = _scores64(inp)
+    gidx = group_index(inp.group_ids)
+    m = inp.mask.to(torch.float64)
+    seq_logp = (torch.where(inp.mask.bool(), inp.old_logp.to(torch.float64), torch.zeros((), dtype=torch.float64))
+                * m).sum(-1)  # [B] log pi(y) of each response under pi_old
+    keys = list(inp.response_keys) if inp.response_keys is not None else list(range(len(scores)))
+    adv = torch.zeros_like(scores)
+    for g in range(int(gidx.max().item()) + 1):
+        rows = torch.nonzero(gidx == g).flatten().tolist()
+        distinct: dict = {}
+        for r in rows:
+            distinct.setdefault(keys[r], r)
+        firsts = list(distinct.values())
+        z = float((scores[rows] > 0).double().mean())
+        w_distinct = ucpo_objective_weights(scores[firsts] > 0, seq_logp[firsts], tau=tau, z=z)
+        weight_of = {key: w_distinct[i] for i, key in enumerate(distinct)}
+        w = torch.stack([weight_of[keys[r]] for r in rows])
+        adv[rows] = w - w.mean()
+    return _broadcast(adv, inp)
+
+
 def entropy_advantage_bonus(
     adv: torch.Tensor, entropy: torch.Tensor, *, ent_adv_alpha: float, ent_adv_kappa: float
 ) -> torch.Tensor:
@@ -304,5 +353,6 @@ ADVANTAGES: dict[str, Estimator] = {
     "passk": Estimator(passk, per_group=True, reads_old_logp=False),
     "fgrpo": Estimator(fgrpo, per_group=True, reads_old_logp=False),
     "ucpo": Estimator(ucpo, per_group=True, reads_old_logp=True),
+    "ucpo_objective": Estimator(ucpo_objective, per_group=True, reads_old_logp=True, constant_group_signal=True),
     "binary_sign": Estimator(binary_sign, per_group=False, reads_old_logp=False),
 }

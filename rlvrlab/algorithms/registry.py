@@ -44,6 +44,9 @@ class Estimator:
     _: KW_ONLY
     per_group: bool  # its baseline is the prompt group: needs rollout.group_size >= 2 (config rule)
     reads_old_logp: bool  # reads AdvantageInputs.old_logp: behaviour log-probs must exist before the update
+    # a group whose rewards are all equal still gets non-zero advantages (it reads more than the rewards: e.g.
+    # ucpo_objective pushes an all-correct group toward uniform); false for reward-only group baselines (D1)
+    constant_group_signal: bool = False
 
     @property
     def knobs(self) -> tuple[str, ...]:

@@ -20,6 +20,8 @@ class AdvantageInputs:
     mask: torch.Tensor  # [B, T]
     group_ids: Sequence[Hashable]  # [B] prompt id per row; rows of a group need not be contiguous
     old_logp: torch.Tensor | None = None  # [B, T] behaviour log-probs (UCPO's q needs them)
+    # [B] what makes two responses the same response (e.g. their token ids); None: every row is its own response
+    response_keys: Sequence[Hashable] | None = None
 
 
 @dataclass(frozen=True)

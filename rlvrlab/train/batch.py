@@ -38,6 +38,12 @@ class RolloutBatch:
     old_entropy: torch.Tensor | None = None  # [B, T] behaviour-policy token entropy (Ent-Adv shaping)
     adv: torch.Tensor | None = None  # [B, T] advantages, set when the batch is consumed
 
+    def response_keys(self) -> list[tuple[int, ...]]:
+        """[B] each row's response token ids: equal keys, the same response."""
+        ids = self.input_ids[:, self.prompt_width:].tolist()
+        lengths = self.mask.sum(-1).long().tolist()
+        return [tuple(row[:n]) for row, n in zip(ids, lengths)]
+
     def rows(self, index: torch.Tensor | slice) -> RolloutBatch:
         """The sub-batch of the given rows (micro- and mini-batches)."""
         pick = (lambda t: None if t is None else t[index])

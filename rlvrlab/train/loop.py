@@ -159,7 +159,8 @@ def set_advantages(algo: BoundAlgorithm, batch: RolloutBatch) -> AdvantageInputs
     lengths = batch.mask.sum(-1).long()  # [B]
     token_rewards = torch.zeros_like(batch.mask)  # [B, T]
     token_rewards[torch.arange(len(batch)), lengths - 1] = batch.rewards
-    inputs = AdvantageInputs(token_rewards, batch.mask, batch.group_ids, old_logp=batch.old_logp)
+    inputs = AdvantageInputs(token_rewards, batch.mask, batch.group_ids, old_logp=batch.old_logp,
+                             response_keys=batch.response_keys())
     batch.adv = algo.advantage(inputs).advantages
     if algo.ent_adv is not None:
         batch.adv = algo.ent_adv(batch.adv, batch.old_entropy) * batch.mask
