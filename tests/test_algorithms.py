@@ -602,3 +602,41 @@ def test_ucpo_objective_hand_worked_with_a_repeated_response() -> None:
     w_a, w_b = (0.5 + 0.25 / q_a) / 0.75, (0.5 + 0.25 / (1 - q_a)) / 0.75
     w = torch.tensor([w_a, w_a, w_b, 0.0], dtype=torch.float64)
     assert torch.allclose(per_seq(adv_fns.ucpo_objective(inp, tau=0.5)), w - w.mean(), atol=1e-12)
+
+
+# --------------------------------------------------------------------- diagnostics by the sign of the advantage
+def test_sign_split_hand_worked() -> None:
+    """Two A > 0 tokens with ratios e^0.5 and e^-0.1, one A < 0 token with ratio e^-0.4 (below 1 - 0.2: clipped),
+    one padding token. DAPO clip (0.2, 0.28): the A > 0 token at e^0.5 > 1.28 is clipped."""
+    logp = torch.tensor([[0.5, -0.1, -0.4, 9.0]], dtype=torch.float64)
+    x = A.LossInputs(logp, torch.zeros_like(logp), torch.tensor([[1.0, 2.0, -1.0, 5.0]], dtype=torch.float64),
+                     torch.tensor([[1.0, 1.0, 1.0, 0.0]], dtype=torch.float64))
+    agg = A.Aggregation("token-mean", num_tokens=3.0, num_seqs=1.0, num_rows=1.0)
+    stats = loss_fns.sign_split(loss_fns.clip_loss(x, agg, eps_low=0.2, eps_high=0.28, dual_clip_c=3.0).stats, x)
+    assert stats.ratio_mean_pos == pytest.approx((math.exp(0.5) + math.exp(-0.1)) / 2)
+    assert stats.ratio_max_pos == pytest.approx(math.exp(0.5))
+    assert stats.approx_kl_pos == pytest.approx(-0.2) and stats.approx_kl_neg == pytest.approx(0.4)
+    assert stats.ratio_max_neg == pytest.approx(math.exp(-0.4))
+    assert stats.clip_frac_pos == pytest.approx(0.5) and stats.clip_frac_neg == pytest.approx(1.0)
+    up = A.bind_algorithm(types_ns(loss="clip", unbounded_positive=True)).loss(x, agg).stats
+    assert up.clip_frac_pos == 0.0 and up.ratio_max_pos == pytest.approx(math.exp(0.5))  # UP never clips A > 0
+
+
+def types_ns(**overrides):
+    from rlvrlab.config.schema import AlgorithmConfig
+
+    cfg = AlgorithmConfig()
+    for key, value in overrides.items():
+        setattr(cfg, key, value)
+    return cfg
+
+
+def test_clipped_norm_follows_clip_grad_norm() -> None:
+    from rlvrlab.update.base import clipped_norm
+
+    params = [torch.nn.Parameter(torch.zeros(3))]
+    params[0].grad = torch.tensor([3.0, 4.0, 0.0])
+    before = float(torch.nn.utils.clip_grad_norm_(params, 1.0))
+    after = float(params[0].grad.norm())
+    assert before == pytest.approx(5.0) and clipped_norm(before, 1.0) == pytest.approx(after, abs=1e-6)
+    assert clipped_norm(0.5, 1.0) == pytest.approx(0.5, abs=1e-6) and clipped_norm(7.0, 0.0) == 7.0

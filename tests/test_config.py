@@ -245,8 +245,8 @@ BAD_OVERRIDES = [
     (["algorithm.kl_estimator=k4"], "unknown algorithm.kl_estimator 'k4'"),
     (["algorithm=ucp"], "unknown algorithm 'ucp' in "),
     (["model=huge"], "unknown model 'huge' in "),
-    (["algorithm.tau=0.3"], "algorithm.tau has no effect with algorithm.estimator 'grpo' (it is read by: ucpo); "
-     "set algorithm.estimator=ucpo or drop the override"),
+    (["algorithm.tau=0.3"], "algorithm.tau has no effect with algorithm.estimator 'grpo' (it is read by: ucpo, "
+     "ucpo_objective); set algorithm.estimator to one of them or drop the override"),
     (["algorithm.sapo_tau_pos=2"], "algorithm.sapo_tau_pos has no effect with algorithm.loss 'clip'"),
     (["algorithm.loss=sapo", "algorithm.unbounded_positive=true"],
      "algorithm.unbounded_positive has no effect with algorithm.loss 'sapo' (it is read by: cispo, clip, gspo)"),

@@ -6,6 +6,7 @@ delta = logp - old_logp, rho = exp(delta). Where verl clamps delta to [-20, 20] 
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import torch
@@ -85,13 +86,17 @@ def reinforce_offpolicy_loss(x: LossInputs, agg: Aggregation) -> LossOutput:
     return clip_loss(x, agg, eps_low=math.inf, eps_high=math.inf, dual_clip_c=None)
 
 
-def gspo_loss(x: LossInputs, agg: Aggregation, *, eps_low: float, eps_high: float) -> LossOutput:
+def gspo_loss(x: LossInputs, agg: Aggregation, *, eps_low: float, eps_high: float,
+              dual_clip_c: float | None = None) -> LossOutput:
     """GSPO (Zheng et al. 2025, eq. 5-7): sequence ratio s_i = exp(mean_t delta), clipped at sequence level.
 
     Token form with stop-gradient as in verl: log s_it = logp - sg(logp) + sg(log s_i), clamped above at 10;
     its value is s_i and its gradient w.r.t. logp_t is s_i. Use agg=seq-mean-token-mean for the paper's
-    objective (verl forces it; rlvrlab leaves it to the algorithm YAML).
+    objective (verl forces it; rlvrlab leaves it to the algorithm YAML). dual_clip_c = c (not in GSPO or verl's
+    gspo; the UP study's arms use it): for A < 0, l = min(l, -A c), as in clip_loss.
     """
+    if dual_clip_c is not None and dual_clip_c <= 1:
+        raise ValueError(f"dual_clip_c must be > 1 (it bounds -A * s from above for A < 0), got {dual_clip_c}")
     delta = x.logp - x.old_logp
     lengths = x.mask.sum(-1).clamp(min=1)  # [B]
     log_seq_ratio = masked_sum(delta, x.mask, dim=-1) / lengths  # [B]
@@ -100,9 +105,15 @@ def gspo_loss(x: LossInputs, agg: Aggregation, *, eps_low: float, eps_high: floa
     surr = -x.adv * ratio
     surr_clipped = -x.adv * torch.clamp(ratio, 1.0 - eps_low, 1.0 + eps_high)
     per_token = torch.maximum(surr, surr_clipped)
+    dual_frac = 0.0
+    if dual_clip_c is not None:
+        dual_bound = -x.adv * dual_clip_c
+        dual_frac = _frac((per_token > dual_bound) & (x.adv < 0), x.mask)
+        per_token = torch.where(x.adv < 0, torch.minimum(per_token, dual_bound), per_token)
     stats = LossStats(
         clip_frac_upper=_frac((x.adv > 0) & (ratio > 1.0 + eps_high), x.mask),
         clip_frac_lower=_frac((x.adv < 0) & (ratio < 1.0 - eps_low), x.mask),
+        dual_clip_frac=dual_frac,
         approx_kl=_item(masked_mean(-delta, x.mask)),
         **_ratio_stats(ratio, x.mask),
     )
@@ -287,6 +298,41 @@ def kl_cov_loss(x: LossInputs, agg: Aggregation, *, cov_ratio: float, kl_cov_coe
         **_ratio_stats(ratio, x.mask),
     )
     return LossOutput(agg(per_token, x.mask), per_token, stats)
+
+
+def sign_split(stats: LossStats, x: LossInputs) -> LossStats:
+    """`stats` with the diagnostics of A > 0 and A <= 0 tokens separately (LossStats *_pos / *_neg): token ratio
+    mean and max, k1 approximate KL, and the share of each side's tokens that the loss clipped (from the loss's own
+    clip fractions, which are shares of all tokens)."""
+    mask = x.mask.bool()
+    delta = torch.clamp(x.logp.detach() - x.old_logp, min=-20.0, max=20.0)
+    total = float(mask.sum())
+    out: dict[str, float | None] = {}
+    for side, chosen, clipped in (("pos", x.adv > 0, stats.clip_frac_upper),
+                                  ("neg", x.adv <= 0, stats.clip_frac_lower + stats.dual_clip_frac)):
+        tokens = mask & chosen
+        count = float(tokens.sum())
+        if count == 0:
+            out.update({f"ratio_mean_{side}": None, f"ratio_max_{side}": None, f"approx_kl_{side}": None,
+                        f"clip_frac_{side}": None})
+            continue
+        ratio = torch.exp(delta[tokens])
+        out.update({f"ratio_mean_{side}": _item(ratio.mean()), f"ratio_max_{side}": _item(ratio.max()),
+                    f"approx_kl_{side}": _item(-delta[tokens].mean()),
+                    f"clip_frac_{side}": min(1.0, clipped * total / count)})
+    return dataclasses.replace(stats, **out)
+
+
+def with_sign_split(loss: LossFn) -> LossFn:
+    """`loss` whose stats carry the by-sign diagnostics of `sign_split` (every bound loss gets them)."""
+
+    def split_loss(x: LossInputs, agg: Aggregation, **knobs) -> LossOutput:
+        out = loss(x, agg, **knobs)
+        return LossOutput(out.loss, out.per_token, sign_split(out.stats, x))
+
+    split_loss.__name__ = getattr(loss, "__name__", "loss")
+    split_loss.__wrapped__ = loss  # type: ignore[attr-defined]  # keeps the knob signature visible
+    return split_loss
 
 
 def with_unbounded_positive(base: LossFn) -> LossFn:

@@ -64,6 +64,10 @@ class LossStats:
     approx_kl: mean(old_logp - logp) (k1; may be negative).
     ratio_mean / ratio_max: importance ratio pi/pi_old over response tokens.
     cap_pos_mean: UP paper eq. 11 probability capacity, mean over A>0 tokens (None if undefined).
+    *_pos / *_neg: the same over A > 0 and over A <= 0 tokens only (None when there are none): the token ratio
+    pi/pi_old, k1 approximate KL, and the share of those tokens the loss clipped (upper clip for A > 0; lower or
+    dual clip for A <= 0). Under UP the ratio of A > 0 tokens no longer enters the gradient, so only the _neg
+    ones speak to the clipped branch (`sign_split`).
     """
 
     clip_frac_upper: float = 0.0
@@ -74,6 +78,14 @@ class LossStats:
     ratio_mean: float = 1.0
     ratio_max: float = 1.0
     cap_pos_mean: float | None = None
+    ratio_mean_pos: float | None = None
+    ratio_max_pos: float | None = None
+    approx_kl_pos: float | None = None
+    clip_frac_pos: float | None = None
+    ratio_mean_neg: float | None = None
+    ratio_max_neg: float | None = None
+    approx_kl_neg: float | None = None
+    clip_frac_neg: float | None = None
 
     @property
     def clip_frac(self) -> float:

@@ -25,7 +25,8 @@ def shipped_dir(name: str, env: str) -> Path:
     if os.environ.get(env):
         folder = Path(os.environ[env]).expanduser()
         if not folder.is_dir():
-            raise ConfigError(f"{env}={folder} is not a folder; point it at your {name}/ folder or unset it")
+            raise ConfigError(f"{env}={folder} is not a folder; set {env} to the folder of your {name} files, "
+                              "or unset it")
         return folder
     candidates = search_path(name)
     for folder in candidates:

@@ -32,12 +32,13 @@ from rlvrlab.algorithms import (
 from rlvrlab.config.schema import RunConfig
 from rlvrlab.errors import RlvrlabError
 from rlvrlab.procs import raise_if_stop_requested, stop_at_safe_points
-from rlvrlab.train.metrics import step_metrics
 from rlvrlab.train import checkpoint
 from rlvrlab.train.batch import RolloutBatch, collate, logp_and_entropy, shuffled_rows, split_rows, stream_problems
 from rlvrlab.train.checkpoint import TrainState
+from rlvrlab.train.metrics import step_metrics
 from rlvrlab.train.setup import Run, build
 from rlvrlab.train.stats import LossStatsMean, StepStats, Timings, correct_set_means, group_outcomes
+from rlvrlab.update.base import clipped_norm
 from rlvrlab.update.dist import all_sum
 
 OnStep = Callable[[int, RolloutBatch, Run, StepStats], None]
@@ -145,6 +146,7 @@ def train_step(run: Run, state: TrainState, step: int) -> tuple[StepStats, Rollo
         signal_groups=float(outcome[3]), response_length=float(outcome[4]),
         policy_loss=float(np.mean(update.losses)), kl_ref=float(np.mean(update.kls)) if update.kls else None,
         entropy=float(np.mean(update.entropies)), grad_norm=float(np.mean(update.norms)),
+        grad_norm_clipped=float(np.mean([clipped_norm(n, cfg.trainer.grad_clip) for n in update.norms])),
         loss=update.loss_stats.result(),
         correct_entropy=h_q, correct_max_q=max_q, lag=step - batch.version,
         logp_gap_max=float(gap.max()), logp_gap_mean=float(gap.sum() / batch.mask.sum()),

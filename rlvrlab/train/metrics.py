@@ -37,6 +37,10 @@ def step_metrics(s: StepStats) -> dict[str, float]:
     }
     optional = {
         "loss/cap_pos_mean": s.loss.cap_pos_mean,  # UP paper eq. 11, over A > 0 tokens
+        # by the sign of the advantage: under UP only the A <= 0 side's ratio enters the gradient
+        **{f"loss/{side}/{name}": getattr(s.loss, f"{name}_{side}") for side in ("pos", "neg")
+           for name in ("ratio_mean", "ratio_max", "approx_kl", "clip_frac")},
+        "loss/grad_norm_clipped": s.grad_norm_clipped,
         "policy/kl_ref": s.kl_ref,
         "policy/correct_entropy": s.correct_entropy,  # UCPO's H(q)
         "policy/correct_max_q": s.correct_max_q,

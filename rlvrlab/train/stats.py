@@ -33,6 +33,7 @@ class StepStats:
     kl_ref: float | None  # mean k3 KL to the reference policy, when a reference is used
     entropy: float  # mean token entropy of the current policy on the batch
     grad_norm: float  # mean over the step's optimizer steps, before clipping
+    grad_norm_clipped: float  # the same after clipping to trainer.grad_clip (what the optimizer applied)
     loss: LossStats  # averaged over micro-batches (ratio_max: max)
     correct_entropy: float | None  # UCPO's H(q) over correct sets with >= 2 members, group mean
     correct_max_q: float | None
@@ -54,13 +55,18 @@ class LossStatsMean:
         self.items.append(stats)
 
     def result(self) -> LossStats:
-        def mean(name: str) -> float:
-            return sum(getattr(s, name) for s in self.items) / len(self.items)
-
-        caps = [s.cap_pos_mean for s in self.items if s.cap_pos_mean is not None]
-        averaged = {f.name: mean(f.name) for f in fields(LossStats) if f.name not in ("ratio_max", "cap_pos_mean")}
-        return LossStats(**averaged, ratio_max=max(s.ratio_max for s in self.items),
-                         cap_pos_mean=sum(caps) / len(caps) if caps else None)
+        """Means over micro-batches (over those where a field is defined, for the optional ones); the *_max fields
+        take the max."""
+        out: dict[str, float | None] = {}
+        for f in fields(LossStats):
+            values = [getattr(s, f.name) for s in self.items if getattr(s, f.name) is not None]
+            if not values:
+                out[f.name] = None
+            elif f.name.startswith("ratio_max"):
+                out[f.name] = max(values)
+            else:
+                out[f.name] = sum(values) / len(values)
+        return LossStats(**out)
 
 
 def group_outcomes(rewards: torch.Tensor, group_ids: list[str]) -> tuple[float, float]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Protocol
@@ -30,3 +31,11 @@ class UpdateEngine(Protocol):
 
     def load(self, folder: Path) -> None:
         ...
+
+
+def clipped_norm(norm: float, max_norm: float) -> float:
+    """The gradient norm after clipping to max_norm (<= 0: no clipping), as torch's clip_grad_norm_ and DeepSpeed's
+    gradient_clipping scale it: by max_norm / (norm + 1e-6) when that is below 1."""
+    if max_norm <= 0 or not math.isfinite(norm):
+        return norm
+    return norm * min(1.0, max_norm / (norm + 1e-6))
