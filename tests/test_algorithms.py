@@ -640,3 +640,60 @@ def test_clipped_norm_follows_clip_grad_norm() -> None:
     after = float(params[0].grad.norm())
     assert before == pytest.approx(5.0) and clipped_norm(before, 1.0) == pytest.approx(after, abs=1e-6)
     assert clipped_norm(0.5, 1.0) == pytest.approx(0.5, abs=1e-6) and clipped_norm(7.0, 0.0) == 7.0
+
+
+# -------------------------------------------------------------- rollout-trainer mismatch correction, every loss
+@pytest.mark.parametrize(("loss", "up"), loss_variants())
+def test_rollout_correction_weights_every_token_of_every_loss(loss: str, up: bool) -> None:
+    """with_rollout_correction: unit weights leave loss and gradient unchanged; weights w make the per-token loss
+    w * l before the aggregation. Losses that aggregate their own sequence terms are refused by a config rule."""
+    if A.POLICY_LOSSES[loss].aggregates_itself:
+        pytest.skip(f"{loss} aggregates itself (config rule refuses algorithm.tis_level with it)")
+    logp, old, adv, mask = random_loss_batch(seed=4)
+    agg = A.Aggregation("token-mean")
+    fn = loss_fns.with_rollout_correction(bound_loss(loss, up))
+    base = bound_loss(loss, up)(A.LossInputs(logp.clone().requires_grad_(True), old, adv, mask), agg)
+    x = A.LossInputs(logp.clone().requires_grad_(True), old, adv, mask, is_weights=torch.ones_like(mask))
+    same = fn(x, agg)
+    torch.testing.assert_close(same.loss, base.loss)
+    w = torch.rand(mask.shape, generator=torch.Generator().manual_seed(1), dtype=mask.dtype) * 2
+    weighted = fn(A.LossInputs(logp, old, adv, mask, is_weights=w), agg)
+    torch.testing.assert_close(weighted.per_token, base.per_token.detach() * w)
+    torch.testing.assert_close(weighted.loss, agg(base.per_token.detach() * w, mask))
+
+
+def test_the_config_refuses_rollout_correction_with_a_self_aggregating_loss() -> None:
+    from rlvrlab.config import compose
+    from rlvrlab.errors import RlvrlabError
+
+    selfish = [name for name, entry in A.POLICY_LOSSES.items() if entry.aggregates_itself]
+    assert selfish
+    for name in selfish:
+        with pytest.raises(RlvrlabError, match="aggregates its own"):
+            compose(None, [f"algorithm.loss={name}", "algorithm.dual_clip_c=null", "algorithm.tis_level=token"])
+
+
+def test_gspo_dual_clip_bounds_negative_sequences_hand_worked() -> None:
+    """One A < 0 sequence of two tokens with log-ratios 2 and 2: s = e^2 > c = 3, so its loss -A s is capped at
+    -A c = 3 (A = -1); with dual_clip_c None it stays e^2; an A > 0 sequence is untouched."""
+    logp = torch.tensor([[2.0, 2.0], [0.1, 0.1]], dtype=torch.float64)
+    x = A.LossInputs(logp, torch.zeros_like(logp), torch.tensor([[-1.0, -1.0], [1.0, 1.0]], dtype=torch.float64),
+                     torch.ones(2, 2, dtype=torch.float64))
+    agg = A.Aggregation("seq-mean-token-mean", num_seqs=2.0)
+    capped = loss_fns.gspo_loss(x, agg, eps_low=3e-4, eps_high=4e-4, dual_clip_c=3.0)
+    plain = loss_fns.gspo_loss(x, agg, eps_low=3e-4, eps_high=4e-4)
+    assert capped.per_token[0].tolist() == pytest.approx([3.0, 3.0])
+    assert plain.per_token[0].tolist() == pytest.approx([math.exp(2), math.exp(2)])
+    assert capped.per_token[1].tolist() == plain.per_token[1].tolist()
+    assert capped.stats.dual_clip_frac == pytest.approx(0.5)
+
+
+def test_mismatch_kl_is_zero_for_equal_policies_and_k3_is_nonnegative() -> None:
+    gen = torch.Generator().manual_seed(0)
+    a = -torch.rand(4, 5, generator=gen) * 3
+    mask = torch.ones(4, 5)
+    assert A.mismatch_kl(a, a, mask) == (0.0, 0.0)
+    k3, k1 = A.mismatch_kl(a, a + 0.1 * torch.randn(4, 5, generator=gen), mask)
+    assert k3 > 0
+    # k3 of a constant log-ratio d is exp(d) - 1 - d, k1 is -d
+    assert A.mismatch_kl(a, a - 0.5, mask) == pytest.approx((math.expm1(0.5) - 0.5, -0.5))

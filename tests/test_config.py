@@ -175,7 +175,11 @@ def test_every_algorithm_knob_in_the_schema_is_read_by_something() -> None:
             for k in entry.knobs}
     for term in (algorithms.entropy_advantage_bonus, algorithms.kl_loss, algorithms.entropy_bonus):
         read |= set(algorithms.knobs(term))
-    selectors_and_trainer_terms = {"name", "estimator", "loss", "agg", "loss_scale_factor", "unbounded_positive"}
+    selectors_and_trainer_terms = {"name", "estimator", "loss", "agg", "loss_scale_factor", "unbounded_positive",
+                                   # read by the trainer itself (rlvrlab/train/loop.py): DAPO's rollout side and
+                                   # the rollout-trainer mismatch correction
+                                   "tis_level", "tis_cap", "dynamic_sampling", "max_gen_batches", "overlong_buffer",
+                                   "overlong_penalty", "overlong_filter"}
     fields = {f.name for f in dataclasses.fields(AlgorithmConfig)}
     assert fields - selectors_and_trainer_terms == read
     assert set(KNOB_READERS).isdisjoint({f"algorithm.{k}" for k in read})  # derived, never listed twice

@@ -25,12 +25,13 @@ import os
 from collections.abc import Callable, Collection, Mapping
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
 from rlvrlab import algorithms as A
 from rlvrlab.algorithms import advantages as adv_fns
-from rlvrlab.algorithms import losses as loss_fns
+from rlvrlab.algorithms import losses as loss_fns, rollout_shaping as shaping
 
 SHIPPED = Path(__file__).parent / "vectors"
 VERIFIER_FILE = "ucpo_verifier_probe.json"  # the UCPO repo's math-verify scoring, both argument orders
@@ -444,7 +445,55 @@ def check_ucpo_verifier(case: dict, shared: dict) -> None:
     assert math_verifier.check(response, truth, "mathverify").score == case["score_if_verify_called_gold_first"]
 
 
+# ---------------------------------------------------------------- DAPO's rollout side and the mismatch correction (verl)
+
+
+def check_dapo_overlong(case: dict, shared: dict) -> None:
+    """verl's DAPORewardManager with the overlong buffer on: the penalty, the shaped reward, the overlong flag."""
+    require_known_params(case["params"], ("max_resp_len", "overlong_buffer_len", "overlong_penalty_factor"), {},
+                         "verl_dapo_overlong.json")
+    p, x, out = case["params"], case["inputs"], case["outputs"]
+    penalty = shaping.overlong_penalty(torch.tensor(x["response_lengths"]), max_len=p["max_resp_len"],
+                                       buffer_len=p["overlong_buffer_len"], factor=p["overlong_penalty_factor"])
+    rewards = torch.tensor(x["scores"], dtype=torch.float32) + penalty
+    close(penalty, t(out["overlong_reward"], torch.float32), rtol=0, what="overlong_reward")
+    close(rewards, t(out["rewards"], torch.float32), rtol=0, what="rewards")
+    assert (penalty < 0).tolist() == out["overlong"]
+
+
+# verl's metric -> the dtype its values have there: "acc" is a float64 numpy array of the scores; the sequence
+# rewards come from a float32 tensor (equal-looking values can differ in float64 and not in float32)
+FILTER_DTYPES = {"acc": np.float64, "seq_final_reward": np.float32, "seq_reward": np.float32}
+
+
+def check_dapo_filter(case: dict, shared: dict) -> None:
+    """The DAPO recipe's group filter (RayDAPOTrainer.fit): kept groups in first-appearance order."""
+    require_known_params(case["params"], ("metric",), {}, "verl_dapo_filter.json")
+    values = np.asarray(case["inputs"]["metric_values"], dtype=FILTER_DTYPES[case["params"]["metric"]])
+    uids = case["inputs"]["uids"]
+    kept = shaping.groups_with_signal(uids, values)
+    assert kept == case["outputs"]["kept_uids"]
+    assert [i for i, u in enumerate(uids) if u in set(kept)] == case["outputs"]["kept_indices"]
+
+
+def check_rollout_correction(case: dict, shared: dict) -> None:
+    """verl's compute_rollout_correction_weights (truncated IS, token or sequence level, optional batch
+    normalisation): the weights, and their mean before normalisation (rollout_is_mean)."""
+    require_known_params(case["params"], ("rollout_is", "rollout_is_threshold", "rollout_is_batch_normalize"), {},
+                         "verl_rollout_correction.json")
+    p, x = case["params"], case["inputs"]
+    weights, stats = shaping.rollout_correction_weights(
+        t(x["log_ratio"], torch.float32), t(x["response_mask"], torch.float32), level=p["rollout_is"],
+        cap=p["rollout_is_threshold"], normalize=p["rollout_is_batch_normalize"])
+    close(weights, t(case["outputs"]["weights"], torch.float32), rtol=1e-6, what="weights")
+    assert not weights.requires_grad
+    assert math.isclose(stats.weight_mean, case["outputs"]["metrics"]["rollout_is_mean"], rel_tol=1e-5, abs_tol=1e-6)
+
+
 CHECKS: dict[str, Callable[[dict, dict], None]] = {
+    "verl_dapo_overlong.json": check_dapo_overlong,
+    "verl_dapo_filter.json": check_dapo_filter,
+    "verl_rollout_correction.json": check_rollout_correction,
     "verl_advantages.json": check_verl_advantages,
     "verl_policy_loss_vanilla.json": check_vanilla,
     "verl_policy_loss_gspo.json": check_gspo,
@@ -542,7 +591,8 @@ def test_every_shipped_file_and_case_is_checked() -> None:
     shipped = {p.name for p in SHIPPED.glob("*.json")}
     assert shipped == set(CHECKS)
     num_cases = sum(len(json.loads((SHIPPED / name).read_text())["cases"]) for name in shipped)
-    assert sum(1 for p in _cases() if p.id.startswith("shipped/")) == num_cases == 69 + 16  # + 16 verifier probes
+    # 69 loss/advantage cases, 16 verifier probes, 11 + 12 + 13 DAPO shaping, filter and rollout-correction cases
+    assert sum(1 for p in _cases() if p.id.startswith("shipped/")) == num_cases == 69 + 16 + 11 + 12 + 13
 
 
 def test_deviation_rules_change_only_documented_values() -> None:

@@ -75,3 +75,23 @@ def test_real_tier_loads_any_hf_folder_with_its_chat_template(tmp_path, mlflow_h
     history = mlflow_history(tmp_path, train(cfg))
     assert sorted(history["train/reward"]) == [0, 1]
     assert max(history["rollout/logp_gap_max"].values()) < 1e-4
+
+
+def test_full_dapo_on_the_tiny_tier_logs_its_sampling_and_the_engine_mismatch(tmp_path, mlflow_history):
+    """algorithm=dapo is all of DAPO: dynamic sampling (batches sampled per step; groups that filled the batch),
+    overlong shaping (a response at max_new_tokens loses the full penalty), and the engine-trainer mismatch KL is
+    logged every step (0 to rounding for the hf engine, which samples a copy of the trainer's weights)."""
+    cfg = compose(None, ["algorithm=dapo", "steps=3", "seed=1", "trainer.checkpoint_every=0", "rollout.max_new_tokens=8",
+                         f"output_dir={tmp_path}"])
+    assert cfg.algorithm.dynamic_sampling and cfg.algorithm.overlong_buffer == 0.2
+    rewards = []
+    run_id = train(cfg, on_step=lambda step, batch, run, stats: rewards.append(
+        (batch.scores.tolist(), batch.rewards.tolist(), batch.mask.sum(-1).tolist())))
+    history = mlflow_history(tmp_path, run_id)
+    for name in ("rollout/generated_batches", "rollout/filled_groups", "rollout/mismatch_kl", "rollout/overlong_frac"):
+        assert sorted(history[name]) == [0, 1, 2], name
+    assert all(v >= 1 for v in history["rollout/generated_batches"].values())
+    assert all(abs(v) < 1e-6 for v in history["rollout/mismatch_kl"].values())
+    for scores, shaped, lengths in rewards:  # buffer = 0.2 * 8 = 2 tokens: lengths 7 and 8 are penalised
+        for score, reward, length in zip(scores, shaped, lengths):
+            assert reward == pytest.approx(score - max(0.0, (length - 6) / 2))

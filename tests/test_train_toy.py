@@ -234,3 +234,52 @@ def test_every_algorithm_trains_two_toy_steps(shared_output: Path, overrides: li
     run_id = train(cfg, on_step=lambda step, batch, run, stats: seen.append((stats.policy_loss, stats.grad_norm)))
     assert len(seen) == 2 and all(math.isfinite(v) for pair in seen for v in pair), seen
     assert MlflowClient(f"sqlite:///{shared_output / 'mlflow.db'}").get_run(run_id).info.status == "FINISHED"
+
+
+def test_dynamic_sampling_trains_only_on_groups_with_signal(tmp_path, mlflow_history):
+    """DAPO's dynamic sampling: every consumed group has differing scores (or the batch says how many no-signal
+    groups filled it after max_gen_batches), and the data stream advances by the batches sampled."""
+    seen = []
+
+    def check(step, batch, run, stats):
+        groups: dict[str, list[float]] = {}
+        for gid, score in zip(batch.group_ids, batch.scores.tolist()):
+            groups.setdefault(gid, []).append(score)
+        constant = sum(max(v) == min(v) for v in groups.values())
+        assert len(groups) == run.cfg.rollout.prompts_per_step
+        assert constant == batch.filled_groups, (constant, batch.filled_groups)
+        seen.append(batch.generated_batches)
+
+    cfg = toy(tmp_path, "algorithm=dapo", "rollout.group_size=4", "trainer.checkpoint_every=0")
+    run_id = train(cfg, on_step=check)
+    history = mlflow_history(tmp_path, run_id)
+    assert [history["rollout/generated_batches"][s] for s in range(6)] == seen
+    assert sum(seen) > 6  # the skewed toy start solves or fails many groups outright: more batches were sampled
+    # max_gen_batches=1: nothing is resampled, no-signal groups fill the batch and are counted
+    filled = []
+    train(toy(tmp_path / "one", "algorithm=dapo", "algorithm.max_gen_batches=1", "trainer.checkpoint_every=0"),
+          on_step=lambda step, batch, run, stats: filled.append((batch.generated_batches, batch.filled_groups)))
+    assert all(g == 1 for g, _ in filled) and sum(f for _, f in filled) > 0
+
+
+def test_rollout_correction_with_an_exact_engine_changes_nothing(tmp_path, mlflow_history):
+    """The toy engine samples from a copy of the trainer's own table (log-prob gap at float rounding), so every
+    truncated importance weight is 1 to rounding and the run equals the uncorrected one; the mismatch KL is ~0."""
+    plain = train(toy(tmp_path / "a", "trainer.checkpoint_every=0"))
+    corrected = train(toy(tmp_path / "b", "trainer.checkpoint_every=0", "algorithm.tis_level=sequence"))
+    a, b = mlflow_history(tmp_path / "a", plain), mlflow_history(tmp_path / "b", corrected)
+    assert a["train/reward"] == b["train/reward"]
+    assert a["loss/policy"] == pytest.approx(b["loss/policy"], abs=1e-6)
+    assert all(abs(v - 1) < 1e-5 for v in b["rollout/is_weight_mean"].values())
+    assert all(abs(v) < 1e-9 for v in b["rollout/mismatch_kl"].values())
+    assert "rollout/is_weight_mean" not in a
+
+
+def test_overlong_filter_masks_truncated_responses_from_the_loss() -> None:
+    from rlvrlab.train.batch import collate
+    from rlvrlab.rollout.base import Generation
+
+    gens = [[Generation((1,), (5, 6, 7), "a", (0.0, 0.0, 0.0)), Generation((1,), (5, 2), "b", (0.0, 0.0))]]
+    batch = collate(gens, ["g"], [1.0, 0.0], pad_id=0, version=0, batch_index=0, truncated=[True, False])
+    assert batch.loss_mask(drop_truncated=False).tolist() == [[1, 1, 1], [1, 1, 0]]
+    assert batch.loss_mask(drop_truncated=True).tolist() == [[0, 0, 0], [1, 1, 0]]

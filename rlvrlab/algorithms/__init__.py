@@ -17,6 +17,13 @@ from .kl import KL_ESTIMATORS, entropy_bonus, entropy_from_logits, kl_loss
 from .losses import POLICY_LOSSES, with_unbounded_positive
 from .masked import masked_mean, masked_sum, masked_whiten
 from .registry import Estimator, PolicyLoss, bind, knobs
+from .rollout_shaping import (
+    CorrectionStats,
+    groups_with_signal,
+    mismatch_kl,
+    overlong_penalty,
+    rollout_correction_weights,
+)
 from .types import AdvantageInputs, AdvantageOutput, CorrectSetStats, LossInputs, LossOutput, LossStats
 
 correct_set_stats = _adv.correct_set_stats
@@ -24,6 +31,11 @@ entropy_advantage_bonus = _adv.entropy_advantage_bonus
 
 
 __all__ = [
+    "CorrectionStats",
+    "groups_with_signal",
+    "mismatch_kl",
+    "overlong_penalty",
+    "rollout_correction_weights",
     "ADVANTAGES",
     "AGGREGATIONS",
     "KL_ESTIMATORS",

@@ -15,7 +15,7 @@ import torch
 from .advantages import ADVANTAGES, entropy_advantage_bonus
 from .aggregation import Aggregation
 from .kl import entropy_bonus, kl_loss
-from .losses import POLICY_LOSSES, with_sign_split, with_unbounded_positive
+from .losses import POLICY_LOSSES, with_rollout_correction, with_sign_split, with_unbounded_positive
 from .registry import Estimator, PolicyLoss, bind
 from .types import AdvantageInputs, AdvantageOutput, LossInputs, LossOutput
 
@@ -48,7 +48,7 @@ def bind_algorithm(algorithm: Any) -> BoundAlgorithm:
         estimator=estimator,
         policy_loss=policy_loss,
         advantage=bind(estimator.fn, algorithm),
-        loss=with_sign_split(bind(loss, algorithm)),
+        loss=with_sign_split(with_rollout_correction(bind(loss, algorithm))),
         kl=bind(kl_loss, algorithm),
         entropy_bonus=bind(entropy_bonus, algorithm) if algorithm.entropy_coef > 0 else None,
         ent_adv=bind(entropy_advantage_bonus, algorithm) if algorithm.ent_adv_alpha > 0 else None,

@@ -7,6 +7,7 @@ delta = logp - old_logp, rho = exp(delta). Where verl clamps delta to [-20, 20] 
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 import math
 
 import torch
@@ -307,7 +308,7 @@ def sign_split(stats: LossStats, x: LossInputs) -> LossStats:
     mask = x.mask.bool()
     delta = torch.clamp(x.logp.detach() - x.old_logp, min=-20.0, max=20.0)
     total = float(mask.sum())
-    out: dict[str, float | None] = {}
+    out: dict[str, Any] = {}
     for side, chosen, clipped in (("pos", x.adv > 0, stats.clip_frac_upper),
                                   ("neg", x.adv <= 0, stats.clip_frac_lower + stats.dual_clip_frac)):
         tokens = mask & chosen
@@ -333,6 +334,23 @@ def with_sign_split(loss: LossFn) -> LossFn:
     split_loss.__name__ = getattr(loss, "__name__", "loss")
     split_loss.__wrapped__ = loss  # type: ignore[attr-defined]  # keeps the knob signature visible
     return split_loss
+
+
+def with_rollout_correction(loss: LossFn) -> LossFn:
+    """`loss` with each token's loss multiplied by LossInputs.is_weights (truncated importance weights for the
+    rollout-trainer mismatch, `rollout_shaping.rollout_correction_weights`) before the aggregation, as verl's losses
+    apply rollout_is_weights; unchanged when there are none. Not for losses that aggregate themselves (config rule)."""
+
+    def corrected(x: LossInputs, agg: Aggregation, **knobs) -> LossOutput:
+        out = loss(x, agg, **knobs)
+        if x.is_weights is None:
+            return out
+        per_token = out.per_token * x.is_weights
+        return LossOutput(agg(per_token, x.mask), per_token, out.stats)
+
+    corrected.__name__ = getattr(loss, "__name__", "loss")
+    corrected.__wrapped__ = loss  # type: ignore[attr-defined]
+    return corrected
 
 
 def with_unbounded_positive(base: LossFn) -> LossFn:
@@ -378,7 +396,8 @@ POLICY_LOSSES: dict[str, PolicyLoss] = {
     "gspo": PolicyLoss(gspo_loss, clips_ratio=True, up_compatible=True, micro_batch_exact=True),
     "cispo": PolicyLoss(cispo_loss, clips_ratio=True, up_compatible=True, micro_batch_exact=True),
     "sapo": PolicyLoss(sapo_loss, clips_ratio=False, up_compatible=False, micro_batch_exact=True),
-    "gmpo": PolicyLoss(gmpo_loss, clips_ratio=False, up_compatible=False, micro_batch_exact=True),
+    "gmpo": PolicyLoss(gmpo_loss, clips_ratio=False, up_compatible=False, micro_batch_exact=True,
+                       aggregates_itself=True),
     "gpg": PolicyLoss(pg_loss, clips_ratio=False, up_compatible=False, micro_batch_exact=True),
     "w_reinforce": PolicyLoss(w_reinforce_loss, clips_ratio=False, up_compatible=False, micro_batch_exact=True),
     "dppo_tv": PolicyLoss(dppo_tv_loss, clips_ratio=False, up_compatible=False, micro_batch_exact=True),

@@ -63,6 +63,8 @@ class PolicyLoss:
     up_compatible: bool  # has a clipped positive branch that UP (with_unbounded_positive) can replace
     micro_batch_exact: bool  # summing micro-batches with global counts gives the full batch's loss and gradient
     #                          (false: it selects tokens by statistics of the micro-batch it is given)
+    aggregates_itself: bool = False  # its loss is not agg(per_token): token weights (rollout correction) cannot
+    #                                  be applied before its aggregation (gmpo averages sequence terms itself)
 
     @property
     def knobs(self) -> tuple[str, ...]:

@@ -51,6 +51,7 @@ class LossInputs:
     old_logp: torch.Tensor  # [B, T]
     adv: torch.Tensor  # [B, T]
     mask: torch.Tensor  # [B, T]
+    is_weights: torch.Tensor | None = None  # [B, T] detached rollout-correction weights, multiplied into every token
 
 
 @dataclass(frozen=True)

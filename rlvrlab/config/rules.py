@@ -27,6 +27,7 @@ CHOICES: dict[str, tuple[Any, ...]] = {
     "rollout.engine": ("hf", "vllm"),
     "trainer.engine": ("deepspeed", "torch"),
     "trainer.zero_stage": (0, 1, 2),
+    "algorithm.tis_level": ("none", "token", "sequence"),
 }
 
 
@@ -82,6 +83,10 @@ RANGES: dict[str, Range] = {
     "algorithm.entropy_coef": NON_NEGATIVE,
     "algorithm.ent_adv_alpha": NON_NEGATIVE,
     "algorithm.ent_adv_kappa": POSITIVE,
+    "algorithm.tis_cap": POSITIVE,
+    "algorithm.max_gen_batches": AT_LEAST_ONE,
+    "algorithm.overlong_buffer": Range(0, 1, high_open=True),
+    "algorithm.overlong_penalty": NON_NEGATIVE,
     "model.toy_num_responses": Range(2),
     "model.toy_num_correct": AT_LEAST_ONE,
     "model.toy_init_skew": NON_NEGATIVE,
@@ -119,6 +124,8 @@ RANGES: dict[str, Range] = {
 # The knobs of the algorithm functions are not listed here: _knob_readers() reads them off the registered
 # functions' signatures (rlvrlab.algorithms.knobs) and UP's off the losses' up_compatible trait.
 KNOB_READERS: dict[str, tuple[str, tuple[Any, ...]]] = {
+    "algorithm.tis_cap": ("algorithm.tis_level", ("token", "sequence")),
+    "algorithm.max_gen_batches": ("algorithm.dynamic_sampling", (True,)),
     "algorithm.loss_scale_factor": ("algorithm.agg", ("seq-mean-token-sum-norm",)),
     "model.path": ("model.tier", ("real",)),
     "model.toy_num_responses": ("model.tier", ("toy",)),
@@ -353,6 +360,36 @@ def _fewshot_are_pairs(cfg: RunConfig) -> None:
                               '[question, answer] pair, e.g. ["What is 3 + 4?", "3 + 4 = 7."]')
 
 
+def _overlong_buffer_fits(cfg: RunConfig) -> None:
+    a = cfg.algorithm
+    if a.overlong_buffer > 0 and overlong_buffer_tokens(cfg) < 1:
+        raise ConfigError(f"algorithm.overlong_buffer={a.overlong_buffer:g} of rollout.max_new_tokens="
+                          f"{cfg.rollout.max_new_tokens} is less than one token; raise it or set it to 0 (off)")
+
+
+def overlong_buffer_tokens(cfg: RunConfig) -> int:
+    """DAPO's overlong buffer in tokens: the share algorithm.overlong_buffer of rollout.max_new_tokens (the paper:
+    4096 of 20480, i.e. 0.2)."""
+    return int(round(cfg.algorithm.overlong_buffer * cfg.rollout.max_new_tokens))
+
+
+def _rollout_correction_fits_the_loss(cfg: RunConfig) -> None:
+    if cfg.algorithm.tis_level == "none":
+        return
+    from rlvrlab.algorithms import POLICY_LOSSES  # lazily, as in _registry_choices
+
+    if POLICY_LOSSES[cfg.algorithm.loss].aggregates_itself:
+        raise ConfigError(f"algorithm.tis_level={cfg.algorithm.tis_level} weights each token's loss before the "
+                          f"aggregation, but algorithm.loss {cfg.algorithm.loss!r} aggregates its own sequence "
+                          "terms; use another loss or algorithm.tis_level=none")
+
+
+def _dynamic_sampling_needs_groups(cfg: RunConfig) -> None:
+    if cfg.algorithm.dynamic_sampling and cfg.rollout.group_size < 2:
+        raise ConfigError("algorithm.dynamic_sampling keeps groups whose scores differ, which needs "
+                          "rollout.group_size >= 2")
+
+
 def _betas_are_a_pair(cfg: RunConfig) -> None:
     betas = cfg.trainer.betas
     if len(betas) != 2 or not all(0 <= beta < 1 for beta in betas):
@@ -376,4 +413,7 @@ CROSS_FIELD_RULES: tuple[Callable[[RunConfig], None], ...] = (
     _template_has_prompt,
     _fewshot_are_pairs,
     _betas_are_a_pair,
+    _overlong_buffer_fits,
+    _rollout_correction_fits_the_loss,
+    _dynamic_sampling_needs_groups,
 )

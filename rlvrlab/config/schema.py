@@ -41,6 +41,19 @@ class AlgorithmConfig:
     entropy_coef: float = 0.0  # Ent-Reg entropy bonus, >= 0
     ent_adv_alpha: float = 0.0  # Ent-Adv entropy-shaped advantage, >= 0; 0 = off
     ent_adv_kappa: float = 2.0  # Ent-Adv cap on the entropy term relative to |A|, > 0
+    # rollout-trainer mismatch: truncated importance sampling, weight min(pi_trainer / pi_rollout, tis_cap) on every
+    # loss (verl's rollout correction); none | token | sequence
+    tis_level: str = "none"
+    tis_cap: float = 2.0  # C, > 0
+    # DAPO's dynamic sampling (Yu et al. 2025, §3.2): keep only groups whose verifier scores differ, sample further
+    # batches until the step's prompts are filled or max_gen_batches were sampled (then no-signal groups fill the rest)
+    dynamic_sampling: bool = False
+    max_gen_batches: int = 10  # >= 1
+    # DAPO's overlong reward shaping (§3.4, eq. 13): responses longer than (1 - overlong_buffer) * max_new_tokens
+    # lose up to overlong_penalty, linearly (buffer as a share of rollout.max_new_tokens, in [0, 1); 0 = off)
+    overlong_buffer: float = 0.0
+    overlong_penalty: float = 1.0  # >= 0
+    overlong_filter: bool = False  # DAPO's overlong filtering: truncated responses are masked from the loss
 
 
 @dataclass

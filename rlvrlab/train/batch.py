@@ -37,6 +37,10 @@ class RolloutBatch:
     ref_logp: torch.Tensor | None = None  # [B, T] reference-policy log-probs, when a KL term is used
     old_entropy: torch.Tensor | None = None  # [B, T] behaviour-policy token entropy (Ent-Adv shaping)
     adv: torch.Tensor | None = None  # [B, T] advantages, set when the batch is consumed
+    scores: torch.Tensor | None = None  # [B] the verifier's scores (rewards before overlong shaping)
+    truncated: torch.Tensor | None = None  # [B] bool: cut at max_new_tokens without an end-of-sequence token
+    generated_batches: int = 1  # rollout batches sampled to fill this one (DAPO's dynamic sampling)
+    filled_groups: int = 0  # groups without signal that filled it after max_gen_batches
 
     def response_keys(self) -> list[tuple[int, ...]]:
         """[B] each row's response token ids: equal keys, the same response."""
@@ -62,6 +66,8 @@ class RolloutBatch:
             ref_logp=pick(self.ref_logp),
             old_entropy=pick(self.old_entropy),
             adv=pick(self.adv),
+            scores=pick(self.scores),
+            truncated=pick(self.truncated),
         )
 
     def to(self, device: torch.device) -> RolloutBatch:
@@ -69,15 +75,25 @@ class RolloutBatch:
         return replace(self, input_ids=move(self.input_ids), attention_mask=move(self.attention_mask),
                        mask=move(self.mask), rewards=move(self.rewards), engine_logp=move(self.engine_logp),
                        old_logp=move(self.old_logp), raw_logp=move(self.raw_logp), ref_logp=move(self.ref_logp),
-                       old_entropy=move(self.old_entropy), adv=move(self.adv))
+                       old_entropy=move(self.old_entropy), adv=move(self.adv), scores=move(self.scores),
+                       truncated=move(self.truncated))
 
     def __len__(self) -> int:
         return self.input_ids.shape[0]
 
+    def loss_mask(self, *, drop_truncated: bool) -> torch.Tensor:
+        """[B, T] the tokens the loss is taken over: the response mask, without truncated responses when asked
+        (DAPO's overlong filtering)."""
+        if not drop_truncated or self.truncated is None:
+            return self.mask
+        return self.mask * (~self.truncated).to(self.mask.dtype).unsqueeze(-1)
+
 
 def collate(groups: list[list[Generation]], group_ids: list[str], rewards: list[float], *, pad_id: int,
-            version: int, batch_index: int) -> RolloutBatch:
-    """Flatten [prompt][sample] generations into one padded batch; rewards are per response, same order."""
+            version: int, batch_index: int, scores: list[float] | None = None,
+            truncated: list[bool] | None = None) -> RolloutBatch:
+    """Flatten [prompt][sample] generations into one padded batch; rewards (and scores, truncation flags) are per
+    response, same order."""
     flat = [g for group in groups for g in group]
     ids = [gid for gid, group in zip(group_ids, groups) for _ in group]
     width_p = max(len(g.prompt_ids) for g in flat)
@@ -104,6 +120,8 @@ def collate(groups: list[list[Generation]], group_ids: list[str], rewards: list[
         texts=[g.text for g in flat],
         version=version,
         batch_index=batch_index,
+        scores=torch.tensor(scores if scores is not None else rewards, dtype=torch.float32),
+        truncated=torch.tensor(truncated if truncated is not None else [False] * len(flat), dtype=torch.bool),
     )
 
 

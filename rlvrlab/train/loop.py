@@ -22,6 +22,10 @@ import torch
 
 from rlvrlab.algorithms import (
     ADVANTAGES,
+    groups_with_signal,
+    mismatch_kl,
+    overlong_penalty,
+    rollout_correction_weights,
     AdvantageInputs,
     Aggregation,
     BoundAlgorithm,
@@ -29,6 +33,7 @@ from rlvrlab.algorithms import (
     correct_set_stats,
     masked_mean,
 )
+from rlvrlab.config.rules import overlong_buffer_tokens
 from rlvrlab.config.schema import RunConfig
 from rlvrlab.errors import RlvrlabError
 from rlvrlab.procs import raise_if_stop_requested, stop_at_safe_points
@@ -112,8 +117,7 @@ def train_step(run: Run, state: TrainState, step: int) -> tuple[StepStats, Rollo
     # 1. Rollouts. The queue holds staleness + 1 batches: the one consumed now was generated at step t - s
     #    (the first s steps consume batches of the initial policy, so their lag is t).
     while len(state.queue) <= cfg.trainer.staleness:
-        state.queue.append(generate(run, batch_index=state.next_batch, version=step, timings=t))
-        state.next_batch += 1
+        state.queue.append(generate(run, state, version=step, timings=t))
     batch = state.queue.popleft()
     run.rollout.sleep()  # vLLM on GPU frees its KV cache for the update; the sync below wakes it
 
@@ -139,6 +143,7 @@ def train_step(run: Run, state: TrainState, step: int) -> tuple[StepStats, Rollo
     solved, signal_share = group_outcomes(batch.rewards, batch.group_ids)
     h_q, max_q = correct_set_means(correct_set_stats(adv_inputs))
     gap = (batch.engine_logp - batch.raw_logp).abs() * batch.mask
+    kl_k3, kl_k1 = mismatch_kl(batch.raw_logp, batch.engine_logp, batch.mask)
     outcome = all_sum(torch.tensor([batch.rewards.mean(), (batch.rewards > 0).float().mean(), solved, signal_share,
                                     batch.mask.sum(-1).mean()], dtype=torch.float64)) / run.world_size
     stats = StepStats(
@@ -150,6 +155,12 @@ def train_step(run: Run, state: TrainState, step: int) -> tuple[StepStats, Rollo
         loss=update.loss_stats.result(),
         correct_entropy=h_q, correct_max_q=max_q, lag=step - batch.version,
         logp_gap_max=float(gap.max()), logp_gap_mean=float(gap.sum() / batch.mask.sum()),
+        mismatch_kl=kl_k3, mismatch_kl_k1=kl_k1,
+        is_weight_mean=float(np.mean([c.weight_mean for c in update.corrections])) if update.corrections else None,
+        is_truncated_frac=(float(np.mean([c.truncated_frac for c in update.corrections]))
+                           if update.corrections else None),
+        generated_batches=float(batch.generated_batches), filled_groups=float(batch.filled_groups),
+        overlong_frac=float(batch.truncated.float().mean()) if batch.truncated is not None else 0.0,
         tokens_per_s=float(batch.mask.sum()) / max(batch.generate_seconds, 1e-9), timings=t,
         toy=run.toy_diagnostics() if run.toy_diagnostics is not None else None,
     )
@@ -178,6 +189,7 @@ class UpdateResult:
     norms: list[float] = field(default_factory=list)  # gradient norm of each optimizer step
     logps: list[torch.Tensor] = field(default_factory=list)  # detached [b, T] per micro-batch, reuse_update_logp only
     token_entropies: list[torch.Tensor] = field(default_factory=list)  # the same for the token entropy
+    corrections: list = field(default_factory=list)  # CorrectionStats per micro-batch, with algorithm.tis_level
 
 
 def update_policy(run: Run, batch: RolloutBatch, step: int) -> UpdateResult:
@@ -189,7 +201,8 @@ def update_policy(run: Run, batch: RolloutBatch, step: int) -> UpdateResult:
         order = shuffled_rows(len(batch), seed=(cfg.seed, step, epoch)) if cfg.trainer.mini_batches > 1 else None
         for rows in (order if order is not None else torch.arange(len(batch))).chunk(cfg.trainer.mini_batches):
             mini = batch.rows(rows)
-            counts = all_sum(torch.tensor([mini.mask.sum(), (mini.mask.sum(-1) > 0).sum(), len(mini)],
+            mini_mask = mini.loss_mask(drop_truncated=cfg.algorithm.overlong_filter)
+            counts = all_sum(torch.tensor([mini_mask.sum(), (mini_mask.sum(-1) > 0).sum(), len(mini)],
                                           dtype=torch.float64))  # tokens, non-empty rows, rows
             agg = Aggregation(cfg.algorithm.agg, num_tokens=float(counts[0]), num_seqs=float(counts[1]),
                               num_rows=float(counts[2]), dp_size=run.world_size,
@@ -202,14 +215,22 @@ def update_policy(run: Run, batch: RolloutBatch, step: int) -> UpdateResult:
                     old_logp = logp.detach()
                     result.logps.append(old_logp)
                     result.token_entropies.append(entropy.detach())
-                out = algo.loss(LossInputs(logp, old_logp, x.adv, x.mask), agg)
+                mask = x.loss_mask(drop_truncated=cfg.algorithm.overlong_filter)
+                weights = None
+                if cfg.algorithm.tis_level != "none":  # pi_trainer / pi_rollout of the sampling weights, truncated
+                    behaviour = x.raw_logp if x.raw_logp is not None else old_logp
+                    weights, correction = rollout_correction_weights(behaviour - x.engine_logp, mask,
+                                                                     level=cfg.algorithm.tis_level,
+                                                                     cap=cfg.algorithm.tis_cap)
+                    result.corrections.append(correction)
+                out = algo.loss(LossInputs(logp, old_logp, x.adv, mask, is_weights=weights), agg)
                 loss = out.loss
                 if run.reference is not None:
-                    loss = loss + algo.kl(logp, x.ref_logp, x.mask, agg)
+                    loss = loss + algo.kl(logp, x.ref_logp, mask, agg)
                     delta = (x.ref_logp - logp).detach()
-                    result.kls.append(float(masked_mean(torch.expm1(delta) - delta, x.mask)))
+                    result.kls.append(float(masked_mean(torch.expm1(delta) - delta, mask)))
                 if algo.entropy_bonus is not None:
-                    loss = loss + algo.entropy_bonus(entropy, x.mask, agg)
+                    loss = loss + algo.entropy_bonus(entropy, mask, agg)
                 _require_finite(loss.item(), "loss", step, run)
                 run.update.backward(loss)
                 result.loss_stats.add(out.stats)
@@ -224,24 +245,51 @@ def update_policy(run: Run, batch: RolloutBatch, step: int) -> UpdateResult:
     return result
 
 
-def generate(run: Run, *, batch_index: int, version: int, timings: Timings) -> RolloutBatch:
-    """Sample, verify and collate one batch; the trainer's log-probs of the generating weights go with it."""
+@dataclass
+class _Group:
+    """One prompt's sampled responses with their verdicts (before collation)."""
+
+    problem_id: str
+    batch_index: int  # the data-stream batch it was sampled in
+    generations: list
+    scores: list[float]  # the verifier's
+    rewards: list[float]  # scores plus DAPO's overlong penalty, when on
+    truncated: list[bool]
+
+
+def generate(run: Run, state: TrainState, *, version: int, timings: Timings) -> RolloutBatch:
+    """Sample, verify and collate the next batch of the data stream (advancing state.next_batch); the trainer's
+    log-probs of the generating weights go with it. With algorithm.dynamic_sampling (DAPO), groups whose verifier
+    scores are all equal are set aside and further batches are sampled until this process's prompts are filled or
+    algorithm.max_gen_batches batches were sampled; set-aside groups then fill what is missing (logged)."""
     cfg = run.cfg
-    problems = stream_problems(run.problems, seed=cfg.seed, batch_index=batch_index,
-                               per_batch=cfg.rollout.prompts_per_step, rank=run.rank, world=run.world_size)
-    seed = int(np.random.SeedSequence([cfg.seed, batch_index, run.rank]).generate_state(1)[0])
-    tic = time.perf_counter()
-    groups = run.rollout.generate([run.prompt_ids(p) for p in problems], n=cfg.rollout.group_size, seed=seed)
-    generate_time = time.perf_counter() - tic
-    verdicts = run.verifier.score([g.text for group in groups for g in group],
-                                  [p.answer for p, group in zip(problems, groups) for _ in group])
-    rewards = [v.score for v in verdicts]
-    timings.verify += time.perf_counter() - tic - generate_time
-    timings.generate += generate_time
+    quota = cfg.rollout.prompts_per_step // run.world_size
+    first, kept, spare, seconds_before = state.next_batch, [], [], timings.generate
+    while True:
+        groups = _sample_groups(run, state.next_batch, timings)
+        state.next_batch += 1
+        if not cfg.algorithm.dynamic_sampling:
+            kept = groups
+            break
+        signal = set(groups_with_signal([i for i, g in enumerate(groups) for _ in g.scores],
+                                        np.asarray([s for g in groups for s in g.scores], dtype=np.float64)))
+        for i, g in enumerate(groups):
+            (kept if i in signal and len(g.scores) > 1 else spare).append(g)
+        if len(kept) >= quota or state.next_batch - first >= cfg.algorithm.max_gen_batches:
+            break
+    filled = max(0, quota - len(kept))
+    chosen = kept[:quota] + spare[:filled]
+    # one group per sampled prompt: a prompt sampled again in a later batch is its own group (as verl's uids)
+    ids: list[str] = []
+    for g in chosen:
+        ids.append(g.problem_id if g.problem_id not in ids else f"{g.problem_id}@{g.batch_index}")
     device = next(run.update.module.parameters()).device
-    batch = collate(groups, [p.id for p in problems], rewards, pad_id=run.pad_id, version=version,
-                    batch_index=batch_index).to(device)
-    batch.generate_seconds = generate_time
+    batch = collate([g.generations for g in chosen], ids,
+                    [r for g in chosen for r in g.rewards], pad_id=run.pad_id, version=version, batch_index=first,
+                    scores=[x for g in chosen for x in g.scores],
+                    truncated=[x for g in chosen for x in g.truncated]).to(device)
+    batch.generate_seconds = timings.generate - seconds_before
+    batch.generated_batches, batch.filled_groups = state.next_batch - first, filled
 
     tic = time.perf_counter()
     temperature, old, raw, ref, ent = cfg.rollout.temperature, [], [], [], []
@@ -262,6 +310,35 @@ def generate(run: Run, *, batch_index: int, version: int, timings: Timings) -> R
     batch.ref_logp = torch.cat(ref) if ref else None
     timings.logp += time.perf_counter() - tic
     return batch
+
+
+def _sample_groups(run: Run, batch_index: int, timings: Timings) -> list[_Group]:
+    """Batch `batch_index` of this process's prompts: n responses each, verified, shaped."""
+    cfg, r, a = run.cfg, run.cfg.rollout, run.cfg.algorithm
+    buffer = overlong_buffer_tokens(cfg)
+    problems = stream_problems(run.problems, seed=cfg.seed, batch_index=batch_index, per_batch=r.prompts_per_step,
+                               rank=run.rank, world=run.world_size)
+    seed = int(np.random.SeedSequence([cfg.seed, batch_index, run.rank]).generate_state(1)[0])
+    tic = time.perf_counter()
+    groups = run.rollout.generate([run.prompt_ids(p) for p in problems], n=r.group_size, seed=seed)
+    generate_time = time.perf_counter() - tic
+    verdicts = run.verifier.score([g.text for group in groups for g in group],
+                                  [p.answer for p, group in zip(problems, groups) for _ in group])
+    timings.verify += time.perf_counter() - tic - generate_time
+    timings.generate += generate_time
+    out, position = [], 0
+    for problem, gens in zip(problems, groups):
+        scores = [v.score for v in verdicts[position:position + len(gens)]]
+        position += len(gens)
+        lengths = torch.tensor([len(g.response_ids) for g in gens])
+        rewards = torch.tensor(scores, dtype=torch.float32)
+        if buffer > 0:
+            rewards = rewards + overlong_penalty(lengths, max_len=r.max_new_tokens, buffer_len=buffer,
+                                                 factor=a.overlong_penalty)
+        truncated = [run.eos_id is not None and len(g.response_ids) >= r.max_new_tokens
+                     and (not g.response_ids or g.response_ids[-1] != run.eos_id) for g in gens]
+        out.append(_Group(problem.id, batch_index, list(gens), scores, rewards.tolist(), truncated))
+    return out
 
 
 def reuse_update_logp(cfg: RunConfig) -> bool:

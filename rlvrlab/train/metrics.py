@@ -21,6 +21,7 @@ def step_metrics(s: StepStats) -> dict[str, float]:
         "train/response_length": s.response_length,
         "loss/policy": s.policy_loss,
         "loss/grad_norm": s.grad_norm,
+        "loss/grad_norm_clipped": s.grad_norm_clipped,  # after clipping to trainer.grad_clip
         "loss/clip_frac": s.loss.clip_frac,
         "loss/clip_frac_upper": s.loss.clip_frac_upper,
         "loss/clip_frac_lower": s.loss.clip_frac_lower,
@@ -34,14 +35,20 @@ def step_metrics(s: StepStats) -> dict[str, float]:
         "rollout/logp_gap_max": s.logp_gap_max,
         "rollout/logp_gap_mean": s.logp_gap_mean,
         "rollout/tokens_per_s": s.tokens_per_s,
+        "rollout/mismatch_kl": s.mismatch_kl,  # KL(engine || trainer), k3, per token
+        "rollout/mismatch_kl_k1": s.mismatch_kl_k1,
+        "rollout/generated_batches": s.generated_batches,  # DAPO's dynamic sampling: batches sampled per step
+        "rollout/filled_groups": s.filled_groups,  # ... and no-signal groups that filled the batch
+        "rollout/overlong_frac": s.overlong_frac,
     }
     optional = {
         "loss/cap_pos_mean": s.loss.cap_pos_mean,  # UP paper eq. 11, over A > 0 tokens
+        "policy/kl_ref": s.kl_ref,
         # by the sign of the advantage: under UP only the A <= 0 side's ratio enters the gradient
         **{f"loss/{side}/{name}": getattr(s.loss, f"{name}_{side}") for side in ("pos", "neg")
            for name in ("ratio_mean", "ratio_max", "approx_kl", "clip_frac")},
-        "loss/grad_norm_clipped": s.grad_norm_clipped,
-        "policy/kl_ref": s.kl_ref,
+        "rollout/is_weight_mean": s.is_weight_mean,  # truncated importance sampling (algorithm.tis_level)
+        "rollout/is_truncated_frac": s.is_truncated_frac,
         "policy/correct_entropy": s.correct_entropy,  # UCPO's H(q)
         "policy/correct_max_q": s.correct_max_q,
     }

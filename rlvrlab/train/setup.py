@@ -68,6 +68,7 @@ class Run:
     save_model: Callable[[torch.nn.Module, Path], None]  # weights as safetensors (+ tokenizer): a loadable folder
     toy_diagnostics: Callable[[], ToyDiagnostics] | None  # exact toy-policy collapse measures
     algorithm: BoundAlgorithm  # estimator, loss and loss terms with their knobs bound once from cfg.algorithm
+    eos_id: int | None = None  # the tokenizer's end of sequence (None: the toy tier, whose responses are complete)
 
 
 def build(cfg: RunConfig, *, run_id: str | None = None, tags: Mapping[str, str] | None = None) -> Run:
@@ -99,7 +100,7 @@ def build(cfg: RunConfig, *, run_id: str | None = None, tags: Mapping[str, str] 
         rundir.config_file(run_folder).write_text(to_yaml(cfg))
     return Run(cfg, problems, parts.prompt_ids, components.reward_pool(cfg.dataset, world_size), parts.update,
                parts.rollout, parts.reference, tracker, rank, world_size, parts.pad_id, run_folder, parts.save_model,
-               parts.toy_diagnostics, algorithm=bind_algorithm(cfg.algorithm))
+               parts.toy_diagnostics, algorithm=bind_algorithm(cfg.algorithm), eos_id=parts.eos_id)
 
 
 @dataclass
@@ -113,6 +114,7 @@ class _Parts:
     save_model: Callable[[torch.nn.Module, Path], None]
     reference: torch.nn.Module | None
     toy_diagnostics: Callable[[], ToyDiagnostics] | None
+    eos_id: int | None = None
 
 
 def _toy_parts(cfg: RunConfig, problems: list[Problem], world_size: int):
@@ -153,7 +155,7 @@ def _hf_parts(cfg: RunConfig, folder: Path, world_size: int) -> _Parts:
         tokenizer.save_pretrained(out)
 
     return _Parts(update, engine, components.prompt_renderer(cfg.dataset, tokenizer), pad_id, save_model, reference,
-                  None)
+                  None, tokenizer.eos_token_id)
 
 
 def _tracker(cfg: RunConfig, output_dir: Path, run_id: str | None, rank: int, tags: Mapping[str, str]) -> Tracker:

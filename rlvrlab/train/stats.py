@@ -41,6 +41,13 @@ class StepStats:
     logp_gap_max: float  # max |engine log-prob - trainer log-prob| over response tokens
     logp_gap_mean: float
     tokens_per_s: float  # generated response tokens per second of generation
+    mismatch_kl: float  # k3 estimate of KL(pi_rollout || pi_trainer) per response token, on the engine's samples
+    mismatch_kl_k1: float  # the same, k1 (may be negative)
+    is_weight_mean: float | None  # mean truncated importance weight (algorithm.tis_level), None when off
+    is_truncated_frac: float | None  # share of tokens (or sequences) whose weight was cut at algorithm.tis_cap
+    generated_batches: float  # rollout batches sampled for this step's batch (> 1 with dynamic sampling)
+    filled_groups: float  # groups without signal that filled the batch after algorithm.max_gen_batches
+    overlong_frac: float  # share of responses cut at max_new_tokens without an end-of-sequence token
     timings: Timings
     toy: ToyDiagnostics | None = None  # exact collapse measures of the toy policy (toy tier only)
 
