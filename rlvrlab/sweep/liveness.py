@@ -144,7 +144,7 @@ def fail_and_retry(sweep: Sweep, trial_id: int) -> bool:
         frozen = copy.deepcopy(sweep.storage.get_trial(trial_id))  # storages may hand out their cached object
         frozen.user_attrs = {}
         # nor is the dead worker's liveness record: on the WAITING copy it would make the copy look dead again in
-        # the moment between another worker claiming it and its first heartbeat (found by tests/test_sweep.py)
+        # the moment between another worker claiming it and its first heartbeat (found by tests/sweep/test_sweep.py)
         frozen.system_attrs = {k: v for k, v in frozen.system_attrs.items()
                                if k not in (WORKER, HEARTBEAT)}
         RetryHeartbeatStaleTrialCallback(max_retry=MAX_RETRY)(sweep.study, frozen)

@@ -344,7 +344,7 @@ def _sample_groups(run: Run, batch_index: int, timings: Timings) -> list[_Group]
 def reuse_update_logp(cfg: RunConfig) -> bool:
     """True when the no-grad pass for the behaviour log-probs can be skipped: one optimizer step per batch on
     fresh rollouts (ppo_epochs 1, mini_batches 1, staleness 0) makes them equal to the update's own forward pass
-    before the step, bit for bit (tests/test_train_tiny.py); at temperature 1 they are also the log-probs compared
+    before the step, bit for bit (tests/train/test_train_tiny.py); at temperature 1 they are also the log-probs compared
     with the engine's; and nothing reads them before the update (no estimator with reads_old_logp, no Ent-Adv).
     TRL skips the same pass in this case; here it was 19% of a tiny-tier step (bench/README.md)."""
     t, a = cfg.trainer, cfg.algorithm

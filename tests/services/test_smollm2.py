@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 RLVRLAB = shutil.which("rlvrlab", path=str(Path(sys.executable).parent))
 
 pytestmark = [pytest.mark.slow, pytest.mark.heavy]

@@ -1,6 +1,6 @@
 """Datasets: benchmark YAMLs, JSONL / verl parquet rows -> Problem, one-line errors for malformed rows, splits.
 
-Run: .venv/bin/pytest -q tests/test_data.py
+Run: .venv/bin/pytest -q tests/data/test_data.py
 """
 
 import dataclasses
@@ -18,7 +18,7 @@ from rlvrlab.data import load_problems, load_split
 from rlvrlab.data.problems import Problem
 from rlvrlab.errors import RlvrlabError
 
-FIXTURES = Path(__file__).parent / "fixtures" / "benchmarks"
+FIXTURES = Path(__file__).parents[1] / "fixtures" / "benchmarks"
 
 # benchmark -> (rows of the real file, the fixture's answers in file order, its ids)
 BENCHMARKS = {

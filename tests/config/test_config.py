@@ -1,4 +1,4 @@
-"""Config composition, validation and hashing.  Run: .venv/bin/pytest -q tests/test_config.py"""
+"""Config composition, validation and hashing.  Run: .venv/bin/pytest -q tests/config/test_config.py"""
 
 import dataclasses
 import math

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def _free_port() -> int:
@@ -30,10 +30,10 @@ def _torchrun(nproc: int, *args: str, cwd: Path = REPO) -> subprocess.CompletedP
 def test_two_processes_take_the_same_update_as_one(tmp_path):
     """Same global batch, 3 epochs (optimizer steps) x micro-batches of 4, ZeRO-1, DAPO: the weights after the
     update agree to float32 round-off (the order of the gradient sums differs), tolerance 1e-6."""
-    one = subprocess.run([sys.executable, "tests/dp_check.py", str(tmp_path / "one.pt")], cwd=REPO,
+    one = subprocess.run([sys.executable, "tests/services/dp_check.py", str(tmp_path / "one.pt")], cwd=REPO,
                          env={**os.environ, "PYTHONPATH": str(REPO)}, capture_output=True, text=True, timeout=600)
     assert one.returncode == 0, one.stderr[-3000:]
-    two = _torchrun(2, "tests/dp_check.py", str(tmp_path / "two.pt"))
+    two = _torchrun(2, "tests/services/dp_check.py", str(tmp_path / "two.pt"))
     assert two.returncode == 0, two.stderr[-3000:]
     a, b = torch.load(tmp_path / "one.pt"), torch.load(tmp_path / "two.pt")
     assert len(a["norms"]) == len(b["norms"]) == 3

@@ -22,7 +22,7 @@ from rlvrlab.eval.run import aggregate, answer_classes, check_ks, evaluate, metr
 from rlvrlab.rewards.base import Verdict
 from rlvrlab.rollout.base import Generation
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 MATH_FIXTURE = REPO / "tests" / "fixtures" / "benchmarks" / "math500.jsonl"
 
 

@@ -1,6 +1,6 @@
-"""End-to-end check of VLLMEngine, run inside the vllm environment (.venv-vllm) by tests/test_vllm_engine.py.
+"""End-to-end check of VLLMEngine, run inside the vllm environment (.venv-vllm) by tests/services/test_vllm_engine.py.
 
-    .venv-vllm/bin/python tests/vllm_check.py [--workdir DIR] [--dtype float32|bfloat16]
+    .venv-vllm/bin/python tests/services/vllm_check.py [--workdir DIR] [--dtype float32|bfloat16]
     -> the last stdout line is "VLLM_CHECK_RESULT {json}" (vLLM itself logs to stdout too)
 
 1. Builds the tiny random Qwen2 with rlvrlab.policy.tiny.build_tiny_model and trains it for a few seconds on
@@ -15,7 +15,7 @@
    (c) after adding noise to every weight of the transformers model and sync_weights(model.named_parameters()),
        the new samples match the perturbed model (small gap) and not the old one (large gap); syncing the old
        weights back restores the first samples exactly.
-The script only measures; tests/test_vllm_engine.py holds the thresholds.
+The script only measures; tests/services/test_vllm_engine.py holds the thresholds.
 """
 
 from __future__ import annotations

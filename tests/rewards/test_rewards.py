@@ -4,7 +4,7 @@
   argument orders. The UCPO repo calls ``verify(parsed response, parsed truth)``; rlvrlab calls the documented
   ``verify(gold, prediction)``. On the probe they disagree on one case only, ``ineq_pred_interval_gt``
   (response ``\\boxed{1<x<2}``, truth ``(1,2)``: UCPO 1, rlvrlab 0); the mirror case (response ``(1,2)``, truth
-  ``1<x<2``: UCPO 0, rlvrlab 1) is a hand case below. tests/test_reference_vectors.py checks the probe file
+  ``1<x<2``: UCPO 0, rlvrlab 1) is a hand case below. tests/algorithms/test_reference_vectors.py checks the probe file
   case by case as well (parses and both scores).
 - Hand cases: 1/2 vs 0.5, \\dfrac vs \\frac, boxed extraction, no answer, the extraction settings.
 - The adversarial corpus tests/fixtures/adversarial_responses.jsonl, scored through the pool with a 2 s limit.
@@ -30,7 +30,7 @@ from rlvrlab.rewards import VERIFIERS, Verdict, VerifierSpec, verifier_spec
 from rlvrlab.rewards import math as math_verifier
 from rlvrlab.rewards.pool import RewardPool
 
-HERE = Path(__file__).parent
+HERE = Path(__file__).parents[1]  # tests/
 PROBE = json.loads((HERE / "vectors" / "ucpo_verifier_probe.json").read_text())["cases"]
 CORPUS = [json.loads(line) for line in (HERE / "fixtures" / "adversarial_responses.jsonl").read_text().splitlines()]
 TIMEOUT = 2.0

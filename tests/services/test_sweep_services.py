@@ -1,6 +1,6 @@
 """`rlvrlab sweep` against real services: two workers on one PostgreSQL study (a private cluster these tests start),
 optuna-dashboard on the default journal file, and an unreachable storage URL.
-Run: .venv/bin/pytest -q tests/test_sweep_services.py
+Run: .venv/bin/pytest -q tests/services/test_sweep_services.py
 
 PostgreSQL: `make test` installs the server binaries (Debian's postgresql package) when they are missing. Without
 them the PostgreSQL tests skip, or fail where RLVRLAB_REQUIRE_SERVICES=1 (CI: .ci/run sets it).

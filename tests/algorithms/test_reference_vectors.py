@@ -33,7 +33,7 @@ from rlvrlab import algorithms as A
 from rlvrlab.algorithms import advantages as adv_fns
 from rlvrlab.algorithms import losses as loss_fns, rollout_shaping as shaping
 
-SHIPPED = Path(__file__).parent / "vectors"
+SHIPPED = Path(__file__).parents[1] / "vectors"
 VERIFIER_FILE = "ucpo_verifier_probe.json"  # the UCPO repo's math-verify scoring, both argument orders
 LEGACY_FILE = "verl_legacy_b178a3c_diff.json"  # legacy verl values; rlvrlab follows current verl
 ATOL, RTOL = 1e-6, 1e-5
@@ -60,7 +60,7 @@ def require_known_params(params: Mapping, mapped: Collection[str], ignored: Mapp
         if key not in mapped and key not in ignored:
             mapped_keys = ", ".join(sorted(mapped)) or "none"
             pytest.fail(f"{where}: params key {key!r} is neither mapped to an rlvrlab argument ({mapped_keys}) nor "
-                        "on the ignore list; map it in tests/test_reference_vectors.py or ignore it with the reason",
+                        "on the ignore list; map it in tests/algorithms/test_reference_vectors.py or ignore it with the reason",
                         pytrace=False)
 
 
@@ -435,7 +435,7 @@ def check_ucpo_verifier(case: dict, shared: dict) -> None:
     ``verify(parsed response, parsed truth)`` must give ``ucpo_score``; rlvrlab's documented order
     ``verify(parsed truth, parsed response)`` must give ``score_if_verify_called_gold_first``. The two differ
     only on relations against intervals (case ineq_pred_interval_gt; see rlvrlab/rewards/math.py), and rlvrlab
-    trains with the documented order (tests/test_rewards.py runs the probe through the pool as well)."""
+    trains with the documented order (tests/rewards/test_rewards.py runs the probe through the pool as well)."""
     from rlvrlab.rewards import math as math_verifier
 
     response, truth = case["response"], case["ground_truth"]
