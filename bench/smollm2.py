@@ -34,9 +34,9 @@ MARK = "BENCH_RESULT "
 def prompts(folder: Path, count: int) -> list[list[int]]:
     from transformers import AutoTokenizer
 
+    from rlvrlab.components import prompt_renderer
     from rlvrlab.config import compose
     from rlvrlab.data import load_split
-    from rlvrlab.components import prompt_renderer
 
     cfg = compose("smollm2_arith", [])
     tokenizer = AutoTokenizer.from_pretrained(folder)

@@ -72,9 +72,9 @@ def tiny_setup():
     """(cfg, model folder, tokenizer, render) of the default experiment (the tiny tier)."""
     from transformers import AutoTokenizer
 
+    from rlvrlab.components import model_folder, prompt_renderer
     from rlvrlab.config import compose
     from rlvrlab.data import load_problems
-    from rlvrlab.components import model_folder, prompt_renderer
 
     cfg = compose(None, overrides("torch", 1, "unused"))
     folder = model_folder(cfg, load_problems(cfg.dataset, cfg.model)[0])

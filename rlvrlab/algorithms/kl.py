@@ -64,7 +64,8 @@ def entropy_from_logits(logits: torch.Tensor) -> torch.Tensor:
 
 
 def kl_loss(
-    logp: torch.Tensor, ref_logp: torch.Tensor, mask: torch.Tensor, agg: Aggregation, *, kl_coef: float, kl_estimator: str
+    logp: torch.Tensor, ref_logp: torch.Tensor, mask: torch.Tensor, agg: Aggregation, *, kl_coef: float,
+    kl_estimator: str,
 ) -> torch.Tensor:
     """KL-to-reference loss term kl_coef * agg(KL_t), added to the policy loss (verl's use_kl_loss)."""
     return kl_coef * agg(KL_ESTIMATORS[kl_estimator](logp, ref_logp), mask)

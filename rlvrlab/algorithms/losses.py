@@ -7,8 +7,8 @@ delta = logp - old_logp, rho = exp(delta). Where verl clamps delta to [-20, 20] 
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
 import math
+from typing import Any
 
 import torch
 

@@ -27,8 +27,8 @@ def import_(
     rlvrlab train smollm2_arith                            # RL on it (see experiments/smollm2_arith.yaml)
     rlvrlab model import /data/qwen2.5-0.5b-q8_0.gguf --out models/qwen-0.5b[/dim]
     """
-    from rlvrlab.policy.gguf_import import import_model
     from rlvrlab.components import cache_root
+    from rlvrlab.policy.gguf_import import import_model
 
     console = Console(stderr=True)
     start = time.perf_counter()

@@ -60,7 +60,8 @@ class AlgorithmConfig:
 class ModelConfig:
     tier: str = "tiny"  # toy: a categorical over fixed responses; tiny: a small random transformer; real: HF folder
     path: Optional[str] = None  # HF model folder; required for tier=real, contradictory otherwise
-    dtype: str = "float32"  # float32 | bfloat16: rollout weights, and DeepSpeed bf16 mixed precision (fp32 master weights)
+    # float32 | bfloat16: rollout weights, and DeepSpeed bf16 mixed precision (fp32 master weights)
+    dtype: str = "float32"
     toy_num_responses: int = 16  # M candidate responses of the toy policy, >= 2
     toy_num_correct: int = 4  # how many of the M are correct, in [1, M)
     toy_init: str = "skewed"  # skewed | uniform initial toy policy
@@ -73,7 +74,8 @@ class ModelConfig:
 
 @dataclass
 class DatasetConfig:
-    name: str = "countdown"  # which synthetic task to generate (format=synthetic: countdown | toy | arith) or a file's label
+    # which synthetic task to generate (format=synthetic: countdown | toy | arith), or a file's label
+    name: str = "countdown"
     path: Optional[str] = None  # data file; required for jsonl/parquet, contradictory for synthetic
     format: str = "synthetic"  # synthetic | jsonl | parquet
     split: str = "train"  # train | eval: the two sides of the eval_fraction hold-out; all: every row (eval_fraction 0)
@@ -81,8 +83,10 @@ class DatasetConfig:
     answer_field: str = "answer"  # record field holding the reference answer
     template: Optional[str] = None  # prompt template containing {prompt}; null = the prompt as is
     use_chat_template: bool = False  # wrap the prompt with the tokenizer's chat template
-    system_prompt: Optional[str] = None  # chat: the system turn (replaces the template's default); plain: a first paragraph
-    fewshot: list[list[str]] = field(default_factory=list)  # worked examples [[question, answer], ...] shown before the question
+    # chat: the system turn (replaces the template's default); plain: a first paragraph
+    system_prompt: Optional[str] = None
+    # worked examples [[question, answer], ...] shown before the question
+    fewshot: list[list[str]] = field(default_factory=list)
     verifier: str = "countdown"  # name of the reward verifier (rlvrlab.rewards.VERIFIERS)
     math_extraction: str = "boxed"  # verifier=math: what to look for in a response: boxed | mathverify | any
     verifier_timeout: float = 5.0  # wall-clock seconds per response for isolated verifiers (math), > 0

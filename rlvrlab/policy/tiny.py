@@ -41,7 +41,8 @@ SPECIAL_TOKENS = [PAD_TOKEN, EOS_TOKEN, IM_START_TOKEN]
 VOCAB_SIZE = 320  # upper bound: 256 bytes + 3 special tokens + merges (~20 on Countdown: digits stay single)
 # transformers.models.qwen2.tokenization_qwen2.PRETOKENIZE_REGEX (digits split one by one)
 QWEN2_PRETOKENIZE_REGEX = (
-    r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"""
+    r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*"""
+    r"""|\s*[\r\n]+|\s+(?!\S)|\s+"""
 )
 MAX_POSITIONS = 256
 CHAT_TEMPLATE = (

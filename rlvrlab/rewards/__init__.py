@@ -12,8 +12,7 @@ from __future__ import annotations
 
 from rlvrlab.rewards import math as _math
 from rlvrlab.rewards.base import REASONS, Verdict, VerifierSpec
-from rlvrlab.rewards.countdown import countdown
-from rlvrlab.rewards.countdown import same_answer as _countdown_same
+from rlvrlab.rewards.countdown import countdown, same_answer as _countdown_same
 
 __all__ = ["REASONS", "VERIFIERS", "Verdict", "VerifierSpec", "countdown", "exact", "verifier_spec"]
 

@@ -9,7 +9,8 @@ math-verify 0.9.0 that changes the verdict on relations against intervals:
 - response ``\\boxed{1<x<2}``, truth ``(1,2)``: UCPO 1, rlvrlab 0 (probe case ``ineq_pred_interval_gt``);
 - response ``\\boxed{(1,2)}``, truth ``1<x<2``: UCPO 0, rlvrlab 1.
 
-Every other case of tests/vectors/ucpo_verifier_probe.json scores the same in both orders (tests/rewards/test_rewards.py).
+Every other case of tests/vectors/ucpo_verifier_probe.json scores the same in both orders
+(tests/rewards/test_rewards.py).
 
 Ground truths. A truth with neither ``$`` nor ``\\boxed`` is wrapped as ``\\boxed{...}`` before parsing (as
 the UCPO repo does). Datasets store bare LaTeX (``\\frac{3}{4}``, ``(1,2)``, ``x=5``); without a delimiter

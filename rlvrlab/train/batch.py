@@ -50,7 +50,9 @@ class RolloutBatch:
 
     def rows(self, index: torch.Tensor | slice) -> RolloutBatch:
         """The sub-batch of the given rows (micro- and mini-batches)."""
-        pick = (lambda t: None if t is None else t[index])
+        def pick(t: torch.Tensor | None) -> torch.Tensor | None:
+            return None if t is None else t[index]
+
         ids = index.tolist() if isinstance(index, torch.Tensor) else range(len(self.group_ids))[index]
         return replace(
             self,
@@ -71,7 +73,9 @@ class RolloutBatch:
         )
 
     def to(self, device: torch.device) -> RolloutBatch:
-        move = (lambda t: None if t is None else t.to(device))
+        def move(t: torch.Tensor | None) -> torch.Tensor | None:
+            return None if t is None else t.to(device)
+
         return replace(self, input_ids=move(self.input_ids), attention_mask=move(self.attention_mask),
                        mask=move(self.mask), rewards=move(self.rewards), engine_logp=move(self.engine_logp),
                        old_logp=move(self.old_logp), raw_logp=move(self.raw_logp), ref_logp=move(self.ref_logp),

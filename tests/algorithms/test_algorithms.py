@@ -8,8 +8,7 @@ import pytest
 import torch
 
 from rlvrlab import algorithms as A
-from rlvrlab.algorithms import advantages as adv_fns
-from rlvrlab.algorithms import losses as loss_fns
+from rlvrlab.algorithms import advantages as adv_fns, losses as loss_fns
 
 
 def outcome_batch(rewards: list[float], lengths: list[int], groups: list, T: int = 6, seed: int = 0):

@@ -30,8 +30,7 @@ import pytest
 import torch
 
 from rlvrlab import algorithms as A
-from rlvrlab.algorithms import advantages as adv_fns
-from rlvrlab.algorithms import losses as loss_fns, rollout_shaping as shaping
+from rlvrlab.algorithms import advantages as adv_fns, losses as loss_fns, rollout_shaping as shaping
 
 SHIPPED = Path(__file__).parents[1] / "vectors"
 VERIFIER_FILE = "ucpo_verifier_probe.json"  # the UCPO repo's math-verify scoring, both argument orders

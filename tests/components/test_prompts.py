@@ -7,11 +7,11 @@ import math
 import pytest
 import torch
 
+from rlvrlab.components import prompt_renderer
 from rlvrlab.config import compose
 from rlvrlab.data.problems import Problem
 from rlvrlab.errors import ConfigError
 from rlvrlab.rollout.hf_engine import sample_next
-from rlvrlab.components import prompt_renderer
 
 
 class RecordingTokenizer:

@@ -26,8 +26,7 @@ import pytest
 from rlvrlab.config.rules import CHOICES, validate
 from rlvrlab.config.schema import RunConfig
 from rlvrlab.errors import ConfigError
-from rlvrlab.rewards import VERIFIERS, Verdict, VerifierSpec, verifier_spec
-from rlvrlab.rewards import math as math_verifier
+from rlvrlab.rewards import VERIFIERS, Verdict, VerifierSpec, math as math_verifier, verifier_spec
 from rlvrlab.rewards.pool import RewardPool
 
 HERE = Path(__file__).parents[1]  # tests/

@@ -33,6 +33,7 @@ T0 = time.perf_counter()
 
 import torch  # noqa: E402
 
+
 def _corpus(count: int = 300) -> list[str]:
     rng = random.Random(0)
     lines = []

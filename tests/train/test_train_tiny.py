@@ -65,8 +65,8 @@ def test_resume_after_kill_with_deepspeed_and_staleness(tmp_path, mlflow_history
 
 def test_real_tier_loads_any_hf_folder_with_its_chat_template(tmp_path, mlflow_history):
     """tier=real on a local HF folder (here the tiny model's), prompts through the tokenizer's chat template."""
-    from rlvrlab.data import load_problems
     from rlvrlab.components import model_folder
+    from rlvrlab.data import load_problems
 
     tiny = compose(None, [])
     folder = model_folder(tiny, load_problems(tiny.dataset, tiny.model)[0])

@@ -417,7 +417,7 @@ def make_rollout_corr(rch):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--verl-src", required=True, help="unzipped verl 0.9.1 wheel (dir containing verl/)")
-    ap.add_argument("--recipe", required=True, help="verl-recipe dapo/dapo_ray_trainer.py at %s" % RECIPE_COMMIT)
+    ap.add_argument("--recipe", required=True, help=f"verl-recipe dapo/dapo_ray_trainer.py at {RECIPE_COMMIT}")
     ap.add_argument("--out", required=True)
     args = ap.parse_args()
 
@@ -425,9 +425,8 @@ def main():
     torch.set_num_threads(1)
     sys.meta_path.insert(0, _StubFinder())
     sys.path.insert(0, os.path.abspath(args.verl_src))
-    from omegaconf import OmegaConf
-
     import verl
+    from omegaconf import OmegaConf
     from verl.protocol import DataProto
     from verl.trainer.ppo import rollout_corr_helper as rch
     from verl.workers.reward_manager.dapo import DAPORewardManager
@@ -437,11 +436,11 @@ def main():
     _check_transcription(args.recipe)
 
     cmd = ("/tmp/verlenv/bin/python tests/vectors/make_verl_dapo_vectors.py --verl-src /tmp/verl/src "
-           "--recipe <verl-recipe@%s>/dapo/dapo_ray_trainer.py --out tests/vectors" % RECIPE_COMMIT[:12])
+           f"--recipe <verl-recipe@{RECIPE_COMMIT[:12]}>/dapo/dapo_ray_trainer.py --out tests/vectors")
     gen = {"torch": torch.__version__, "numpy": np.__version__, "python": platform.python_version(),
            "device": "cpu", "command": cmd,
            "stubbed_modules": sorted(STUB_ROOTS) + ["(empty; top-level imports never called by measured code)"]}
-    base = {"repo": "verl-project/verl", "version": version, "distribution": "verl==%s wheel (PyPI)" % version}
+    base = {"repo": "verl-project/verl", "version": version, "distribution": f"verl=={version} wheel (PyPI)"}
 
     overlong = make_overlong(DataProto, DAPORewardManager, OmegaConf)
     filt, align = make_filter(DataProto)
