@@ -3,7 +3,7 @@
 Group statistics are computed in float64 and cast back to the rewards' dtype, and a group whose rewards
 are all exactly equal gets exactly zero advantage (deliberate difference D1). verl computes them in
 float32, where 7 copies of 0.7f give a mean off by 6e-8 and GRPO then returns 0.056 instead of 0
-(LOSS_ANCHORS.md §3).
+(verl's `core_algos.py`, docs/references.md).
 
 Every estimator is registered once, with its traits, in ADVANTAGES at the bottom of this module.
 
@@ -172,7 +172,7 @@ def dr_grpo_passk(inp: AdvantageInputs) -> AdvantageOutput:
 
 
 def passk(inp: AdvantageInputs, *, passk_k: int, adv_eps: float) -> AdvantageOutput:
-    """Pass@K training (Chen et al. 2025, analytic form; UCPO_SPEC.md §6) for binary rewards.
+    """Pass@K training (Chen et al. 2025, analytic form; docs/references.md, "UCPO code" §6) for binary rewards.
 
     With n responses and c correct: rho = 1 - C(n-c,K)/C(n,K), sigma = sqrt(rho(1-rho));
     correct: (1-rho)/(sigma+eps); wrong: (1 - rho - C(n-c-1,K-1)/C(n-1,K-1))/(sigma+eps).
@@ -217,7 +217,7 @@ def mean_token_logp(old_logp: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
 
 
 def ucpo(inp: AdvantageInputs, *, tau: float, alpha: float, adv_eps: float) -> AdvantageOutput:
-    """UCPO (Lochab et al. 2026; the UCPO repo's ``iq`` estimator, UCPO_SPEC.md §1).
+    """UCPO (Lochab et al. 2026; the UCPO repo's ``iq`` estimator, docs/references.md, "UCPO code" §1).
 
     GRPO advantage A0 (eps = adv_eps, unbiased std, singletons 0). In each group with >= 2 correct
     responses (reward > 0): q = softmax over the correct set of the mean token log-prob under pi_old,

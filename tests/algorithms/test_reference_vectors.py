@@ -167,7 +167,7 @@ def _loss_inputs(inputs: dict) -> A.LossInputs:
 
 # verl's agg_loss(..., **config.global_batch_info) key -> rlvrlab's Aggregation field. verl's ppo_loss fills all
 # four (loss_scale_factor from actor.loss_scale_factor: the constant L of seq-mean-token-sum-norm, default the
-# padded width; LOSS_ANCHORS.md section 5). None of the shipped cases sets loss_scale_factor;
+# padded width; verl's agg_loss in core_algos.py, docs/references.md). None of the shipped cases sets loss_scale_factor;
 # test_loss_scale_factor_maps_to_the_aggregation pins the mapping on a case derived from a shipped one.
 GLOBAL_BATCH_INFO = {
     "batch_num_tokens": "num_tokens",
@@ -572,7 +572,7 @@ def test_every_ignored_key_has_a_reason() -> None:
 def test_loss_scale_factor_maps_to_the_aggregation(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                    scale: float) -> None:
     """verl's seq-mean-token-sum-norm divides by global_batch_info.loss_scale_factor instead of the padded width
-    T (LOSS_ANCHORS.md section 5): the shipped case's loss and gradient times T / scale, its metrics unchanged."""
+    T (verl's agg_loss, docs/references.md): the shipped case's loss and gradient times T / scale, its metrics unchanged."""
     data = json.loads((SHIPPED / "verl_policy_loss_vanilla.json").read_text())
     shipped = next(c for c in data["cases"] if c["params"]["loss_agg_mode"] == "seq-mean-token-sum-norm")
     width = len(data["shared_inputs"]["response_mask"][0])
