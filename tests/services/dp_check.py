@@ -23,7 +23,7 @@ from rlvrlab.train.setup import build
 def main(out: str) -> None:
     cfg = compose("toy", [f"output_dir={tempfile.mkdtemp()}", "trainer.engine=deepspeed", "trainer.zero_stage=1",
                           "trainer.micro_batch_size=4", "trainer.ppo_epochs=3",
-                          "algorithm=dapo"])
+                          "algorithm=dapo_loss"])
     run = build(cfg)
     problems = run.problems[: cfg.rollout.prompts_per_step]
     groups = run.rollout.generate([run.prompt_ids(p) for p in problems], n=cfg.rollout.group_size, seed=1234)

@@ -43,6 +43,28 @@ def test_two_processes_take_the_same_update_as_one(tmp_path):
 
 
 @pytest.mark.slow
+def test_two_nodes_through_the_c10d_rendezvous_take_the_same_update_as_one_process(tmp_path):
+    """Two torchrun launches of one rank each, joined as 2 "nodes" through the c10d rendezvous on localhost (as two
+    machines of a cluster would be, docs/scaling.md): the update equals the one-process update."""
+    one = subprocess.run([sys.executable, "tests/services/dp_check.py", str(tmp_path / "one.pt")], cwd=REPO,
+                         env={**os.environ, "PYTHONPATH": str(REPO)}, capture_output=True, text=True, timeout=600)
+    assert one.returncode == 0, one.stderr[-3000:]
+    endpoint = f"127.0.0.1:{_free_port()}"
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO)}
+    nodes = [subprocess.Popen([sys.executable, "-m", "torch.distributed.run", "--nnodes=2", "--nproc_per_node=1",
+                               "--rdzv_backend=c10d", f"--rdzv_endpoint={endpoint}", "--rdzv_id=rlvrlab-test",
+                               "tests/services/dp_check.py", str(tmp_path / "nodes.pt")],
+                              cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for _ in range(2)]
+    for node in nodes:
+        _, err = node.communicate(timeout=600)
+        assert node.returncode == 0, err[-3000:]
+    a, b = torch.load(tmp_path / "one.pt"), torch.load(tmp_path / "nodes.pt")
+    assert a["norms"] == pytest.approx(b["norms"], rel=1e-5)
+    assert torch.allclose(a["logits"], b["logits"], atol=1e-6, rtol=0)
+
+
+@pytest.mark.slow
 def test_train_under_torchrun_logs_once_from_rank_zero(tmp_path):
     from mlflow.tracking import MlflowClient
 
