@@ -69,6 +69,7 @@ def test_report_of_a_toy_sweep(toy_study: Path) -> None:
     client = collect.client_for(f"sqlite:///{toy_study / 'runs' / 'mlflow.db'}")
     sources = json.loads((out / "sources.json").read_text())
     assert "Student-t" in sources["statistics"] and sources["study"] == "grid"
+    per_seed = {}
     for group in sources["groups"]:
         assert sorted(r["seed"] for r in group["runs"]) == [0, 1, 2]
         assert all(len(r["git_sha"]) in (7, 40) or r["git_sha"] == "unknown" for r in group["runs"])
@@ -77,6 +78,7 @@ def test_report_of_a_toy_sweep(toy_study: Path) -> None:
             series = collect.metric_series(client, r["run_id"], "policy/toy_correct_uniformity")
             finals.append(np.mean([series[s] for s in sorted(series)[-3:]]))
         row = next(x for x in rows if x["group"] == group["label"])
+        per_seed[group["label"]] = finals
         assert float(row["mean"]) == pytest.approx(np.mean(finals), abs=1e-12)
         assert float(row["low"]) <= float(row["mean"]) <= float(row["high"])
         # the Student-t interval over the per-seed values
@@ -86,6 +88,18 @@ def test_report_of_a_toy_sweep(toy_study: Path) -> None:
             assert row["p_holm"] != "" and float(row["p"]) <= float(row["p_holm"]) <= 1.0
             # the same seeds 0, 1, 2 in every group: paired, and never marked significant with 3 seeds
             assert row["test"] == "paired t" and row["significant"] == "False" and float(row["mde"]) > 0
+    # an independent recomputation from the per-seed numbers: scipy's paired t, statsmodels' Holm
+    from scipy import stats as sps
+    from statsmodels.stats.multitest import multipletests
+
+    base = "ucpo tau=0.0 staleness=0"
+    others = [r for r in rows if r["group"] != base]
+    tests = [sps.ttest_rel(per_seed[r["group"]], per_seed[base]) for r in others]
+    holm = multipletests([t.pvalue for t in tests], method="holm")[1]
+    for r, t, adjusted in zip(others, tests, holm):
+        ci = t.confidence_interval(0.95)
+        assert (float(r["delta_low"]), float(r["delta_high"]), float(r["p"]), float(r["p_holm"])) == pytest.approx(
+            (ci.low, ci.high, t.pvalue, adjusted), abs=1e-9)
     md = (out / "table.md").read_text()
     assert "| ucpo tau=1.0 staleness=1 | 3 |" in md and "Δ vs **ucpo tau=0.0 staleness=0**" in md
     assert "paired" in md and "MDE=" in md and "no comparison is marked" in md and "provenance:" in md
@@ -94,7 +108,7 @@ def test_report_of_a_toy_sweep(toy_study: Path) -> None:
     tex = (out / "table.tex").read_text()
     assert "\\toprule" in tex and "\\textbf{" in tex and "tau=1.0" in tex
 
-    # the same command gives the same numbers (the bootstrap seed is recorded)
+    # the same command gives the same numbers (no resampling)
     again = _cli("report", "--study", "grid", "--baseline", "ucpo tau=0.0 staleness=0",
                  "--out", "again", "--no-plots", cwd=toy_study)
     assert again.returncode == 0, again.stderr
