@@ -17,6 +17,13 @@ def _num(x: Optional[float], digits: int = 3) -> str:
     return "" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.{digits}f}"
 
 
+def _p(x: Optional[float]) -> str:
+    """p-values: 3 decimals, small ones in scientific notation (never a bare 0.000)."""
+    if x is None or (isinstance(x, float) and math.isnan(x)):
+        return ""
+    return f"{x:.1e}" if x < 0.001 else f"{x:.3f}"
+
+
 def _cell_text(c: Cell, interval: str) -> str:
     if c.flagged:
         return f"{_num(c.mean)}†"
@@ -34,7 +41,7 @@ def _delta_text(c: Cell) -> str:
         return f"{c.delta:+.3f}†"
     star = "*" if c.significant else ""
     kind = "paired" if c.test.startswith("paired") else "unpaired"
-    return (f"{c.delta:+.3f} [{c.delta_low:+.3f}, {c.delta_high:+.3f}]{star} p={_num(c.p_holm)} "
+    return (f"{c.delta:+.3f} [{c.delta_low:+.3f}, {c.delta_high:+.3f}]{star} p={_p(c.p_holm)} "
             f"MDE={_num(c.mde)} {kind}")
 
 
@@ -42,7 +49,7 @@ def _row_text(r: Row) -> list[str]:
     c = r.result
     star = "*" if r.significant else ""
     return [r.name, r.metric, f"{c.delta:+.3f} [{c.low:+.3f}, {c.high:+.3f}]{star}", c.test, f"{c.n_a}/{c.n_b}",
-            _num(c.p), _num(r.p_holm), _num(c.p_signflip), _num(c.mde), _num(c.prob_improvement, 2)]
+            _p(c.p), _p(r.p_holm), _p(c.p_signflip), _num(c.mde), _num(c.prob_improvement, 2)]
 
 
 ROW_HEADER = ["comparison", "metric", "Δ [95% CI]", "test", "seeds", "p", "Holm p", "sign-flip p", "MDE (80%)",

@@ -293,8 +293,9 @@ def _notes(report: Report, metrics: Sequence[MetricSpec], selection: Selection) 
                      "observed spread and seeds; exact sign-flip p (paired) in comparisons.csv")
         notes.append(f"* Holm-adjusted p < 0.05 with at least {stats.MIN_SEEDS_SIGNIFICANCE} seeds in each group; "
                      f"below {stats.MIN_SEEDS_SIGNIFICANCE} seeds no comparison is marked: t-tests on so few seeds "
-                     "have little power and their validity rests on normality, and an exact sign-flip test "
-                     "cannot reach p < 0.05 (its smallest p is 2/2^S = 0.0625 at 5 seeds, 0.25 at 3)")
+                     "have little power, their validity rests on normality that so few seeds cannot check, and "
+                     "the exact sign-flip test cannot confirm them (its smallest p is 2/2^S: 0.25 at 3 seeds, "
+                     "0.125 at 4)")
         if any(r.selected_from for r in report.rows):
             notes.append("selected: the best group by mean among N groups, compared after multiplying its p by N "
                          "(Bonferroni over the cells it was picked from), then in the Holm family")
