@@ -61,6 +61,15 @@ def _short(keys: list[str]) -> list[str]:
     return [tail if last.count(tail) == 1 else key for key, tail in zip(keys, last)]
 
 
+def _more(row, most: int) -> str:
+    """Seeds still needed for the target half-width; those beyond the sweep's max are marked."""
+    if row.more_seeds is None:
+        return ""
+    if row.seeds_done + row.more_seeds > most:
+        return f"{row.more_seeds} (> max {most})"
+    return str(row.more_seeds)
+
+
 def _print_summary(console: Console, opened) -> None:
     from rlvrlab.sweep.spec import format_value
     from rlvrlab.sweep.storage import masked
@@ -70,10 +79,13 @@ def _print_summary(console: Console, opened) -> None:
     keys = [p.key for p in spec.space]
     objective = spec.objective
     bound = objective.aggregate != "mean"  # the optimised value differs from the mean: show both
+    adaptive = spec.adaptive
+    seeds_text = (f"seeds {adaptive.initial}-{adaptive.max} until ±{adaptive.halfwidth:g}" if adaptive
+                  else f"{len(spec.seeds)} seeds")
     table = Table(title=f"study {spec.name}: {objective.metric} (last {objective.window} steps), "
-                        f"{objective.direction}, {len(spec.seeds)} seeds; 95% t-interval over seeds")
-    columns = ["trial", "state", *_short(keys), *([objective.aggregate] if bound else []), "mean", "95% CI", "seeds",
-               "note"]
+                        f"{objective.direction}, {seeds_text}; 95% t-interval over seeds")
+    columns = ["trial", "state", *_short(keys), *([objective.aggregate] if bound else []), "mean", "95% CI", "±",
+               "seeds", *(["more seeds"] if adaptive else []), "note"]
     for column in columns:
         table.add_column(column, justify="left" if column in ("state", "note") else "right", no_wrap=column != "note")
     sign = -1 if objective.direction == "maximize" else 1
@@ -86,7 +98,9 @@ def _print_summary(console: Console, opened) -> None:
         note = row.reason or (f"retry of trial {row.retry_of}" if row.retry_of is not None else "")
         value = [] if not bound else ["" if row.value is None else f"{row.value:.3f}"]
         table.add_row(str(row.number), row.state, *[format_value(row.params.get(k, "")) for k in keys], *value,
-                      "" if row.mean is None else f"{row.mean:.3f}", interval, str(row.seeds_done), note,
+                      "" if row.mean is None else f"{row.mean:.3f}", interval,
+                      "" if row.halfwidth is None else f"{row.halfwidth:.3f}", str(row.seeds_done),
+                      *([_more(row, adaptive.max)] if adaptive else []), note,
                       style="bold green" if best else None)
     console.print(table)
     total = summary.total if summary.total is not None else "?"

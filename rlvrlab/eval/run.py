@@ -188,13 +188,15 @@ def problem_record(problem: Problem, verdicts: Sequence[Verdict], classes: Seque
     c = len(correct)
     unanswered = sum(v.answer is None for v in verdicts)
     pairs = [(cls.size, cls.correct) for cls in classes]
-    diversity, distinct, _ = diversity_of_correct([v.form if v.form is not None else (v.answer or "")
-                                                   for v in correct])
+    forms = [v.form if v.form is not None else (v.answer or "") for v in correct]
+    diversity, distinct, _ = diversity_of_correct(forms)
     record: dict[str, Any] = {"dataset": dataset, "id": problem.id, "source": problem.source or dataset,
                               "n": n, "c": c, "avg@n": avg_at_n(n, c)}
     record.update({f"pass@{k}": pass_at_k(n, c, k) for k in ks})
     record.update({f"maj@{k}": maj_at_k(pairs, k, unanswered=unanswered) for k in ks})
     record.update({"correct_distinct": distinct, "diversity": diversity, "no_answer": unanswered,
+                   # how many correct responses share each solution form (rarefaction needs the counts)
+                   "correct_forms": sorted(Counter(forms).values(), reverse=True),
                    "reasons": dict(sorted(Counter(v.reason for v in verdicts).items())),
                    "answers": [{"answer": cls.answer, "count": cls.size, "correct": cls.correct,
                                 **({"variants": cls.variants} if cls.variants else {})} for cls in classes]})

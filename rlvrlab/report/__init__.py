@@ -1,1 +1,1 @@
-"""`rlvrlab report`: runs from MLflow grouped by configuration, bootstrap intervals, tables and plots."""
+"""`rlvrlab report`: runs from MLflow grouped by configuration, t-intervals, paired comparisons, tables and plots."""

@@ -28,6 +28,7 @@ class SeedRun:
     params: dict[str, str]
     git_sha: str
     status: str
+    git_dirty: bool = False  # the run was trained from a tree with uncommitted changes (its git_dirty tag)
 
 
 @dataclass
@@ -110,7 +111,7 @@ def select(uri: str, *, experiment: Optional[str] = None, study: Optional[str] =
         tags = r.data.tags
         by_hash[tags["config_hash"]].append(SeedRun(r.info.run_id, seed_of(r),
                                                     dict(r.data.params), tags.get("git_sha", "unknown"),
-                                                    r.info.status))
+                                                    r.info.status, tags.get("git_dirty", "false") == "true"))
     failed: dict[str, set[int]] = defaultdict(set)
     for r in all_runs:
         if r.info.status == "FAILED" and "config_hash" in r.data.tags and is_training_run(r):
@@ -247,13 +248,15 @@ class EvalRecords:
     datasets: dict[str, list[str]]  # dataset -> problem ids (common to every group)
     matrices: dict[tuple[str, str, str], np.ndarray]  # (group label, dataset, statistic) -> [S, P]
     eval_runs: dict[str, list[str]]  # group label -> eval run ids used
-    statistics: list[str]  # avg@n, pass@k..., maj@k..., diversity
+    statistics: list[str]  # avg@n, pass@k..., maj@k..., diversity, distinct@k..., rarefied@m (with form counts)
 
 
-def eval_records(client, selection: Selection) -> Optional[EvalRecords]:
+def eval_records(client, selection: Selection, *, rarefy: int = 4) -> Optional[EvalRecords]:
     """The finished `rlvrlab eval pass-at-k` run of each seed run (linked by the training run's rlvrlab.eval.* tags;
     the newest checkpoint's, then the newest); None when no seed run has one. Every seed of every group must have
-    one, on the same problems."""
+    one, on the same problems. Records with per-form counts of the correct responses (`correct_forms`) also give
+    distinct@k (expected distinct correct forms in k samples) and rarefied@<rarefy> (expected distinct correct
+    forms in `rarefy` correct responses; NaN for problems with fewer correct ones)."""
     found: dict[str, object] = {}
     for g in selection.groups:
         for r in g.runs:
@@ -286,14 +289,28 @@ def eval_records(client, selection: Selection) -> Optional[EvalRecords]:
         datasets[dataset].append(pid)
     sample = next(iter(per_run.values()))[next(iter(common))]
     statistics = [k for k in sample if k == "avg@n" or k.startswith(("pass@", "maj@"))] + ["diversity"]
+    ks = [int(k.split("@")[1]) for k in statistics if k.startswith("pass@")]
+    with_forms = all("correct_forms" in row for rows in per_run.values() for row in rows.values())
+    derived = ([f"distinct@{k}" for k in ks] + [f"rarefied@{rarefy}"]) if with_forms else []
     matrices = {}
     for g in selection.groups:
         for dataset, ids in datasets.items():
-            for stat in statistics:
+            for stat in statistics + derived:
                 matrices[(g.label, dataset, stat)] = np.asarray(
-                    [[_number(per_run[r.run_id][(dataset, pid)].get(stat)) for pid in ids] for r in g.runs])
+                    [[_statistic(per_run[r.run_id][(dataset, pid)], stat) for pid in ids] for r in g.runs])
+    statistics += derived
     return EvalRecords(dict(datasets), matrices, {g.label: [found[r.run_id].info.run_id for r in g.runs]
                                                   for g in selection.groups}, statistics)
+
+
+def _statistic(row: dict, stat: str) -> float:
+    from rlvrlab.report.stats import expected_distinct, rarefied_distinct
+
+    if stat.startswith("distinct@"):
+        return expected_distinct(row["correct_forms"], int(row["n"]), int(stat.split("@")[1]))
+    if stat.startswith("rarefied@"):
+        return _number(rarefied_distinct(row["correct_forms"], int(stat.split("@")[1])))
+    return _number(row.get(stat))
 
 
 def _number(value) -> float:

@@ -1,4 +1,5 @@
-"""PNG plots: training curves (mean and 95% band over seeds), pass@k curves over k with two-level bands, and a
+"""PNG plots: training curves (mean and 95% Student-t band over seeds per step), pass@k curves over k with crossed
+(seeds x problems) bands, and a
 sweep's heatmap of the objective over two swept keys with the best cell marked."""
 
 from __future__ import annotations
@@ -27,8 +28,7 @@ def _slug(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9]+", "_", text).strip("_")
 
 
-def training_curves(client, selection: Selection, metric: str, out: Path, rng: np.random.Generator,
-                    smooth: int = 1) -> Path:
+def training_curves(client, selection: Selection, metric: str, out: Path, smooth: int = 1) -> Path:
     plt = _pyplot()
     many = len(selection.groups) > 8
     fig, ax = plt.subplots(figsize=(11 if many else 7, 4.2 + 0.12 * max(0, len(selection.groups) - 20)))
@@ -40,13 +40,13 @@ def training_curves(client, selection: Selection, metric: str, out: Path, rng: n
             continue
         if smooth > 1:  # a trailing moving average per seed, before the band
             values = np.asarray([_trailing_mean(v, smooth) for v in values])
-        mean, low, high = stats.curve_band(values, rng)
+        mean, low, high = stats.curve_band(values)
         line, = ax.plot(steps, mean, label=f"{g.label} (n={len(g.runs)})", linewidth=1.4)
         if len(g.runs) >= stats.MIN_SEEDS:
             ax.fill_between(steps, low, high, color=line.get_color(), alpha=0.2, linewidth=0)
     ax.set_xlabel("step")
     ax.set_ylabel(metric)
-    ax.set_title(f"{metric}: mean over seeds, 95% bootstrap band" + (f" (moving average {smooth})" if smooth > 1
+    ax.set_title(f"{metric}: mean over seeds, 95% t-band" + (f" (moving average {smooth})" if smooth > 1
                                                                       else ""), fontsize=10)
     ax.grid(alpha=0.3)
     if many:  # beside the axes, not over the curves
@@ -60,8 +60,7 @@ def training_curves(client, selection: Selection, metric: str, out: Path, rng: n
     return path
 
 
-def passk_curves(selection: Selection, evals: EvalRecords, dataset: str, out: Path, rng: np.random.Generator,
-                 reps: int) -> Optional[Path]:
+def passk_curves(selection: Selection, evals: EvalRecords, dataset: str, out: Path) -> Optional[Path]:
     ks = sorted(int(s.split("@")[1]) for s in evals.statistics if s.startswith("pass@"))
     if not ks:
         return None
@@ -72,7 +71,7 @@ def passk_curves(selection: Selection, evals: EvalRecords, dataset: str, out: Pa
         for k in ks:
             x = evals.matrices[(g.label, dataset, f"pass@{k}")]
             if len(g.runs) >= stats.MIN_SEEDS:
-                interval = stats.two_level_interval(x, rng, reps)
+                interval = stats.crossed_interval(x)
                 means.append(interval.mean), lows.append(interval.low), highs.append(interval.high)
             else:
                 means.append(float(x.mean())), lows.append(math.nan), highs.append(math.nan)

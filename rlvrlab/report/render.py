@@ -10,11 +10,18 @@ from dataclasses import asdict
 from typing import Optional
 
 from rlvrlab.report.collect import Selection
-from rlvrlab.report.table import Cell, Report, best_groups
+from rlvrlab.report.table import Cell, Report, Row, best_groups
 
 
 def _num(x: Optional[float], digits: int = 3) -> str:
     return "" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.{digits}f}"
+
+
+def _p(x: Optional[float]) -> str:
+    """p-values: 3 decimals, small ones in scientific notation (never a bare 0.000)."""
+    if x is None or (isinstance(x, float) and math.isnan(x)):
+        return ""
+    return f"{x:.1e}" if x < 0.001 else f"{x:.3f}"
 
 
 def _cell_text(c: Cell, interval: str) -> str:
@@ -32,9 +39,21 @@ def _delta_text(c: Cell) -> str:
         return "—"
     if c.delta_low is None:
         return f"{c.delta:+.3f}†"
-    stars = "*" if c.p_holm is not None and c.p_holm < 0.05 else ""
-    return (f"{c.delta:+.3f} [{c.delta_low:+.3f}, {c.delta_high:+.3f}]{stars} p={_num(c.p_holm)} "
-            f"P(impr.)={_num(c.prob_improvement, 2)}")
+    star = "*" if c.significant else ""
+    kind = "paired" if c.test.startswith("paired") else "unpaired"
+    return (f"{c.delta:+.3f} [{c.delta_low:+.3f}, {c.delta_high:+.3f}]{star} p={_p(c.p_holm)} "
+            f"MDE={_num(c.mde)} {kind}")
+
+
+def _row_text(r: Row) -> list[str]:
+    c = r.result
+    star = "*" if r.significant else ""
+    return [r.name, r.metric, f"{c.delta:+.3f} [{c.low:+.3f}, {c.high:+.3f}]{star}", c.test, f"{c.n_a}/{c.n_b}",
+            _p(c.p), _p(r.p_holm), _p(c.p_signflip), _num(c.mde), _num(c.prob_improvement, 2)]
+
+
+ROW_HEADER = ["comparison", "metric", "Δ [95% CI]", "test", "seeds", "p", "Holm p", "sign-flip p", "MDE (80%)",
+              "P(impr.)"]
 
 
 def _lookup(report: Report) -> dict[tuple[str, str, str], Cell]:
@@ -43,6 +62,18 @@ def _lookup(report: Report) -> dict[tuple[str, str, str], Cell]:
 
 def _title(section: str) -> str:
     return "training metrics" if section == "train" else f"evaluation: {section}"
+
+
+def _other_rows(report: Report, section: str) -> list[Row]:
+    """Comparisons not shown in the baseline's Δ table: extra pairs and selected cells."""
+    return [r for r in report.rows if r.section == section and (r.b != report.baseline or r.selected_from)]
+
+
+def _needed_text(c: Cell) -> str:
+    if c.low is None:
+        return "†"
+    needed = "∞" if c.seeds_needed is None else str(c.seeds_needed)
+    return f"±{_num((c.high - c.low) / 2)} ({c.n_seeds}) → {needed}"
 
 
 def markdown(report: Report, interval: str = "bracket") -> str:
@@ -62,7 +93,8 @@ def markdown(report: Report, interval: str = "bracket") -> str:
             out.append(f"| {g.label} | {g.seeds_text} | " + " | ".join(row) + " |")
         out.append("")
         if report.baseline:
-            out.append(f"Δ vs **{report.baseline}** (95% interval; * Holm-adjusted p < 0.05)\n")
+            out.append(f"Δ vs **{report.baseline}** (95% interval; Holm-adjusted p; MDE at 80% power; * Holm p < 0.05 "
+                       "with ≥ 5 seeds per group)\n")
             out.append("| group | " + " | ".join(metrics) + " |")
             out.append("|---|" + "---|" * len(metrics))
             for g in report.groups:
@@ -70,6 +102,22 @@ def markdown(report: Report, interval: str = "bracket") -> str:
                     continue
                 out.append(f"| {g.label} | " + " | ".join(_delta_text(cells[(g.label, section, m)]) for m in metrics)
                            + " |")
+            out.append("")
+        others = _other_rows(report, section)
+        if others:
+            out.append("Other comparisons (same Holm family)\n")
+            out.append("| " + " | ".join(ROW_HEADER) + " |")
+            out.append("|---|---|---|---|---:|---:|---:|---:|---:|---:|")
+            out += ["| " + " | ".join(_row_text(r)) + " |" for r in others]
+            out.append("")
+        if report.target_halfwidth is not None:
+            out.append(f"Seeds needed for a 95% half-width of {report.target_halfwidth:g} "
+                       "(half-width now (seeds) → seeds needed)\n")
+            out.append("| group | " + " | ".join(metrics) + " |")
+            out.append("|---|" + "---|" * len(metrics))
+            for g in report.groups:
+                out.append(f"| {g.label} | " + " | ".join(_needed_text(cells[(g.label, section, m)])
+                                                           for m in metrics) + " |")
             out.append("")
     out += [f"- {note}" for note in report.notes]
     return "\n".join(out) + "\n"
@@ -83,7 +131,7 @@ def _tex_escape(text: str) -> str:
 
 
 def latex(report: Report, interval: str = "bracket") -> str:
-    """One booktabs tabular per section; the best mean per column in bold; † marks groups under 3 seeds."""
+    """One booktabs tabular per section; the best mean per column in bold; † marks groups without an interval."""
     cells, best = _lookup(report), best_groups(report)
     out = ["% generated by rlvrlab report; needs \\usepackage{booktabs}"]
     for section in report.sections:
@@ -115,8 +163,9 @@ def latex(report: Report, interval: str = "bracket") -> str:
     return "\n".join(out) + "\n"
 
 
-CSV_FIELDS = ["group", "section", "metric", "mean", "low", "high", "seed_low", "seed_high", "n_seeds", "n_problems",
-              "delta", "delta_low", "delta_high", "p", "p_holm", "prob_improvement", "note"]
+CSV_FIELDS = ["group", "section", "metric", "mean", "low", "high", "se", "df", "method", "seed_low", "seed_high",
+              "n_seeds", "n_problems", "seeds_needed", "delta", "delta_low", "delta_high", "test", "p", "p_holm",
+              "p_signflip", "mde", "significant", "prob_improvement", "note"]
 
 
 def to_csv(report: Report) -> str:
@@ -129,6 +178,24 @@ def to_csv(report: Report) -> str:
         g = hashes[c.group]
         writer.writerow({**row, "baseline": report.baseline or "", "config_hash": g.config_hash,
                          "seeds": " ".join(map(str, g.seeds)), "failed_seeds": " ".join(map(str, g.failed))})
+    return buffer.getvalue()
+
+
+COMPARISON_FIELDS = ["a", "b", "section", "metric", "delta", "low", "high", "se", "df", "test", "paired", "n_a",
+                     "n_b", "p", "selected_from", "p_family", "p_holm", "p_signflip", "mde", "significant",
+                     "prob_improvement"]
+
+
+def comparisons_csv(report: Report) -> str:
+    """Every comparison of the report's Holm family, with every number behind it."""
+    buffer = io.StringIO()
+    writer = csv.DictWriter(buffer, fieldnames=COMPARISON_FIELDS)
+    writer.writeheader()
+    for r in report.rows:
+        result = {k: v for k, v in asdict(r.result).items() if k in COMPARISON_FIELDS}
+        writer.writerow({**result, "a": r.a, "b": r.b, "section": r.section, "metric": r.metric,
+                         "selected_from": r.selected_from or "", "p_family": r.p_family, "p_holm": r.p_holm,
+                         "significant": r.significant})
     return buffer.getvalue()
 
 
@@ -160,21 +227,32 @@ def rich_tables(report: Report):
                 if g.label != report.baseline:
                     delta.add_row(g.label, *[_delta_text(cells[(g.label, section, m)]) for m in metrics])
             tables.append(delta)
+        others = _other_rows(report, section)
+        if others:
+            table = Table(title=f"{_title(section)}: other comparisons")
+            for name in ROW_HEADER:
+                table.add_column(name)
+            for r in others:
+                table.add_row(*_row_text(r))
+            tables.append(table)
     return tables
 
 
 def sources(selection: Selection, report: Report, command: list[str], eval_runs: dict[str, list[str]],
-            outputs: list[str]) -> str:
+            outputs: list[str], provenance: Optional[dict] = None) -> str:
     """Everything a table rests on: runs per group (ids, seeds, git SHAs), evaluations, excluded runs, settings."""
     from rlvrlab.tracking.provenance import git_state
 
     sha, dirty, _ = git_state()
     body = {
         "command": command, "tracking_uri": selection.uri, "source": selection.experiment, "study": selection.study,
-        "rng_seed": report.seed, "bootstrap_replicates": report.reps, "baseline": report.baseline,
-        "rlvrlab_git_sha": sha, "rlvrlab_git_dirty": dirty, "outputs": outputs,
+        "statistics": "Student-t seed intervals; crossed seeds x problems intervals for evaluations; paired t / "
+                      "Welch comparisons, sign-flip p, MDE, Holm (rlvrlab/report/stats.py)",
+        "baseline": report.baseline, "rlvrlab_git_sha": sha, "rlvrlab_git_dirty": dirty, "outputs": outputs,
+        "provenance": provenance or {},
         "groups": [{"label": g.label, "config_hash": g.config_hash, "values": g.values,
-                    "runs": [{"run_id": r.run_id, "seed": r.seed, "git_sha": r.git_sha} for r in g.runs],
+                    "runs": [{"run_id": r.run_id, "seed": r.seed, "git_sha": r.git_sha, "git_dirty": r.git_dirty}
+                             for r in g.runs],
                     "eval_runs": eval_runs.get(g.label, [])} for g in selection.groups],
         "excluded_runs": [{"run_id": run_id, "why": why} for run_id, why in selection.excluded],
         "notes": report.notes,

@@ -1,17 +1,77 @@
-"""The numbers of a report: one Cell per (group, section, metric), with intervals and baseline comparisons.
-Sections: "train" (training metrics, one value per seed) and one per evaluation dataset (per seed and problem)."""
+"""The numbers of a report: one Cell per (group, section, metric) with its interval, and one Row per comparison,
+all comparisons of one report in one Holm family. Sections: "train" (training metrics, one value per seed) and
+one per evaluation dataset (per seed and problem). The statistics are in rlvrlab.report.stats."""
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import Optional, Sequence
 
 import numpy as np
 
 from rlvrlab.errors import RlvrlabError
 from rlvrlab.report import stats
 from rlvrlab.report.collect import EvalRecords, Group, Selection, final_values
+
+REDUCTIONS = ("mean", "max", "min")
+
+
+@dataclass(frozen=True)
+class MetricSpec:
+    """A training metric with its per-run reduction over the run's last `last` logged steps."""
+
+    name: str
+    reduce: str
+    last: int
+    label: str  # the column name: the name as given (`loss/grad_norm:max:60` or `train/reward`)
+
+
+def parse_metrics(entries: Sequence[str], *, reduce: str, last: int) -> list[MetricSpec]:
+    """`NAME[:REDUCE[:LAST]]`, comma-separated or repeated; REDUCE and LAST default to --reduce and --last."""
+    specs = []
+    for entry in entries:
+        for text in (t.strip() for t in entry.split(",")):
+            if not text:
+                continue
+            name, *rest = text.split(":")
+            how = rest[0] if rest else reduce
+            if how not in REDUCTIONS or len(rest) > 2 or (len(rest) == 2 and not rest[1].isdigit()) or \
+                    (len(rest) == 2 and int(rest[1]) < 1):
+                raise RlvrlabError(f"--metric {text!r}: write NAME[:REDUCE[:LAST]] with REDUCE one of "
+                                   f"{', '.join(REDUCTIONS)} and LAST a step count >= 1, e.g. loss/grad_norm:max:60")
+            specs.append(MetricSpec(name, how, int(rest[1]) if len(rest) == 2 else last, text))
+    labels = [s.label for s in specs]
+    if len(set(labels)) != len(labels):
+        raise RlvrlabError(f"--metric lists {next(x for x in labels if labels.count(x) > 1)!r} twice; give it once")
+    return specs
+
+
+@dataclass(frozen=True)
+class Pair:
+    """A comparison asked for: a - b. a == BEST: the best group by mean (among all groups but b), labelled selected
+    and adjusted over the number of candidates."""
+
+    a: str
+    b: str
+
+
+BEST = "best"
+
+
+def parse_pairs(entries: Sequence[str]) -> list[Pair]:
+    """`A:B` (group labels or algorithm names), comma-separated or repeated; `best:B` for the selected best cell."""
+    pairs = []
+    for entry in entries:
+        for text in (t.strip() for t in entry.split(",")):
+            if not text:
+                continue
+            a, sep, b = text.partition(":")
+            if not sep or not a.strip() or not b.strip():
+                raise RlvrlabError(f"--compare {text!r}: write A:B with two group labels (or algorithm names), e.g. "
+                                   "--compare \"up_dapo:dapo eps_high=inf\", or best:B")
+            pairs.append(Pair(a.strip(), b.strip()))
+    return pairs
 
 
 @dataclass
@@ -22,21 +82,52 @@ class Cell:
     mean: float
     n_seeds: int
     n_problems: int = 0
-    low: Optional[float] = None  # the main interval (two-level for evaluations, seeds for training)
+    low: Optional[float] = None  # the interval: Student t over seeds (training), crossed seeds x problems (evaluation)
     high: Optional[float] = None
-    seed_low: Optional[float] = None  # the seed-only interval (evaluations: for comparison)
+    se: Optional[float] = None
+    df: Optional[float] = None
+    method: str = ""
+    seed_low: Optional[float] = None  # evaluations: the t-interval of the seed scores (the benchmark held fixed)
     seed_high: Optional[float] = None
-    delta: Optional[float] = None  # against the baseline group
+    seeds_needed: Optional[int] = None  # for --target-halfwidth (None: not asked, or unreachable)
+    # the comparison with the baseline group (also in Report.rows)
+    delta: Optional[float] = None
     delta_low: Optional[float] = None
     delta_high: Optional[float] = None
     p: Optional[float] = None
     p_holm: Optional[float] = None
+    p_signflip: Optional[float] = None
+    mde: Optional[float] = None
+    test: str = ""
     prob_improvement: Optional[float] = None
+    significant: bool = False
     note: str = ""
 
     @property
     def flagged(self) -> bool:
         return self.n_seeds < stats.MIN_SEEDS
+
+
+@dataclass
+class Row:
+    """One comparison of the report's family."""
+
+    a: str
+    b: str
+    section: str
+    metric: str
+    result: stats.Comparison
+    selected_from: Optional[int] = None  # a was picked as the best of this many groups
+    p_family: float = math.nan  # p entering Holm: result.p, times selected_from for a selected cell
+    p_holm: float = math.nan
+
+    @property
+    def significant(self) -> bool:
+        return self.p_holm < stats.ALPHA and self.result.may_be_significant
+
+    @property
+    def name(self) -> str:
+        return f"{self.a} vs {self.b}" + (f" (selected: best of {self.selected_from})" if self.selected_from else "")
 
 
 @dataclass
@@ -46,18 +137,19 @@ class Report:
     baseline: Optional[str]
     sections: list[str]
     metrics: dict[str, list[str]]  # section -> metric columns
-    seed: int
-    reps: int
+    rows: list[Row] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     higher_is_better: dict[str, bool] = field(default_factory=dict)
+    target_halfwidth: Optional[float] = None
 
 
 def lower_is_better(metric: str) -> bool:
-    return metric.startswith(("time/", "loss/")) or metric in ("rollout/lag", "rollout/logp_gap_max",
-                                                                "rollout/logp_gap_mean")
+    name = metric.split(":")[0]
+    return name.startswith(("time/", "loss/")) or name in ("rollout/lag", "rollout/logp_gap_max",
+                                                           "rollout/logp_gap_mean")
 
 
-def find_baseline(groups: list[Group], name: Optional[str]) -> Optional[Group]:
+def find_group(groups: list[Group], name: Optional[str], option: str = "--baseline") -> Optional[Group]:
     if name is None:
         return None
     exact = [g for g in groups if g.label == name]
@@ -67,92 +159,157 @@ def find_baseline(groups: list[Group], name: Optional[str]) -> Optional[Group]:
         return matches[0]
     labels = ", ".join(repr(g.label) for g in groups)
     if not matches:
-        raise RlvrlabError(f"--baseline {name!r} matches no group; groups: {labels}")
-    raise RlvrlabError(f"--baseline {name!r} matches {len(matches)} groups; give one label: {labels}")
+        raise RlvrlabError(f"{option} {name!r} matches no group; groups: {labels}")
+    raise RlvrlabError(f"{option} {name!r} matches {len(matches)} groups; give one label: {labels}")
 
 
-def build(client, selection: Selection, *, metrics: list[str], last: int, reduce: str,
-          evals: Optional[EvalRecords], eval_stats: list[str], baseline: Optional[str], seed: int,
-          reps: int = stats.REPS) -> Report:
-    rng = np.random.default_rng(seed)
-    base = find_baseline(selection.groups, baseline)
-    cells: list[Cell] = []
-    sections = ["train"] if metrics else []
-    columns: dict[str, list[str]] = {"train": list(metrics)} if metrics else {}
-    for metric in metrics:
-        values = {g.label: final_values(client, g, metric, last, reduce) for g in selection.groups}
-        for g in selection.groups:
-            x = values[g.label]
-            cell = Cell(g.label, "train", metric, float(x.mean()), len(x))
-            if not cell.flagged:
-                interval = stats.seed_interval(x, rng, reps)
-                cell.low, cell.high = interval.low, interval.high
-                cell.seed_low, cell.seed_high = interval.low, interval.high
-            _compare(cell, x, values[base.label] if base else None, base is not None and g is not base, rng, reps)
-            cells.append(cell)
+def find_baseline(groups: list[Group], name: Optional[str]) -> Optional[Group]:
+    return find_group(groups, name)
+
+
+def build(client, selection: Selection, *, metrics: Sequence[MetricSpec], evals: Optional[EvalRecords],
+          eval_stats: list[str], baseline: Optional[str], pairs: Sequence[Pair] = (),
+          target_halfwidth: Optional[float] = None) -> Report:
+    groups = selection.groups
+    base = find_group(groups, baseline)
+    for pair in pairs:  # fail before any work
+        find_group(groups, pair.b, "--compare")
+        if pair.a != BEST:
+            find_group(groups, pair.a, "--compare")
+    data: dict[tuple[str, str], dict[str, np.ndarray]] = {}  # (section, metric) -> group label -> [S] or [S, P]
+    sections, columns = [], {}
+    if metrics:
+        sections.append("train")
+        columns["train"] = [m.label for m in metrics]
+        for m in metrics:
+            data[("train", m.label)] = {g.label: final_values(client, g, m.name, m.last, m.reduce) for g in groups}
     if evals is not None:
-        for dataset, ids in evals.datasets.items():
+        for dataset in evals.datasets:
             sections.append(dataset)
             columns[dataset] = list(eval_stats)
             for stat in eval_stats:
-                for g in selection.groups:
-                    x = evals.matrices[(g.label, dataset, stat)]
-                    ref = evals.matrices[(base.label, dataset, stat)] if base else None
-                    cells.append(_eval_cell(g, dataset, stat, x, ref, base is not None and g is not base, rng, reps))
-    compared = [c for c in cells if c.p is not None]
-    for cell, adjusted in zip(compared, stats.holm([c.p for c in compared])):
-        cell.p_holm = adjusted
-    notes = [f"intervals: 95% percentile bootstrap, {reps} replicates, RNG seed {seed}; training metrics: over seeds "
-             f"({reduce} of the last {last} logged steps per run); evaluations: seeds and problems resampled "
-             "independently (seed-only interval in the CSV)"]
+                data[(dataset, stat)] = {g.label: evals.matrices[(g.label, dataset, stat)] for g in groups}
+    higher = {label: not lower_is_better(label) for cols in columns.values() for label in cols}
+
+    cells: dict[tuple[str, str, str], Cell] = {}
+    for (section, metric), values in data.items():
+        for g in groups:
+            cells[(g.label, section, metric)] = _cell(g, section, metric, values[g.label], target_halfwidth)
+
+    rows: list[Row] = []
+    for (section, metric), values in data.items():
+        wanted: list[tuple[Group, Group, Optional[int]]] = []
+        if base is not None:
+            wanted += [(g, base, None) for g in groups if g is not base]
+        for pair in pairs:
+            ref = find_group(groups, pair.b, "--compare")
+            if pair.a == BEST:
+                candidates = [g for g in groups if g is not ref]
+                sign = 1 if higher[metric] else -1
+                best = max(candidates, key=lambda g: sign * _score(values[g.label]))
+                wanted.append((best, ref, len(candidates)))
+            else:
+                wanted.append((find_group(groups, pair.a, "--compare"), ref, None))
+        for a, b, selected_from in wanted:
+            if a is b or min(len(a.runs), len(b.runs)) < stats.MIN_SEEDS:
+                continue
+            paired = a.seeds == b.seeds
+            result = stats.compare(values[a.label], values[b.label], paired=paired)
+            rows.append(Row(a.label, b.label, section, metric, result, selected_from))
+    for row in rows:
+        row.p_family = stats.selected(row.result.p, row.selected_from) if row.selected_from else row.result.p
+    for row, adjusted in zip(rows, stats.holm([r.p_family for r in rows])):
+        row.p_holm = adjusted
     if base is not None:
-        notes.append(f"Δ vs {base.label}: difference of means (seeds independent; evaluation problems paired); "
-                     "p two-sided "
-                     f"from the bootstrap, Holm-adjusted over the {len(compared)} comparisons; P(impr.) = "
-                     "P(seed score > baseline seed score) as in rliable")
+        for row in rows:
+            if row.b == base.label and row.selected_from is None:
+                _attach(cells[(row.a, row.section, row.metric)], row)
+        for g in groups:  # too few seeds for a comparison: the difference of means alone
+            for (section, metric), values in data.items():
+                cell = cells[(g.label, section, metric)]
+                if g is not base and cell.delta is None:
+                    cell.delta = _score(values[g.label]) - _score(values[base.label])
+    report = Report(list(cells.values()), groups, base.label if base else None, sections, columns, rows,
+                    higher_is_better=higher, target_halfwidth=target_halfwidth)
+    report.notes = _notes(report, metrics, selection)
+    return report
+
+
+def _score(x: np.ndarray) -> float:
+    return float(stats.seed_scores(x).mean())
+
+
+def _cell(g: Group, section: str, metric: str, x: np.ndarray, target: Optional[float]) -> Cell:
+    x = np.asarray(x, dtype=np.float64)
+    if x.ndim == 2 and np.isnan(x).any():  # undefined on some problems (diversity, rarefaction): per-seed means
+        scores = stats.seed_scores(x)
+        cell = Cell(g.label, section, metric, float(scores.mean()), x.shape[0], x.shape[1],
+                    note="mean over the problems where it is defined; t-interval over seeds")
+        iv = stats.t_interval(scores)
+        cell.seed_low, cell.seed_high = iv.low, iv.high
+    else:
+        cell = Cell(g.label, section, metric, float(x.mean()), x.shape[0], x.shape[1] if x.ndim == 2 else 0)
+        iv = stats.interval(x)
+        if x.ndim == 2:
+            seed_only = stats.t_interval(x.mean(axis=1))
+            cell.seed_low, cell.seed_high = seed_only.low, seed_only.high
+    if not cell.flagged:
+        cell.low, cell.high, cell.se, cell.df, cell.method = iv.low, iv.high, iv.se, iv.df, iv.method
+        if target is not None:
+            cell.seeds_needed = _seeds_needed(x, target)
+    return cell
+
+
+def _seeds_needed(x: np.ndarray, target: float) -> Optional[int]:
+    """Seeds for a 95% half-width of `target`, from the observed spread (None: problems alone exceed it)."""
+    if x.ndim == 1 or np.isnan(x).any():
+        return stats.seeds_for_halfwidth(float(np.std(stats.seed_scores(x), ddof=1)), target)
+    return stats.seeds_for_halfwidth_crossed(x, target)
+
+
+def _attach(cell: Cell, row: Row) -> None:
+    r = row.result
+    cell.delta, cell.delta_low, cell.delta_high = r.delta, r.low, r.high
+    cell.p, cell.p_holm, cell.p_signflip, cell.mde = r.p, row.p_holm, r.p_signflip, r.mde
+    cell.test, cell.prob_improvement, cell.significant = r.test, r.prob_improvement, row.significant
+
+
+def _notes(report: Report, metrics: Sequence[MetricSpec], selection: Selection) -> list[str]:
+    notes = []
+    if metrics:
+        shown = "; ".join(f"{m.label}: {m.reduce} of the last {m.last} logged steps" for m in metrics)
+        notes.append(f"training metrics, per run: {shown}; intervals: 95% Student-t over the per-seed values "
+                     "(Student 1908)")
+    if any(s != "train" for s in report.sections):
+        notes.append("evaluation metrics: 95% interval of a crossed seeds x problems design (variance components "
+                     "from the two-way ANOVA, t quantile on Satterthwaite df shrunk towards the seed df; "
+                     "docs/report.md); the CSV also has the seed-only t-interval")
+    if report.rows:
+        tests = sorted({r.result.test for r in report.rows})
+        notes.append(f"comparisons ({', '.join(tests)}): paired when both groups ran the same seeds (same initial "
+                     "weights, prompt order and sampling seeds), else Welch; evaluation metrics are also paired by "
+                     f"problem; Holm-adjusted (Holm 1979) over all {len(report.rows)} comparisons of this report; "
+                     "MDE = the difference detectable with 80% power at alpha 0.05 (noncentral t) given the "
+                     "observed spread and seeds; exact sign-flip p (paired) in comparisons.csv")
+        notes.append(f"* Holm-adjusted p < 0.05 with at least {stats.MIN_SEEDS_SIGNIFICANCE} seeds in each group; "
+                     f"below {stats.MIN_SEEDS_SIGNIFICANCE} seeds no comparison is marked: t-tests on so few seeds "
+                     "have little power, their validity rests on normality that so few seeds cannot check, and "
+                     "the exact sign-flip test cannot confirm them (its smallest p is 2/2^S: 0.25 at 3 seeds, "
+                     "0.125 at 4)")
+        if any(r.selected_from for r in report.rows):
+            notes.append("selected: the best group by mean among N groups, compared after multiplying its p by N "
+                         "(Bonferroni over the cells it was picked from), then in the Holm family")
     if any(g.failed for g in selection.groups) or selection.failed_only:
         notes.append("failed: seed runs that ended FAILED (non-finite loss, weights or gradients, or a crash) are "
                      "not in the means; the seeds column counts them")
     notes += selection.failed_only
-    if any(c.flagged for c in cells):
+    if any(c.flagged for c in report.cells):
         notes.append(f"† fewer than {stats.MIN_SEEDS} seeds: no interval")
-    higher = {c.metric: not lower_is_better(c.metric) for c in cells}
-    return Report(cells, selection.groups, base.label if base else None, sections, columns, seed, reps, notes, higher)
-
-
-def _eval_cell(g: Group, dataset: str, stat: str, x: np.ndarray, ref: Optional[np.ndarray], compare: bool,
-               rng: np.random.Generator, reps: int) -> Cell:
-    seeds, problems = x.shape
-    has_nan = bool(np.isnan(x).any())
-    if has_nan:  # diversity is undefined on problems without a correct answer: per-seed means over the rest
-        scores = np.nanmean(np.where(np.isnan(x).all(axis=1, keepdims=True), 0.0, x), axis=1)
-        cell = Cell(g.label, dataset, stat, float(scores.mean()), seeds, problems,
-                    note="mean over problems with a correct answer; seed-only interval")
-        if not cell.flagged:
-            interval = stats.seed_interval(scores, rng, reps)
-            cell.low, cell.high = cell.seed_low, cell.seed_high = interval.low, interval.high
-        ref_scores = None if ref is None else np.nanmean(np.where(np.isnan(ref).all(axis=1, keepdims=True), 0, ref), 1)
-        _compare(cell, scores, ref_scores, compare, rng, reps)
-        return cell
-    cell = Cell(g.label, dataset, stat, float(x.mean()), seeds, problems)
-    if not cell.flagged:
-        two = stats.two_level_interval(x, rng, reps)
-        one = stats.seed_interval(x, rng, reps)
-        cell.low, cell.high, cell.seed_low, cell.seed_high = two.low, two.high, one.low, one.high
-    _compare(cell, x, ref, compare, rng, reps)
-    return cell
-
-
-def _compare(cell: Cell, x: np.ndarray, ref: Optional[np.ndarray], compare: bool, rng: np.random.Generator,
-             reps: int) -> None:
-    if not compare or ref is None:
-        return
-    if cell.flagged or ref.shape[0] < stats.MIN_SEEDS:
-        cell.delta = float(x.mean() - ref.mean())
-        return
-    result = stats.difference(x, ref, rng, reps)
-    cell.delta, cell.delta_low, cell.delta_high = result.delta, result.low, result.high
-    cell.p, cell.prob_improvement = result.p, result.prob_improvement
+    if report.target_halfwidth is not None:
+        notes.append(f"seeds needed: for a 95% half-width of {report.target_halfwidth:g}, from the observed spread "
+                     "(evaluations: the seed, problem and residual components; '∞' when the problems alone are "
+                     "wider)")
+    return notes
 
 
 def best_groups(report: Report) -> dict[tuple[str, str], str]:

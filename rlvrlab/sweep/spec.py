@@ -6,6 +6,8 @@ before any storage is opened or run started; every mistake is one ConfigError li
     overrides: [algorithm=ucpo, steps=200]
     sampler: grid                       # grid | tpe | random
     seeds: 5                            # 5 -> seeds 0..4, or a list [0, 1, 2]; the same seeds in every trial
+                                        # or {initial: 3, max: 20, halfwidth: 0.02}: add seeds 3, 4, ... in rounds
+                                        # until the objective's 95% t-interval is that narrow (or max is reached)
     variants:                           # optional: named configurations, compared as the grid key `variant`
       grpo: [algorithm=grpo]
       ucpo tau=1: [algorithm=ucpo, algorithm.tau=1.0]
@@ -89,6 +91,17 @@ class Objective:
 
 
 @dataclasses.dataclass(frozen=True)
+class AdaptiveSeeds:
+    """`seeds: {initial: 3, max: 20, halfwidth: 0.02}`: a trial starts with seeds 0..initial-1 and adds seeds
+    (initial, initial+1, ...) in rounds while its objective's 95% t half-width is above `halfwidth`, up to `max`.
+    The rule looks at the spread of the seed values only, never at their mean (docs/report.md)."""
+
+    initial: int
+    max: int
+    halfwidth: float
+
+
+@dataclasses.dataclass(frozen=True)
 class Pruner:
     type: str = "none"
     warmup_steps: int = 0  # per seed run: steps before a trial may be pruned
@@ -110,6 +123,15 @@ class SweepSpec:
     timeout: Optional[float]
     pruner: Pruner
     variants: dict[str, tuple[str, ...]] = dataclasses.field(default_factory=dict)  # name -> overrides
+    adaptive: Optional[AdaptiveSeeds] = None  # seeds: {initial, max, halfwidth}; then seeds = 0..initial-1
+
+    @property
+    def max_seeds(self) -> int:
+        return self.adaptive.max if self.adaptive else len(self.seeds)
+
+    def seed_list(self, count: int) -> tuple[int, ...]:
+        """The first `count` seeds of a trial: the fixed list, or (adaptive) 0..count-1, the same in every trial."""
+        return tuple(range(count)) if self.adaptive else self.seeds[:count]
 
     def grid(self) -> list[dict[str, Any]]:
         """Every grid point, in file order (the last key varies fastest)."""
@@ -135,6 +157,7 @@ class SweepSpec:
                 self.objective), "space": [dataclasses.asdict(p) for p in self.space],
             "pruner": dataclasses.asdict(self.pruner),
             **({"variants": {k: list(v) for k, v in self.variants.items()}} if self.variants else {}),
+            **({"adaptive_seeds": dataclasses.asdict(self.adaptive)} if self.adaptive else {}),
         }
         return hashlib.sha256(json.dumps(science, sort_keys=True, default=str).encode()).hexdigest()[:12]
 
@@ -203,7 +226,9 @@ def load_sweep(name: str, overrides: Sequence[str] = (), *, seeds: Optional[int]
     if variants:
         space = (Param(VARIANT, values=tuple(variants)), *space)
     objective = _objective(body.get("objective"), where)
-    seed_list = _seeds(body.get("seeds", 5) if seeds is None else seeds, where)
+    adaptive = _adaptive(body.get("seeds"), where) if seeds is None else None
+    seed_list = tuple(range(adaptive.initial)) if adaptive else \
+        _seeds(body.get("seeds", 5) if seeds is None else seeds, where)
     if objective.aggregate != "mean" and len(seed_list) < 2:
         raise ConfigError(f"objective.aggregate {objective.aggregate} in {where} needs at least 2 seeds")
     budget = _mapping(body.get("budget"), ("trials", "timeout"), "budget", where)
@@ -229,7 +254,7 @@ def load_sweep(name: str, overrides: Sequence[str] = (), *, seeds: Optional[int]
         experiment = str((path.parent / experiment).resolve())
     sampler_seed = int(_optional_number(body.get("sampler_seed", 0), "sampler_seed", where, integer=True))
     spec = SweepSpec(sweep_name, path, experiment, tuple(all_overrides), space, sampler, sampler_seed, seed_list,
-                     objective, trials, timeout, pruner, variants)
+                     objective, trials, timeout, pruner, variants, adaptive)
     _check_composes(spec, where)
     return spec
 
@@ -339,7 +364,24 @@ def _seeds(value: Any, where: str) -> tuple[int, ...]:
     if isinstance(value, list) and value and all(isinstance(s, int) and not isinstance(s, bool) and s >= 0
                                                   for s in value) and len(set(value)) == len(value):
         return tuple(value)
-    raise ConfigError(f"seeds in {where} must be a count >= 1 or a list of distinct seeds >= 0, e.g. seeds: 5")
+    raise ConfigError(f"seeds in {where} must be a count >= 1, a list of distinct seeds >= 0 or "
+                      "{initial: 3, max: 20, halfwidth: 0.02}, e.g. seeds: 5")
+
+
+def _adaptive(value: Any, where: str) -> Optional[AdaptiveSeeds]:
+    if not isinstance(value, dict):
+        return None
+    example = "seeds: {initial: 3, max: 20, halfwidth: 0.02}"
+    fields = _mapping(value, ("initial", "max", "halfwidth"), "seeds", where)
+    initial, most, width = fields.get("initial"), fields.get("max"), fields.get("halfwidth")
+    if not (isinstance(initial, int) and not isinstance(initial, bool) and initial >= 2):
+        raise ConfigError(f"seeds.initial in {where} must be an integer >= 2 (an interval needs 2 seeds), e.g. {example}")
+    if not (isinstance(most, int) and not isinstance(most, bool) and most >= initial):
+        raise ConfigError(f"seeds.max in {where} must be an integer >= seeds.initial ({initial}), e.g. {example}")
+    if isinstance(width, bool) or not isinstance(width, (int, float)) or not width > 0:
+        raise ConfigError(f"seeds.halfwidth in {where} must be a number > 0 (the 95% half-width of the objective), "
+                          f"e.g. {example}")
+    return AdaptiveSeeds(initial, most, float(width))
 
 
 def _mapping(body: Any, keys: Sequence[str], name: str, where: str) -> dict:

@@ -54,7 +54,7 @@ def make_pruner(spec: SweepSpec, steps: int):
                                            n_warmup_steps=spec.pruner.warmup_steps)
     if kind == "hyperband":
         return optuna.pruners.HyperbandPruner(min_resource=max(1, spec.pruner.warmup_steps),
-                                              max_resource=steps * len(spec.seeds))
+                                              max_resource=steps * spec.max_seeds)
     return optuna.pruners.NopPruner()
 
 
@@ -157,7 +157,9 @@ def _initialise(sweep: Sweep) -> None:
         "sampler": spec.sampler, "seeds": list(spec.seeds), "objective.metric": spec.objective.metric,
         "objective.direction": spec.objective.direction, "objective.window": spec.objective.window,
         "objective.aggregate": spec.objective.aggregate, "overrides": " ".join(spec.overrides),
-        "experiment": spec.experiment or "default", "pruner": spec.pruner.type}))
+        "experiment": spec.experiment or "default", "pruner": spec.pruner.type,
+        **({"seeds.adaptive": f"initial={spec.adaptive.initial} max={spec.adaptive.max} "
+                              f"halfwidth={spec.adaptive.halfwidth}"} if spec.adaptive else {})}))
     study.set_user_attr(ATTR + "mlflow_run_id", run.info.run_id)
     _enqueue_grid(sweep)
     study.set_user_attr(ATTR + "ready", True)
@@ -298,21 +300,27 @@ def run_trial(sweep: Sweep, trial, *, on_seed: Optional[OnSeed] = None) -> Trial
         values: dict[int, float] = {}
         run_ids: dict[int, str] = {}
         failures: dict[int, str] = {}
-        for position, seed in enumerate(spec.seeds):
-            run_id, value, error = _seed_run(sweep, client, trial, params, seed, position, trial_run)
-            if run_id:
-                run_ids[seed] = run_id
-            if error is not None:
-                failures[seed] = error
-            else:
-                values[seed] = value
-            trial.set_user_attr(ATTR + "values", {str(s): v for s, v in values.items()})
-            trial.set_user_attr(ATTR + "run_ids", {str(s): r for s, r in run_ids.items()})
-            if on_seed is not None:
-                on_seed(trial.number, position, len(spec.seeds))
+        seeds = list(spec.seeds)
+        position = 0
+        while position < len(seeds):  # adaptive seeds: a round at a time, while the interval is too wide
+            for seed in seeds[position:]:
+                run_id, value, error = _seed_run(sweep, client, trial, params, seed, position, trial_run)
+                if run_id:
+                    run_ids[seed] = run_id
+                if error is not None:
+                    failures[seed] = error
+                else:
+                    values[seed] = value
+                trial.set_user_attr(ATTR + "values", {str(s): v for s, v in values.items()})
+                trial.set_user_attr(ATTR + "run_ids", {str(s): r for s, r in run_ids.items()})
+                if on_seed is not None:
+                    on_seed(trial.number, position, len(seeds))
+                position += 1
+            if not failures:
+                seeds = list(spec.seed_list(len(seeds) + more_seeds(spec, list(values.values()))))
         if failures:
             seed, reason = next(iter(failures.items()))
-            message = f"{len(failures)}/{len(spec.seeds)} seeds failed; seed {seed}: {reason}"
+            message = f"{len(failures)}/{len(seeds)} seeds failed; seed {seed}: {reason}"
             trial.set_user_attr(ATTR + "failure", "run")
             trial.set_user_attr(ATTR + "fail_reason", message[:1000])
             sweep.study.tell(trial, state=TrialState.FAIL)
@@ -446,17 +454,31 @@ def objective_of(client, run_id: str, metric: str, window: int) -> float:
 
 
 def seed_summary(values: list[float]) -> dict[str, float]:
-    """Mean over seeds with a Student-t 95% interval (NaN bounds for one seed; NaN everywhere for a NaN value)."""
-    from scipy import stats
+    """Mean over seeds with the report's Student-t 95% interval (rlvrlab.report.stats.t_interval; NaN bounds for
+    one seed; NaN everywhere for a NaN value)."""
+    from rlvrlab.report.stats import t_interval
 
     x = np.asarray(values, dtype=float)
-    n = len(x)
-    mean = float(x.mean())
-    if n < 2:
-        return {"mean": mean, "sd": math.nan, "low": math.nan, "high": math.nan, "n": n}
-    sd = float(x.std(ddof=1))
-    half = float(stats.t.ppf(0.975, n - 1) * sd / math.sqrt(n))
-    return {"mean": mean, "sd": sd, "low": mean - half, "high": mean + half, "n": n}
+    interval = t_interval(x)
+    sd = float(x.std(ddof=1)) if len(x) > 1 else math.nan
+    return {"mean": interval.mean, "sd": sd, "low": interval.low, "high": interval.high,
+            "halfwidth": interval.halfwidth, "n": len(x)}
+
+
+def seeds_needed(values: list[float], halfwidth: float) -> int:
+    """Seeds for a 95% t half-width of `halfwidth`, from the spread of `values` (rlvrlab.report.stats)."""
+    from rlvrlab.report.stats import seeds_for_halfwidth
+
+    return seeds_for_halfwidth(float(np.std(values, ddof=1)) if len(values) > 1 else math.inf, halfwidth)
+
+
+def more_seeds(spec: SweepSpec, values: list[float]) -> int:
+    """Adaptive seeds: how many seeds the next round adds (0: the interval is narrow enough, or max is reached).
+    Only the spread of the values decides, never their mean."""
+    if spec.adaptive is None:
+        return 0
+    target = min(seeds_needed(values, spec.adaptive.halfwidth), spec.adaptive.max)
+    return max(0, target - len(values))
 
 
 def aggregate(summary: dict[str, float], how: str) -> float:

@@ -6,7 +6,7 @@ import math
 from dataclasses import dataclass
 from typing import Any, Optional
 
-from rlvrlab.sweep.study import ATTR, Sweep, counts, seed_summary
+from rlvrlab.sweep.study import ATTR, Sweep, counts, seed_summary, seeds_needed
 
 
 @dataclass
@@ -21,6 +21,8 @@ class TrialRow:
     seeds_done: int
     reason: str
     retry_of: Optional[int]
+    halfwidth: Optional[float] = None  # of the 95% t-interval (the report's, rlvrlab.report.stats.t_interval)
+    more_seeds: Optional[int] = None  # adaptive seeds: seeds still needed for the target half-width (beyond max too)
 
 
 @dataclass
@@ -37,13 +39,16 @@ def summarize(sweep: Sweep) -> StudySummary:
     rows = []
     for t in sweep.study.get_trials(deepcopy=False):
         values = [v for v in (t.user_attrs.get(ATTR + "values") or {}).values()]
-        summary = t.user_attrs.get(ATTR + "summary") or (seed_summary(values) if values else {})
+        summary = seed_summary(values) if values else {}
+        target = sweep.spec.adaptive.halfwidth if sweep.spec.adaptive else None
+        more = max(0, seeds_needed(values, target) - len(values)) if target is not None and len(values) > 1 else None
         rows.append(TrialRow(
             number=t.number, state=t.state.name, params=dict(t.params),
             value=t.value if t.state == TrialState.COMPLETE else None,
             mean=summary.get("mean"), low=_finite(summary.get("low")), high=_finite(summary.get("high")),
             seeds_done=len(values), reason=t.user_attrs.get(ATTR + "fail_reason", ""),
             retry_of=t.system_attrs.get("failed_trial"),
+            halfwidth=_finite(summary.get("halfwidth")), more_seeds=more,
         ))
     complete = [r for r in rows if r.state == "COMPLETE"]
     sign = 1 if sweep.spec.objective.direction == "maximize" else -1

@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from rlvrlab.report import collect
+from rlvrlab.report import collect, stats
 
 RLVRLAB = shutil.which("rlvrlab", path=str(Path(sys.executable).parent))
 
@@ -54,8 +54,7 @@ def toy_study(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.mark.slow
 def test_report_of_a_toy_sweep(toy_study: Path) -> None:
-    result = _cli("report", "--study", "grid", "--baseline", "ucpo tau=0.0 staleness=0", "--reps", "2000",
-                  cwd=toy_study)
+    result = _cli("report", "--study", "grid", "--baseline", "ucpo tau=0.0 staleness=0", cwd=toy_study)
     assert result.returncode == 0, result.stderr
     out = toy_study / "results" / "grid"
     names = {p.name for p in out.iterdir()}
@@ -69,7 +68,8 @@ def test_report_of_a_toy_sweep(toy_study: Path) -> None:
     # the mean of each group is the mean over its seeds of the metric's last 3 steps, read back from MLflow
     client = collect.client_for(f"sqlite:///{toy_study / 'runs' / 'mlflow.db'}")
     sources = json.loads((out / "sources.json").read_text())
-    assert sources["rng_seed"] == 0 and sources["bootstrap_replicates"] == 2000 and sources["study"] == "grid"
+    assert "Student-t" in sources["statistics"] and sources["study"] == "grid"
+    per_seed = {}
     for group in sources["groups"]:
         assert sorted(r["seed"] for r in group["runs"]) == [0, 1, 2]
         assert all(len(r["git_sha"]) in (7, 40) or r["git_sha"] == "unknown" for r in group["runs"])
@@ -78,20 +78,140 @@ def test_report_of_a_toy_sweep(toy_study: Path) -> None:
             series = collect.metric_series(client, r["run_id"], "policy/toy_correct_uniformity")
             finals.append(np.mean([series[s] for s in sorted(series)[-3:]]))
         row = next(x for x in rows if x["group"] == group["label"])
+        per_seed[group["label"]] = finals
         assert float(row["mean"]) == pytest.approx(np.mean(finals), abs=1e-12)
         assert float(row["low"]) <= float(row["mean"]) <= float(row["high"])
+        # the Student-t interval over the per-seed values
+        half = stats.t_interval(finals).halfwidth
+        assert float(row["high"]) - float(row["mean"]) == pytest.approx(half, abs=1e-12)
         if group["label"] != "ucpo tau=0.0 staleness=0":
             assert row["p_holm"] != "" and float(row["p"]) <= float(row["p_holm"]) <= 1.0
+            # the same seeds 0, 1, 2 in every group: paired, and never marked significant with 3 seeds
+            assert row["test"] == "paired t" and row["significant"] == "False" and float(row["mde"]) > 0
+    # an independent recomputation from the per-seed numbers: scipy's paired t, statsmodels' Holm
+    from scipy import stats as sps
+    from statsmodels.stats.multitest import multipletests
+
+    base = "ucpo tau=0.0 staleness=0"
+    others = [r for r in rows if r["group"] != base]
+    tests = [sps.ttest_rel(per_seed[r["group"]], per_seed[base]) for r in others]
+    holm = multipletests([t.pvalue for t in tests], method="holm")[1]
+    for r, t, adjusted in zip(others, tests, holm):
+        ci = t.confidence_interval(0.95)
+        assert (float(r["delta_low"]), float(r["delta_high"]), float(r["p"]), float(r["p_holm"])) == pytest.approx(
+            (ci.low, ci.high, t.pvalue, adjusted), abs=1e-9)
     md = (out / "table.md").read_text()
     assert "| ucpo tau=1.0 staleness=1 | 3 |" in md and "Δ vs **ucpo tau=0.0 staleness=0**" in md
+    assert "paired" in md and "MDE=" in md and "no comparison is marked" in md and "provenance:" in md
+    comparisons = list(csv.DictReader((out / "comparisons.csv").open()))
+    assert len(comparisons) == 3 and all(r["test"] == "paired t" and r["p_signflip"] for r in comparisons)
     tex = (out / "table.tex").read_text()
     assert "\\toprule" in tex and "\\textbf{" in tex and "tau=1.0" in tex
 
-    # the same command gives the same numbers (the bootstrap seed is recorded)
-    again = _cli("report", "--study", "grid", "--baseline", "ucpo tau=0.0 staleness=0", "--reps", "2000",
+    # the same command gives the same numbers (no resampling)
+    again = _cli("report", "--study", "grid", "--baseline", "ucpo tau=0.0 staleness=0",
                  "--out", "again", "--no-plots", cwd=toy_study)
     assert again.returncode == 0, again.stderr
     assert (toy_study / "again" / "table.csv").read_text() == (out / "table.csv").read_text()
+
+
+@pytest.mark.slow
+def test_sweep_status_and_report_give_identical_numbers(toy_study: Path) -> None:
+    """`rlvrlab sweep --status`, the lcb95 objective and `rlvrlab report` share one interval function: on the same
+    runs and window they give the same mean and bounds to the last bit."""
+    from rlvrlab.sweep.spec import load_sweep
+    from rlvrlab.sweep.study import aggregate, open_sweep
+    from rlvrlab.sweep.summary import summarize
+
+    result = _cli("report", "--study", "grid", "--out", "same", "--no-plots", "--format", "csv", cwd=toy_study)
+    assert result.returncode == 0, result.stderr
+    rows = {r["group"]: r for r in csv.DictReader((toy_study / "same" / "table.csv").open())}
+    cwd = os.getcwd()
+    os.chdir(toy_study)
+    try:
+        spec = load_sweep(str(toy_study / "grid.yaml"))
+        summary = summarize(open_sweep(spec, create=False))
+    finally:
+        os.chdir(cwd)
+    assert len(summary.rows) == len(rows) == 4
+    for trial in summary.rows:
+        label = f"ucpo tau={trial.params['algorithm.tau']} staleness={trial.params['trainer.staleness']}"
+        row = rows[label]
+        assert (trial.mean, trial.low, trial.high) == (float(row["mean"]), float(row["low"]), float(row["high"]))
+        assert aggregate({"mean": trial.mean, "low": trial.low, "high": trial.high}, "lcb95") == float(row["low"])
+    status = _cli("sweep", "grid.yaml", "--status", cwd=toy_study)
+    assert status.returncode == 0, status.stderr
+    for row in rows.values():
+        assert f"[{float(row['low']):.3f}, {float(row['high']):.3f}]" in status.stdout
+
+
+@pytest.mark.slow
+def test_report_metric_specs_pairs_selection_and_seeds_needed(toy_study: Path) -> None:
+    """Several metrics with their own reduction and window, an extra pair and a selected best cell: one Holm
+    family; --target-halfwidth prints the seeds each group needs."""
+    result = _cli("report", "--study", "grid", "--baseline", "ucpo tau=0.0 staleness=0", "--no-plots",
+                  "--metric", "policy/toy_correct_uniformity:mean:3,loss/grad_norm:max:10",
+                  "--compare", "ucpo tau=1.0 staleness=1:ucpo tau=1.0 staleness=0",
+                  "--compare", "best:ucpo tau=0.0 staleness=0", "--target-halfwidth", "0.01", "--out", "family",
+                  cwd=toy_study)
+    assert result.returncode == 0, result.stderr
+    out = toy_study / "family"
+    comparisons = list(csv.DictReader((out / "comparisons.csv").open()))
+    # per metric: 3 baseline comparisons + 1 extra pair + 1 selected cell = 5; two metrics -> a family of 10
+    assert len(comparisons) == 10
+    assert {r["metric"] for r in comparisons} == {"policy/toy_correct_uniformity:mean:3", "loss/grad_norm:max:10"}
+    p = [float(r["p_family"]) for r in comparisons]
+    assert [float(r["p_holm"]) for r in comparisons] == pytest.approx(stats.holm(p), abs=1e-12)
+    selected = [r for r in comparisons if r["selected_from"]]
+    assert len(selected) == 2 and all(r["selected_from"] == "3" for r in selected)
+    assert all(float(r["p_family"]) == pytest.approx(min(1.0, 3 * float(r["p"])), abs=1e-12) for r in selected)
+    # the best uniformity cell is tau 1 (UCPO spreads the correct set)
+    assert next(r for r in selected if r["metric"].startswith("policy/"))["a"].startswith("ucpo tau=1.0")
+    cells = list(csv.DictReader((out / "table.csv").open()))
+    assert all(r["seeds_needed"] for r in cells) and all(int(r["seeds_needed"]) >= 2 for r in cells)
+    md = (out / "table.md").read_text()
+    assert "selected: best of 3" in md and "Seeds needed for a 95% half-width of 0.01" in md
+    _one_line_error(_cli("report", "--study", "grid", "--metric", "loss/grad_norm:median:5", cwd=toy_study),
+                    "--metric 'loss/grad_norm:median:5'")
+    _one_line_error(_cli("report", "--study", "grid", "--compare", "nope", cwd=toy_study), "--compare 'nope'")
+
+
+@pytest.mark.slow
+def test_report_refuses_dirty_or_mixed_runs_in_results(toy_study: Path, tmp_path: Path) -> None:
+    """Runs tagged git_dirty=true or from two commits: writing into results/ is refused in one line unless the
+    author allows it; the table then says so. Elsewhere (--out) it is not checked."""
+    from mlflow.tracking import MlflowClient
+
+    runs = tmp_path / "runs"
+    shutil.copytree(toy_study / "runs", runs)
+    client = MlflowClient(f"sqlite:///{runs / 'mlflow.db'}")
+    seed_runs = [r for r in client.search_runs([client.get_experiment_by_name("grid").experiment_id])
+                 if r.data.tags.get("rlvrlab.role") == "seed"]
+    for r in seed_runs:
+        client.set_tag(r.info.run_id, "git_dirty", "false")
+        client.set_tag(r.info.run_id, "git_sha", "a" * 40)
+    results = tmp_path / "results"
+    env = {"RLVRLAB_RESULTS_DIR": str(results)}
+
+    def report(*extra: str) -> subprocess.CompletedProcess:
+        return subprocess.run([RLVRLAB, "report", "--study", "grid", "--no-plots", "--format", "md", *extra],
+                              cwd=tmp_path, capture_output=True, text=True, timeout=900,
+                              env={**{k: v for k, v in os.environ.items() if k != "COLUMNS"}, **env})
+
+    clean = report()
+    assert clean.returncode == 0, clean.stderr
+    assert "all 12 runs from commit aaaaaaa, clean tree" in (results / "grid" / "table.md").read_text()
+    client.set_tag(seed_runs[0].info.run_id, "git_dirty", "true")
+    _one_line_error(report(), "1 of the 12 runs", "uncommitted changes", "--allow-dirty")
+    assert report("--out", str(tmp_path / "elsewhere")).returncode == 0
+    assert report("--allow-dirty").returncode == 0
+    assert "1 of 12 runs from a tree with uncommitted changes (--allow-dirty)" in \
+        (results / "grid" / "table.md").read_text()
+    client.set_tag(seed_runs[1].info.run_id, "git_sha", "b" * 40)
+    _one_line_error(report("--allow-dirty"), "from 2 commits", "--allow-mixed")
+    mixed = report("--allow-dirty", "--allow-mixed")
+    assert mixed.returncode == 0, mixed.stderr
+    assert "runs from 2 commits (aaaaaaa, bbbbbbb; --allow-mixed)" in (results / "grid" / "table.md").read_text()
 
 
 @pytest.mark.slow
@@ -147,14 +267,15 @@ def test_report_of_tiny_runs_with_evaluations(tmp_path: Path) -> None:
     assert {p.name for p in (tmp_path / "evals").iterdir()} == set(run_ids)
     again = _cli(*evaluate, cwd=tmp_path)  # nothing left to do
     assert again.returncode == 0 and "already has an evaluation" in again.stdout
-    result = _cli("report", "--experiment", "tinyexp", "--baseline", "grpo", "--reps", "2000", cwd=tmp_path)
+    result = _cli("report", "--experiment", "tinyexp", "--baseline", "grpo", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     out = tmp_path / "results" / "tinyexp"
     assert {"table.md", "table.tex", "table.csv", "passk_countdown.png", "curve_train_reward.png",
             "sources.json"} <= {p.name for p in out.iterdir()}
     rows = list(csv.DictReader((out / "table.csv").open()))
     evals = [r for r in rows if r["section"] == "countdown"]
-    assert {r["metric"] for r in evals} == {"avg@n", "pass@1", "pass@2", "pass@4", "maj@4", "diversity"}
+    assert {r["metric"] for r in evals} == {"avg@n", "pass@1", "pass@2", "pass@4", "maj@4", "diversity",
+                                            "distinct@4", "rarefied@4"}
     assert {r["group"] for r in evals} == {"grpo", "ucpo"} and all(r["n_problems"] == "6" for r in evals)
     ucpo = {r["metric"]: r for r in evals if r["group"] == "ucpo"}
     assert ucpo["pass@4"]["delta"] != "" and ucpo["pass@4"]["p_holm"] != ""

@@ -103,6 +103,14 @@ BAD_SWEEPS = [
      "the point variant=a does not compose"),
     ("experiment: toy\nvariants: {a: [algorithm=grpo]}\nspace: {variant: [1]}\nobjective: {metric: train/reward}\n",
      "is the name of `variants:`"),
+    ("experiment: toy\nseeds: {initial: 1, max: 5, halfwidth: 0.1}\nspace: {algorithm.tau: [0.1]}\n"
+     "overrides: [algorithm=ucpo]\nobjective: {metric: train/reward}\n", "seeds.initial in"),
+    ("experiment: toy\nseeds: {initial: 3, max: 2, halfwidth: 0.1}\nspace: {algorithm.tau: [0.1]}\n"
+     "overrides: [algorithm=ucpo]\nobjective: {metric: train/reward}\n", "seeds.max in"),
+    ("experiment: toy\nseeds: {initial: 3, max: 9, halfwidth: 0}\nspace: {algorithm.tau: [0.1]}\n"
+     "overrides: [algorithm=ucpo]\nobjective: {metric: train/reward}\n", "seeds.halfwidth in"),
+    ("experiment: toy\nseeds: {initial: 3, max: 9, width: 0.1}\nspace: {algorithm.tau: [0.1]}\n"
+     "overrides: [algorithm=ucpo]\nobjective: {metric: train/reward}\n", "unknown seeds key 'width'"),
 ]
 
 
@@ -172,6 +180,33 @@ def test_seed_summary_is_a_student_t_interval() -> None:
     assert s["high"] == pytest.approx(2.5 + half) and s["n"] == 4
     one = seed_summary([0.3])
     assert one["mean"] == 0.3 and math.isnan(one["low"]) and math.isnan(one["high"])
+
+
+def test_adaptive_seeds_look_at_the_spread_only(here: Path) -> None:
+    from rlvrlab.sweep.study import more_seeds
+
+    text = GRID.replace("seeds: 2", "seeds: {initial: 3, max: 10, halfwidth: 0.05}")
+    spec = load_sweep(str(_sweep_file(here, text)))
+    assert spec.seeds == (0, 1, 2) and spec.max_seeds == 10 and spec.seed_list(5) == (0, 1, 2, 3, 4)
+    assert spec.fingerprint() != load_sweep(str(_sweep_file(here, GRID.replace("seeds: 2", "seeds: 3")))).fingerprint()
+    values = [0.50, 0.55, 0.60]  # sd 0.05: t_{.975, n-1} 0.05/sqrt(n) <= 0.05 first at n = 7
+    assert more_seeds(spec, values) == 4
+    assert more_seeds(spec, [v + 100.0 for v in values]) == 4  # the means never matter
+    assert more_seeds(spec, [0.5, 0.51, 0.52]) == 0  # narrow enough already
+    assert more_seeds(spec, [0.0, 1.0, 2.0]) == 7  # capped at max = 10
+
+
+@pytest.mark.slow
+def test_an_adaptive_sweep_adds_seeds_until_the_target_or_max(here: Path) -> None:
+    """A target no trial can meet: every trial grows to max seeds, and --status says how many more it needs."""
+    text = GRID.replace("seeds: 2", "seeds: {initial: 2, max: 4, halfwidth: 0.000001}").replace(
+        "trainer.staleness: [0, 1]", "trainer.staleness: [0]")
+    path = _sweep_file(here, text)
+    result = _cli("sweep", str(path), cwd=here)
+    assert result.returncode == 0, result.stderr
+    seeds = _role(_runs(here, "grid"), "seed")
+    assert sorted(int(r.data.tags["seed"]) for r in seeds) == [0, 0, 1, 1, 2, 2, 3, 3]  # 2 trials x seeds 0..3
+    assert "more seeds" in result.stdout and "(> max 4)" in result.stdout and "until ±1e-06" in result.stdout
 
 
 # --------------------------------------------------------------------------------------------- grid execution

@@ -283,3 +283,49 @@ def test_overlong_filter_masks_truncated_responses_from_the_loss() -> None:
     batch = collate(gens, ["g"], [1.0, 0.0], pad_id=0, version=0, batch_index=0, truncated=[True, False])
     assert batch.loss_mask(drop_truncated=False).tolist() == [[1, 1, 1], [1, 1, 0]]
     assert batch.loss_mask(drop_truncated=True).tolist() == [[0, 0, 0], [1, 1, 0]]
+
+
+@pytest.mark.parametrize("tier,algorithms", [("toy", ("grpo", "ucpo")),
+                                             pytest.param("tiny", ("grpo", "dapo_loss"), marks=pytest.mark.slow)])
+def test_same_seed_pairs_arms(tmp_path, monkeypatch, tier, algorithms):
+    """Why `rlvrlab report` pairs comparisons by seed: two algorithms run with the same seed start from identical
+    weights, consume the same prompts in the same order and draw the same sampling seeds, so their first batch of
+    responses is identical and every later difference is the algorithms'. Another seed changes the prompt order
+    and the sampling seeds (both tiers start from one fixed initial model: the toy's skewed table, the tiny tier's
+    warm start). Arms with DAPO's dynamic sampling (`dapo`) consume extra batches of the stream as they resample, so
+    only their first batch is shared; the loss-only arm `dapo_loss` is compared here."""
+    import rlvrlab.train.loop as loop
+
+    seen: dict[str, dict] = {}
+    original = loop.build
+
+    def spying_build(cfg, **kwargs):
+        run = original(cfg, **kwargs)
+        record = seen.setdefault(f"{cfg.algorithm.name}-{cfg.seed}", {"calls": []})
+        record["weights"] = {k: v.detach().clone() for k, v in run.update.module.state_dict().items()}
+        generate = run.rollout.generate
+
+        def spy(prompts, *, n, seed):
+            groups = generate(prompts, n=n, seed=seed)
+            record["calls"].append((prompts, n, seed, [[g.response_ids for g in group] for group in groups]))
+            return groups
+
+        run.rollout.generate = spy
+        return run
+
+    monkeypatch.setattr(loop, "build", spying_build)
+    base = [f"output_dir={tmp_path}", "steps=3", "trainer.checkpoint_every=0"]
+    if tier == "toy":
+        compose_args = ("toy", base)
+    else:
+        compose_args = (None, [*base, "trainer.engine=torch", "rollout.prompts_per_step=4", "rollout.group_size=4"])
+    for algorithm, seed in ((algorithms[0], 3), (algorithms[1], 3), (algorithms[0], 4)):
+        train(compose(compose_args[0], [*compose_args[1], f"algorithm={algorithm}", f"seed={seed}"]))
+    a, b, other = seen[f"{algorithms[0]}-3"], seen[f"{algorithms[1]}-3"], seen[f"{algorithms[0]}-4"]
+    assert a["weights"].keys() == b["weights"].keys()
+    assert all(torch.equal(a["weights"][k], b["weights"][k]) for k in a["weights"])
+    assert len(a["calls"]) == len(b["calls"]) == 3
+    assert [(p, n, s) for p, n, s, _ in a["calls"]] == [(p, n, s) for p, n, s, _ in b["calls"]]  # prompts, seeds
+    assert a["calls"][0][3] == b["calls"][0][3]  # same weights and seed: the same first responses
+    assert [s for _, _, s, _ in other["calls"]] != [s for _, _, s, _ in a["calls"]]
+    assert [p for p, _, _, _ in other["calls"]] != [p for p, _, _, _ in a["calls"]]

@@ -1,0 +1,168 @@
+"""`rlvrlab report` as a library call: select runs from MLflow, group them by configuration, compute the statistics
+(docs/report.md), and write table.md / table.tex / table.csv, comparisons.csv, PNG plots and sources.json."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Optional
+
+from rlvrlab.errors import RlvrlabError
+from rlvrlab.report import collect, plots as plotting, provenance, render
+from rlvrlab.report.table import Report, build, lower_is_better, parse_metrics, parse_pairs
+from rlvrlab.tracking import tags as T
+from rlvrlab.tracking.store import default_uri
+
+FORMATS = ("md", "tex", "csv")
+
+
+@dataclass(frozen=True)
+class ReportRequest:
+    """One `rlvrlab report` invocation (the options of the command, with its defaults)."""
+
+    experiment: Optional[str] = None
+    study: Optional[str] = None
+    runs: Optional[str] = None  # comma-separated run ids
+    baseline: Optional[str] = None
+    metric: tuple[str, ...] = ()
+    last: Optional[int] = None
+    reduce: str = "mean"
+    compare: tuple[str, ...] = ()
+    target_halfwidth: Optional[float] = None
+    rarefy: int = 4
+    allow_dirty: bool = False
+    allow_mixed: bool = False
+    evaluations: bool = True
+    eval_stats: Optional[str] = None
+    formats: str = "md,tex,csv"
+    out: Optional[Path] = None
+    interval: str = "bracket"
+    heatmap_keys: Optional[str] = None
+    plots: bool = True
+    smooth: int = 1
+    only_changed: bool = True
+    tracking_uri: Optional[str] = None
+    output_dir: Path = Path("runs")
+    command: tuple[str, ...] = ("rlvrlab", "report")  # recorded in sources.json
+
+
+@dataclass
+class ReportOutcome:
+    result: Report
+    folder: Path
+    written: list[Path] = field(default_factory=list)
+
+
+def make_report(request: ReportRequest) -> ReportOutcome:
+    """Everything `rlvrlab report` does but printing; one-line RlvrlabErrors before anything is written."""
+    r = request
+    formats, interval, reduce, target_halfwidth = r.formats, r.interval, r.reduce, r.target_halfwidth
+    tracking_uri, output_dir, runs = r.tracking_uri, Path(r.output_dir), r.runs
+    experiment, study, only_changed, last, out = r.experiment, r.study, r.only_changed, r.last, r.out
+    allow_dirty, allow_mixed, rarefy, evaluations = r.allow_dirty, r.allow_mixed, r.rarefy, r.evaluations
+    eval_stats, baseline, plots, smooth, heatmap_keys = r.eval_stats, r.baseline, r.plots, r.smooth, r.heatmap_keys
+    compare, metric = list(r.compare), list(r.metric)
+    chosen = [f.strip() for f in formats.split(",") if f.strip()]
+    bad = [f for f in chosen if f not in FORMATS]
+    if bad or not chosen:
+        raise RlvrlabError(f"--format {formats!r}: use any of {', '.join(FORMATS)}, comma-separated")
+    if interval not in ("bracket", "pm"):
+        raise RlvrlabError(f"--interval {interval!r}: use bracket or pm")
+    if reduce not in ("mean", "max", "min"):
+        raise RlvrlabError(f"--reduce {reduce!r}: use mean, max or min")
+    if target_halfwidth is not None and not target_halfwidth > 0:
+        raise RlvrlabError(f"--target-halfwidth {target_halfwidth}: give a half-width > 0, e.g. 0.02")
+    pairs = parse_pairs(compare or [])
+    uri = tracking_uri or default_uri(output_dir)
+    if tracking_uri is None and not (output_dir / "mlflow.db").is_file():
+        raise RlvrlabError(f"no MLflow store at {output_dir / 'mlflow.db'}; pass --output-dir of the runs or "
+                           "--tracking-uri")
+    run_ids = [r.strip() for r in (runs or "").split(",") if r.strip()]
+    selection = collect.select(uri, experiment=experiment, study=study, run_ids=run_ids, only_changed=only_changed)
+    client = collect.client_for(uri)
+
+    study_params = _study_params(client, selection) if study else {}
+    last = last or int(study_params.get("objective.window", 10))
+    specs = parse_metrics(metric or [study_params.get("objective.metric", "train/reward")], reduce=reduce, last=last)
+    available = collect.available_metrics(client, selection)
+    for spec in specs:
+        if spec.name not in available:
+            from rlvrlab.config.rules import unknown
+
+            raise unknown("metric", spec.name, available, where=f"the runs of {selection.experiment!r}")
+
+    folder = out or Path("results") / (selection.study or selection.experiment)
+    origin = provenance.of(selection)
+    provenance.check(origin, folder, allow_dirty=allow_dirty, allow_mixed=allow_mixed)
+    evals = collect.eval_records(client, selection, rarefy=rarefy) if evaluations else None
+    stats_columns = _eval_columns(evals, eval_stats, rarefy)
+    result = build(client, selection, metrics=specs, evals=evals, eval_stats=stats_columns, baseline=baseline,
+                   pairs=pairs, target_halfwidth=target_halfwidth)
+    result.notes.append(provenance.note(origin))
+
+    folder.mkdir(parents=True, exist_ok=True)
+    written: list[Path] = []
+    texts = {"md": render.markdown(result, interval), "tex": render.latex(result, interval),
+             "csv": render.to_csv(result)}
+    for fmt in chosen:
+        path = folder / f"table.{fmt}"
+        path.write_text(texts[fmt])
+        written.append(path)
+    if "csv" in chosen and result.rows:
+        path = folder / "comparisons.csv"
+        path.write_text(render.comparisons_csv(result))
+        written.append(path)
+    if plots:
+        for name in dict.fromkeys(spec.name for spec in specs):
+            written.append(plotting.training_curves(client, selection, name, folder, smooth))
+        if evals is not None:
+            for dataset in evals.datasets:
+                path = plotting.passk_curves(selection, evals, dataset, folder)
+                if path is not None:
+                    written.append(path)
+        keys = _heatmap_keys(selection, heatmap_keys)
+        if keys is not None:
+            first = specs[0].label
+            means = {c.group: c.mean for c in result.cells if c.section == "train" and c.metric == first}
+            written.append(plotting.heatmap(selection, means, keys, first, folder, not lower_is_better(first)))
+    sidecar = folder / "sources.json"
+    sidecar.write_text(render.sources(selection, result, list(request.command),
+                                      evals.eval_runs if evals else {}, [p.name for p in written],
+                                      origin.as_dict()))
+    written.append(sidecar)
+    return ReportOutcome(result, folder, written)
+
+
+
+def _study_params(client, selection) -> dict[str, str]:
+    found = client.get_experiment_by_name(selection.study)
+    runs = client.search_runs([found.experiment_id], filter_string=f"tags.`{T.ROLE}` = 'study'", max_results=1)
+    return dict(runs[0].data.params) if runs else {}
+
+
+def _eval_columns(evals, wanted: Optional[str], rarefy: int) -> list[str]:
+    if evals is None:
+        return []
+    if wanted:
+        columns = [c.strip() for c in wanted.split(",") if c.strip()]
+        bad = [c for c in columns if c not in evals.statistics]
+        if bad:
+            raise RlvrlabError(f"--eval-stats {bad[0]!r} is not in the evaluation records; they have "
+                               f"{', '.join(evals.statistics)}")
+        return columns
+    passes = [s for s in evals.statistics if s.startswith("pass@")]
+    majs = [s for s in evals.statistics if s.startswith("maj@")]
+    derived = [s for s in evals.statistics if s.startswith("distinct@")][-1:] + \
+        [s for s in evals.statistics if s == f"rarefied@{rarefy}"]
+    return ["avg@n", *passes, *(majs[-1:]), "diversity", *derived]
+
+
+def _heatmap_keys(selection, text: Optional[str]) -> Optional[tuple[str, str]]:
+    if text:
+        keys = [k.strip() for k in text.split(",") if k.strip()]
+        if len(keys) != 2:
+            raise RlvrlabError(f"--heatmap {text!r}: give two keys, e.g. --heatmap algorithm.tau,trainer.staleness")
+        return keys[0], keys[1]
+    if selection.study and len(selection.swept) >= 2:
+        return selection.swept[0], selection.swept[1]
+    return None
