@@ -106,7 +106,7 @@ def test_sigterm_stops_a_run_as_ctrl_c_does_and_it_resumes(tmp_path):
     assert line.startswith("error: stopped at step ") and "ended KILLED" in line, line
     run_id = line.split("MLflow run ")[1].split()[0]
     saved = int(line.split("continue it from step ")[1].split()[0])
-    assert f"`rlvrlab train --resume {run_id}` output_dir={tmp_path}" in line
+    assert f"`rlvrlab train --resume {run_id} output_dir={tmp_path}`" in line
     client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
     assert client.get_run(run_id).info.status == "KILLED"
     assert (tmp_path / run_id / "checkpoints" / f"step_{saved:06d}" / "COMPLETE").exists()

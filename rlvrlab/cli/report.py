@@ -9,6 +9,7 @@ from typing import Annotated, Optional
 import typer
 from rich.console import Console
 
+from rlvrlab import outputs
 from rlvrlab.errors import RlvrlabError
 
 FORMATS = ("md", "tex", "csv")
@@ -78,6 +79,7 @@ def report(
         raise RlvrlabError(f"--interval {interval!r}: use bracket or pm")
     if reduce not in ("mean", "max", "min"):
         raise RlvrlabError(f"--reduce {reduce!r}: use mean, max or min")
+    outputs.check_dir(out if out is not None else Path("results"), f"--out {out}" if out is not None else "results")
     uri = tracking_uri or default_uri(output_dir)
     if tracking_uri is None and not (output_dir / "mlflow.db").is_file():
         raise RlvrlabError(f"no MLflow store at {output_dir / 'mlflow.db'}; pass --output-dir of the runs or "
@@ -103,7 +105,8 @@ def report(
     result = build(client, selection, metrics=metrics, last=last, reduce=reduce, evals=evals,
                    eval_stats=stats_columns, baseline=baseline, seed=seed, reps=reps)
 
-    folder = out or Path("results") / (selection.study or selection.experiment)
+    folder = out or Path("results") / outputs.path_part(selection.study or selection.experiment)
+    outputs.check_dir(folder, f"--out {folder}")
     folder.mkdir(parents=True, exist_ok=True)
     written: list[Path] = []
     texts = {"md": render.markdown(result, interval), "tex": render.latex(result, interval),

@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from rlvrlab.errors import RlvrlabError
+from rlvrlab.outputs import file_lock
 
 _BATCH = 1000  # MLflow's limit of metrics per log_batch call
 _PARAMS_BATCH = 100  # ... and of params
@@ -22,7 +23,9 @@ _FLUSH_SECONDS = 15.0  # metrics reach the store at least this often while a run
 
 
 def quiet_client(uri: str):
-    """An MlflowClient whose store does not log its sqlite schema migrations at INFO."""
+    """An MlflowClient whose store does not log its sqlite schema migrations at INFO. A sqlite store is opened
+    (created and migrated, the first time) under a file lock next to it, `.mlflow.lock`: two processes starting
+    on a fresh output_dir at once would otherwise both create its tables and one would fail."""
     import logging
     import os
 
@@ -31,7 +34,18 @@ def quiet_client(uri: str):
     os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")  # no tqdm bars on stderr
     for name in ("alembic", "mlflow"):
         logging.getLogger(name).setLevel(logging.WARNING)
-    return MlflowClient(tracking_uri=uri)
+    client = MlflowClient(tracking_uri=uri)
+    if uri.startswith("sqlite:///"):
+        lock = Path(uri.removeprefix("sqlite:///")).expanduser().parent / STORE_LOCK
+        try:
+            with file_lock(lock):
+                client._tracking_client.store  # noqa: B018 - opening the store creates or migrates its tables
+        except OSError:  # a read-only folder: reading runs needs no lock; writing is refused earlier
+            pass
+    return client
+
+
+STORE_LOCK = ".mlflow.lock"
 
 
 def experiment_id_for(client, name: str, artifact_root: Path | None) -> str:
@@ -55,12 +69,13 @@ class MlflowTracker:
     def __init__(self, uri: str, experiment: str, *, artifact_root: Path | None, run_id: str | None = None,
                  run_name: str | None = None, tags: Mapping[str, str] | None = None):
         self.client = quiet_client(uri)
+        self.prior_status = "RUNNING"  # a resumed run's status before this process took it up
         if run_id is None:
             experiment_id = experiment_id_for(self.client, experiment, artifact_root)
             run_id = self.client.create_run(experiment_id, run_name=run_name, tags=dict(tags or {})).info.run_id
         else:
             try:
-                self.client.get_run(run_id)
+                self.prior_status = self.client.get_run(run_id).info.status
             except Exception as error:  # mlflow raises its own MlflowException for unknown ids
                 raise RlvrlabError(f"--resume {run_id}: no such MLflow run in {uri} ({error})") from None
             self.client.update_run(run_id, status="RUNNING")
