@@ -63,13 +63,14 @@ def _read_only_fs(folder: Path) -> bool:
 @contextmanager
 def file_lock(path: Path) -> Iterator[None]:
     """An exclusive lock on `path` (created if missing) for the duration of the block; waits for other holders.
-    POSIX fcntl locks: released by the kernel when a holder dies."""
+    flock(2) locks: released by the kernel when the holder dies (and not by its closing another descriptor of
+    the file, as POSIX fcntl locks would be)."""
     import fcntl
 
     path.parent.mkdir(parents=True, exist_ok=True)
     fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
     try:
-        fcntl.lockf(fd, fcntl.LOCK_EX)
+        fcntl.flock(fd, fcntl.LOCK_EX)
         yield
     finally:
         os.close(fd)  # closing releases the lock
@@ -77,7 +78,7 @@ def file_lock(path: Path) -> Iterator[None]:
 
 class RunLock:
     """One writer per run: `<run_dir>/.lock` holds the pid, host and start time of the process training the run,
-    under an fcntl lock the kernel releases when that process dies. A lock file left by a dead process on this
+    under an flock(2) lock the kernel releases when that process dies. A lock file left by a dead process on this
     host is taken over; one held by a live process (or written on another host, whose processes this one cannot
     see) is refused in one line naming the holder."""
 
@@ -94,7 +95,7 @@ class RunLock:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
         try:
-            fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError as error:
             os.close(fd)
             if error.errno not in (errno.EACCES, errno.EAGAIN):
@@ -145,7 +146,7 @@ def _read(path: Path) -> dict | None:
 
 
 def _alive_elsewhere(held: dict) -> bool:
-    """A lock file written on another host (a shared file system): its process may be alive; fcntl locks do not
+    """A lock file written on another host (a shared file system): its process may be alive; flock locks do not
     always cross hosts, so it is trusted while it names a host, pid and start time."""
     return bool(held.get("pid") and held.get("host") and held.get("started"))
 

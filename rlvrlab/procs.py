@@ -24,9 +24,9 @@ def install_stop_handlers(*, announce: bool = True) -> None:
     Inside a stop_at_safe_points() section (a training loop, a sweep worker) the first one only sets a flag that
     the section checks at its safe points (between steps, between trials), so that no record or checkpoint is
     interrupted half-written: the run then ends KILLED in MLflow with its checkpoints kept, a sweep's trial is
-    re-enqueued. A second one, or one outside such a section, raises KeyboardInterrupt at once; inside a section,
-    later ones are ignored until the section has ended, so that the cleanup the second one started (the MLflow run
-    ended KILLED with every step trained so far, the message naming the checkpoint) runs to its end.
+    re-enqueued. A second one, or one outside such a section, raises KeyboardInterrupt at once. Once a stop is under
+    way, later signals are ignored, so that the cleanup it started (the MLflow run ended KILLED with every step
+    trained so far, the message naming the checkpoint) runs to its end.
 
     announce: print the one stop message (naming the signal); worker processes of a sweep stay quiet, their parent
     speaks for them."""
@@ -41,8 +41,8 @@ def install_stop_handlers(*, announce: bool = True) -> None:
                 print(f"rlvrlab: {signal_name(signum)} received: stopping at the end of this step (Ctrl-C again to "
                       "stop now)", file=sys.stderr, flush=True)
             return
-        if _graceful and _stopping_now:
-            return  # already stopping now: the records are being written
+        if _stopping_now or (_requested is not None and not _graceful):
+            return  # already stopping: the records are being written, or the process is on its way out
         if _graceful:
             _stopping_now = True
         signal.signal(signal.SIGTERM, signal.SIG_IGN)  # the cleanup that follows runs to its end
@@ -71,9 +71,19 @@ def stop_requested() -> int | None:
 
 
 def raise_if_stop_requested() -> None:
-    """A safe point: raise KeyboardInterrupt when a stop was asked for."""
+    """A safe point: raise KeyboardInterrupt when a stop was asked for (the cleanup that follows is not interrupted
+    by a second signal)."""
+    global _stopping_now
     if _requested is not None:
+        _stopping_now = bool(_graceful)
         raise KeyboardInterrupt
+
+
+def ignore_further_signals() -> None:
+    """The process is on its way out after a stop: a late Ctrl-C or SIGTERM must not kill it half-way through its
+    exit (Python restores the default handlers at shutdown; ignored signals stay ignored)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
 
 
 def die_with_parent(sig: int) -> None:
