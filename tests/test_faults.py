@@ -315,7 +315,7 @@ KINDS = ["a file", "under a file",
 
 
 @pytest.mark.parametrize("kind", KINDS)
-@pytest.mark.parametrize("command", ["train", "eval", "sweep", "report"])
+@pytest.mark.parametrize("command", ["train", "eval", "sweep", "report", "model import"])
 def test_bad_output_locations_fail_at_once_in_one_line(tmp_path: Path, kind: str, command: str) -> None:
     work = tmp_path / "work"
     work.mkdir()
@@ -331,8 +331,10 @@ def test_bad_output_locations_fail_at_once_in_one_line(tmp_path: Path, kind: str
         sweep.write_text(SWEEP.replace("steps=100000", "steps=2"))
         before = files_under(tmp_path)
         result = rlvrlab("sweep", str(sweep), f"output_dir={bad}", cwd=work)
-    else:
+    elif command == "report":
         result = rlvrlab("report", "--experiment", "toy", "--out", str(bad), cwd=work)
+    else:
+        result = rlvrlab("model", "import", str(tmp_path / "model.gguf"), "--out", str(bad), cwd=work)
     line = one_line_error(result)
     assert str(bad) in line or str(bad.parent) in line, line
     assert files_under(tmp_path) == before  # nothing written anywhere
