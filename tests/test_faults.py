@@ -182,7 +182,7 @@ def test_two_first_runs_on_a_fresh_store_both_succeed(tmp_path: Path) -> None:
     procs = [subprocess.Popen([*command, f"seed={seed}"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
              for seed in (1, 2)]
     outs = [proc.communicate(timeout=TIMEOUT) for proc in procs]
-    for proc, (out, err) in zip(procs, outs):
+    for proc, (_, err) in zip(procs, outs):
         assert proc.returncode == 0 and "Traceback" not in err, err
     run_ids = [out.split("MLflow run ")[1].split()[0] for out, _ in outs]
     assert {status_and_end(output_dir, r)[0] for r in run_ids} == {"FINISHED"}

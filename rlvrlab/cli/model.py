@@ -29,8 +29,8 @@ def import_(
     rlvrlab model import /data/qwen2.5-0.5b-q8_0.gguf --out models/qwen-0.5b[/dim]
     """
     from rlvrlab import outputs
-    from rlvrlab.policy.gguf_import import import_model
     from rlvrlab.components import cache_root
+    from rlvrlab.policy.gguf_import import import_model
 
     outputs.check_dir(out if out is not None else Path("models"), f"--out {out}" if out is not None else "models")
 

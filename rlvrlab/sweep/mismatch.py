@@ -43,8 +43,9 @@ def differences(spec: SweepSpec, client, study_run_id: str | None) -> list[str]:
 
 def mismatch_message(spec: SweepSpec, storage: str, recorded: str, client, study_run_id: str | None) -> str:
     found = differences(spec, client, study_run_id)
-    what = "; ".join(found) if found else ("its space, seeds, objective or base config (the fingerprint covers "
-                                           "the sweep file's space, seeds, objective and the overrides)")
+    what = "; ".join(found) if found else (
+        "its space, seeds, objective or base config (the fingerprint covers the sweep file's space, seeds, "
+        "objective and the overrides)")
     return (f"study {spec.name!r} in {storage} was started from a different sweep (fingerprint {recorded}, now "
-            f"{spec.fingerprint()}); what differs: {what}; give the same file and overrides as when it started, or a new "
-            "name with --name")
+            f"{spec.fingerprint()}); what differs: {what}; give the same file and overrides as when it started, "
+            "or a new name with --name")

@@ -21,6 +21,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from rlvrlab import outputs, rundir
 from rlvrlab.algorithms import (
     ADVANTAGES,
     AdvantageInputs,
@@ -30,16 +31,15 @@ from rlvrlab.algorithms import (
     correct_set_stats,
     masked_mean,
 )
-from rlvrlab import outputs, rundir
 from rlvrlab.config.schema import RunConfig
 from rlvrlab.errors import RlvrlabError
 from rlvrlab.procs import raise_if_stop_requested, stop_at_safe_points
-from rlvrlab.train.metrics import step_metrics
+from rlvrlab.tracking import tags as T
 from rlvrlab.train import checkpoint
 from rlvrlab.train.batch import RolloutBatch, collate, logp_and_entropy, shuffled_rows, split_rows, stream_problems
 from rlvrlab.train.checkpoint import TrainState
+from rlvrlab.train.metrics import step_metrics
 from rlvrlab.train.setup import Run, build
-from rlvrlab.tracking import tags as T
 from rlvrlab.train.stats import LossStatsMean, StepStats, Timings, correct_set_means, group_outcomes
 from rlvrlab.update.dist import all_sum, world
 
