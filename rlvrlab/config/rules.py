@@ -53,7 +53,7 @@ class Range:
     def __str__(self) -> str:
         off = " (or null to turn it off)" if self.null_is_off else " (or .inf to turn it off)" if self.inf_is_off \
             else ""
-        finite = "" if self.inf_is_off else " and finite"
+        finite = "" if self.inf_is_off or self.null_is_off else " and finite"
         if self.high == math.inf:
             return f"{'>' if self.low_open else '>='} {_number(self.low)}{finite}{off}"
         left, right = "(" if self.low_open else "[", ")" if self.high_open else "]"
