@@ -42,7 +42,7 @@ def run_sweep(spec: SweepSpec, storage: Optional[str] = None, *, workers: int = 
     opened = open_sweep(spec, storage, create=not status_only)
     if status_only:
         return opened
-    _study_run_status(opened, "RUNNING")  # continued after a stop: its study run runs again
+    _study_run_status(opened, "RUNNING")  # continued after a stop: its study run (KILLED) runs again
     deadline = time.time() + spec.timeout if spec.timeout else None
     report = on_progress or (lambda done, total, status: None)
     try:
@@ -84,7 +84,7 @@ def _study_run_status(opened: Sweep, status: str) -> None:
         client = opened.client()
         run_id = opened.study_run_id
         if status == "RUNNING":
-            if client.get_run(run_id).info.status != "RUNNING":
+            if client.get_run(run_id).info.status in ("KILLED", "FAILED"):  # a finished study stays FINISHED
                 client.update_run(run_id, status="RUNNING")
         else:
             client.set_terminated(run_id, status=status)
