@@ -328,6 +328,7 @@ def test_a_killed_sweep_takes_its_workers_with_it_and_the_rerun_finishes(here: P
     assert not [pid for pid in pids if _alive(pid)]
     seeds = _role(_runs(here, "grid"), "seed")
     assert "KILLED" in {r.info.status for r in seeds} and "RUNNING" not in {r.info.status for r in seeds}
+    assert [r.info.status for r in _role(_runs(here, "grid"), "study")] == ["KILLED"]
 
     proc, pids, _ = _stop_when_both_workers_run(path, here, signal.SIGKILL)
     assert proc.returncode == -9 and not [pid for pid in pids if _alive(pid)]
@@ -339,6 +340,7 @@ def test_a_killed_sweep_takes_its_workers_with_it_and_the_rerun_finishes(here: P
     points = Counter(t.params["algorithm.tau"] for t in complete)
     assert len(points) == 2 and set(points.values()) == {1}
     assert Counter(r.info.status for r in _role(_runs(here, "grid"), "seed"))["FINISHED"] >= 4
+    assert [r.info.status for r in _role(_runs(here, "grid"), "study")] == ["FINISHED"]  # KILLED, then continued
 
 
 @pytest.mark.slow
