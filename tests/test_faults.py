@@ -340,6 +340,22 @@ def test_bad_output_locations_fail_at_once_in_one_line(tmp_path: Path, kind: str
     assert files_under(tmp_path) == before  # nothing written anywhere
 
 
+def test_a_read_only_output_dir_fails_before_mlflow_is_opened(tmp_path: Path, monkeypatch) -> None:
+    """A read-only mount (simulated: root passes permission checks) is refused by train() before any MLflow store
+    is opened (which would retry sqlite for minutes), and nothing is created there."""
+    from rlvrlab import outputs
+    from rlvrlab.config import compose
+    from rlvrlab.train.loop import train
+
+    folder = tmp_path / "mounted_ro"
+    folder.mkdir()
+    monkeypatch.setattr(outputs, "_read_only_fs", lambda path: Path(path) == folder)
+    with pytest.raises(RlvrlabError, match=f"cannot write in {folder}/runs .*nearest existing parent {folder} is "
+                                           "read-only"):
+        train(compose("toy", [f"output_dir={folder}/runs", "steps=2"]))
+    assert not any(folder.iterdir())
+
+
 # -------------------------------------------------------------------------------------- 6. hostile and careless
 def test_printed_commands_are_shell_quoted(finished) -> None:
     import shlex
