@@ -84,7 +84,7 @@ def train(cfg: RunConfig, *, resume: str | None = None, on_step: OnStep | None =
         run_folder = rundir.run_dir(output_dir, resume)
         lock = outputs.RunLock(run_folder, resume).acquire() if rank == 0 else None
         try:
-            folder = _resume_point(run_folder, resume, cfg, warn)  # before build() marks the MLflow run RUNNING
+            folder = _resume_point(run_folder, resume, warn)  # before build() marks the MLflow run RUNNING
             extended_from = _nothing_left_or_extension(cfg, resume, folder, run_folder)
             notes = [line for line in rundir.config_file(run_folder).read_text().splitlines()
                      if line.startswith(EXTENSION_NOTE)]
@@ -154,7 +154,7 @@ def _stderr_warning(message: str) -> None:
     print(f"warning: {message}", file=sys.stderr, flush=True)
 
 
-def _resume_point(run_folder: Path, run_id: str, cfg: RunConfig, warn: Callable[[str], None]) -> Path:
+def _resume_point(run_folder: Path, run_id: str, warn: Callable[[str], None]) -> Path:
     """The newest checkpoint whose files match their checksums; damaged newer ones are skipped with a warning."""
     good, bad = rundir.intact(run_folder)
     where = run_folder / rundir.CHECKPOINTS
