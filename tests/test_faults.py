@@ -164,6 +164,25 @@ def test_a_run_being_trained_refuses_a_second_writer(run_copy) -> None:
     assert status_and_end(output_dir, run_id) == before
 
 
+def test_two_resumes_of_one_run_at_once_one_is_refused(run_copy) -> None:
+    """Two `--resume` of the same run at once: the second says who trains it, in one line; the first goes on."""
+    output_dir, run_id = run_copy
+    first = subprocess.Popen([sys.executable, "-m", "rlvrlab.cli.main", "train", "--resume", run_id,
+                              f"output_dir={output_dir}", "steps=100000"], stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True, env={**os.environ, "RLVRLAB_NO_PROGRESS": "1"})
+    lock, deadline = output_dir / run_id / ".lock", time.monotonic() + TIMEOUT
+    while not (lock.exists() and f'"pid": {first.pid}' in lock.read_text()):
+        assert first.poll() is None and time.monotonic() < deadline, first.communicate()
+        time.sleep(0.1)
+    one_line_error(rlvrlab("train", "--resume", run_id, f"output_dir={output_dir}", "steps=100000"),
+                   f"is being trained by pid {first.pid}")
+    assert first.poll() is None
+    first.send_signal(signal.SIGTERM)
+    _, err = first.communicate(timeout=TIMEOUT)
+    assert first.returncode == 1 and "ended KILLED" in err.strip().splitlines()[-1], err
+    assert status_and_end(output_dir, run_id)[0] == "KILLED"
+
+
 def test_a_stale_lock_of_a_dead_process_is_taken_over(run_copy) -> None:
     output_dir, run_id = run_copy
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
