@@ -10,24 +10,41 @@ from contextlib import contextmanager
 
 _graceful = 0  # depth of stop_at_safe_points() sections in this process
 _requested: int | None = None  # the signal that asked for a stop, once one did
+_stopping_now = False  # a second signal raised KeyboardInterrupt in a section: its cleanup is not interrupted again
+_announce = True  # print the stop message (the one process a user signalled; its workers stay quiet)
 
 
-def install_stop_handlers() -> None:
+def signal_name(signum: int | None) -> str:
+    return "Ctrl-C" if signum == signal.SIGINT else "SIGTERM" if signum == signal.SIGTERM else f"signal {signum}"
+
+
+def install_stop_handlers(*, announce: bool = True) -> None:
     """SIGTERM (`kill`, a scheduler's time limit, a sweep stopping its workers) and SIGINT (Ctrl-C) stop the process.
 
     Inside a stop_at_safe_points() section (a training loop, a sweep worker) the first one only sets a flag that
     the section checks at its safe points (between steps, between trials), so that no record or checkpoint is
     interrupted half-written: the run then ends KILLED in MLflow with its checkpoints kept, a sweep's trial is
-    re-enqueued. A second one, or one outside such a section, raises KeyboardInterrupt at once."""
+    re-enqueued. A second one, or one outside such a section, raises KeyboardInterrupt at once. Once a stop is under
+    way, later signals are ignored, so that the cleanup it started (the MLflow run ended KILLED with every step
+    trained so far, the message naming the checkpoint) runs to its end.
+
+    announce: print the one stop message (naming the signal); worker processes of a sweep stay quiet, their parent
+    speaks for them."""
+    global _announce
+    _announce = announce
 
     def handler(signum, frame):  # noqa: ARG001 - the signal module's signature
-        global _requested
+        global _requested, _stopping_now
         if _graceful and _requested is None:
             _requested = signum
-            what = "Ctrl-C" if signum == signal.SIGINT else "SIGTERM"
-            print(f"rlvrlab: {what}: stopping at the end of this step (Ctrl-C again to stop now)", file=sys.stderr,
-                  flush=True)
+            if _announce:
+                print(f"rlvrlab: {signal_name(signum)} received: stopping at the end of this step (Ctrl-C again to "
+                      "stop now)", file=sys.stderr, flush=True)
             return
+        if _stopping_now or (_requested is not None and not _graceful):
+            return  # already stopping: the records are being written, or the process is on its way out
+        if _graceful:
+            _stopping_now = True
         signal.signal(signal.SIGTERM, signal.SIG_IGN)  # the cleanup that follows runs to its end
         raise KeyboardInterrupt
 
@@ -38,12 +55,14 @@ def install_stop_handlers() -> None:
 @contextmanager
 def stop_at_safe_points() -> Iterator[None]:
     """A section that checks stop_requested() at its safe points (see install_stop_handlers)."""
-    global _graceful
+    global _graceful, _stopping_now
     _graceful += 1
     try:
         yield
     finally:
         _graceful -= 1
+        if not _graceful:
+            _stopping_now = False
 
 
 def stop_requested() -> int | None:
@@ -52,9 +71,19 @@ def stop_requested() -> int | None:
 
 
 def raise_if_stop_requested() -> None:
-    """A safe point: raise KeyboardInterrupt when a stop was asked for."""
+    """A safe point: raise KeyboardInterrupt when a stop was asked for (the cleanup that follows is not interrupted
+    by a second signal)."""
+    global _stopping_now
     if _requested is not None:
+        _stopping_now = bool(_graceful)
         raise KeyboardInterrupt
+
+
+def ignore_further_signals() -> None:
+    """The process is on its way out after a stop: a late Ctrl-C or SIGTERM must not kill it half-way through its
+    exit (Python restores the default handlers at shutdown; ignored signals stay ignored)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
 
 
 def die_with_parent(sig: int) -> None:

@@ -6,12 +6,17 @@
             model/                        weights as safetensors (+ tokenizer): a loadable HF folder (tiny, real)
             deepspeed/ | torch_engine.pt  the update engine's own state
             state_rank<r>.pt              step, data position, staleness queue, RNG states
-            COMPLETE                      written last: a folder without it is ignored (a kill mid-save loses nothing)
+            COMPLETE                      written last, with the sha256 of every file: a folder without it is
+                                          ignored (a kill mid-save loses nothing); one whose files no longer match
+                                          is skipped for the newest intact one (a damaged disk loses one interval)
         checkpoints/.tmp_step_000010/     a checkpoint being written
+        .lock                             pid, host and start time of the process training the run (one writer)
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 from pathlib import Path
 
 CONFIG = "config.yaml"
@@ -49,3 +54,64 @@ def complete(run_folder: Path) -> list[Path]:
 def latest(run_folder: Path) -> Path | None:
     done = complete(run_folder)
     return done[-1] if done else None
+
+
+def file_sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def write_complete(folder: Path, step: int) -> None:
+    """Mark a fully written checkpoint folder complete: COMPLETE holds the step and the sha256 of every file in it
+    (verified before the checkpoint is read: `damage`)."""
+    sums = {str(p.relative_to(folder)): file_sha256(p) for p in sorted(folder.rglob("*"))
+            if p.is_file() and p.name != COMPLETE}
+    text = json.dumps({"step": step, "sha256": sums}, indent=1, sort_keys=True)
+    tmp = folder / f".{COMPLETE}.tmp"
+    tmp.write_text(text + "\n")
+    tmp.rename(folder / COMPLETE)
+
+
+def damage(folder: Path) -> str | None:
+    """What is wrong with a complete checkpoint folder (a missing or changed file), or None when every file matches
+    the checksums written with its COMPLETE marker. A checkpoint written before checksums existed (COMPLETE holds
+    only the step) cannot be checked and counts as intact."""
+    try:
+        text = (folder / COMPLETE).read_text()
+    except (OSError, UnicodeDecodeError) as error:
+        return f"{COMPLETE} unreadable ({error.__class__.__name__})"
+    if not text.lstrip().startswith("{"):
+        return None  # written by an older rlvrlab: no checksums
+    try:
+        sums = json.loads(text)["sha256"]
+    except (ValueError, KeyError, TypeError):
+        return f"{COMPLETE} is damaged"
+    for name, expected in sums.items():
+        path = folder / name
+        if not path.is_file():
+            return f"{name} is missing"
+        if file_sha256(path) != expected:
+            return f"{name} does not match its checksum"
+    return None
+
+
+def intact(run_folder: Path) -> tuple[list[Path], list[tuple[Path, str]]]:
+    """The run's complete checkpoints whose files match their checksums (oldest first), and the damaged ones with
+    what is wrong with each."""
+    good, bad = [], []
+    for folder in complete(run_folder):
+        problem = damage(folder)
+        if problem is None:
+            good.append(folder)
+        else:
+            bad.append((folder, problem))
+    return good, bad
+
+
+def damage_note(bad: list[tuple[Path, str]]) -> str:
+    """'checkpoint step_000020 is damaged (model.safetensors does not match its checksum)', for messages."""
+    parts = [f"{folder.name} ({problem})" for folder, problem in bad]
+    return f"checkpoint{'s' if len(parts) > 1 else ''} {', '.join(parts)} {'are' if len(parts) > 1 else 'is'} damaged"

@@ -14,7 +14,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "rlvrlab"
 # Lowest first. A unit (a subpackage or a top-level module of rlvrlab) may import only from units on lower floors.
 FLOORS: list[tuple[str, set[str]]] = [
     ("foundation", {"errors", "procs"}),
-    ("algorithms, verifiers, run-folder layout", {"algorithms", "rewards", "rundir"}),
+    ("algorithms, verifiers, run-folder layout, output locations", {"algorithms", "rewards", "rundir", "outputs"}),
     ("configuration", {"config"}),
     ("problems", {"data"}),
     ("components", {"policy", "rollout", "update", "tracking"}),

@@ -12,7 +12,7 @@ from rlvrlab.cli.report import report
 from rlvrlab.cli.sweep import sweep
 from rlvrlab.cli.train import train
 from rlvrlab.errors import RlvrlabError
-from rlvrlab.procs import install_stop_handlers
+from rlvrlab.procs import ignore_further_signals, install_stop_handlers, stop_requested
 
 app = typer.Typer(
     name="rlvrlab",
@@ -34,11 +34,16 @@ def main() -> None:
     try:
         app()
     except RlvrlabError as error:
+        if stop_requested() is not None:  # a second Ctrl-C must not cut the message short
+            ignore_further_signals()
         if os.environ.get("RLVRLAB_DEBUG") == "1":
             raise
         # soft_wrap: the message stays one line however narrow the terminal
         Console(stderr=True).print(f"error: {error}", style="red", markup=False, highlight=False, soft_wrap=True)
         raise SystemExit(1) from None
+    finally:
+        if stop_requested() is not None:
+            ignore_further_signals()
 
 
 if __name__ == "__main__":

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shlex
 import time
 from pathlib import Path
 from typing import Annotated, Optional
@@ -27,8 +28,11 @@ def import_(
     rlvrlab train smollm2_arith                            # RL on it (see experiments/smollm2_arith.yaml)
     rlvrlab model import /data/qwen2.5-0.5b-q8_0.gguf --out models/qwen-0.5b[/dim]
     """
+    from rlvrlab import outputs
     from rlvrlab.components import cache_root
     from rlvrlab.policy.gguf_import import import_model
+
+    outputs.check_dir(out if out is not None else Path("models"), f"--out {out}" if out is not None else "models")
 
     console = Console(stderr=True)
     start = time.perf_counter()
@@ -42,5 +46,5 @@ def import_(
     size = sum(p.stat().st_size for p in folder.iterdir() if p.is_file()) / 1e6
     verb = "imported" if done else "already imported (same file and dtype)"
     Console(soft_wrap=True).print(f"[green]{verb}[/]: {folder} ({size:.0f} MB, {seconds:.1f} s)")
-    Console(soft_wrap=True).print(f"  use it: rlvrlab train model.tier=real model.path={folder} "
-                                  "dataset.use_chat_template=true ...")
+    Console(soft_wrap=True).print(f"  use it: rlvrlab train model.tier=real model.path={shlex.quote(str(folder))} "
+                                  "dataset.use_chat_template=true ...", markup=False, highlight=False)

@@ -37,9 +37,10 @@ def sweep(sweep_file: SweepArg, overrides: OverridesArg = None, workers: Workers
     are re-run. KEY=VALUE overrides change the base config (and so the study's fingerprint).
     """
     from rlvrlab.sweep.spec import load_sweep
-    from rlvrlab.sweep.workers import run_sweep
+    from rlvrlab.sweep.workers import check_locations, run_sweep
 
     spec = load_sweep(sweep_file, overrides or [], seeds=seeds, study=name)
+    check_locations(spec, storage, status_only=status)  # before the progress bar: a bad folder is one line
     err = Console(stderr=True)
     progress = Progress(TextColumn("[bold]sweep[/]"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                         TextColumn("{task.fields[status]}"), console=err)

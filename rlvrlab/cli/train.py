@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import shlex
 from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 from rlvrlab.cli.options import ExperimentArg, OverridesArg, split_experiment
@@ -28,7 +30,7 @@ def train(experiment: ExperimentArg = None, overrides: OverridesArg = None, resu
     rlvrlab train algorithm=up_dapo model=real model.path=/models/SmolLM2-135M
     rlvrlab train --resume 3f2a...                   # after a crash: continue from the last checkpoint[/dim]
     """
-    from rlvrlab.train.loop import RunInterrupted, train as run_training
+    from rlvrlab.train.loop import NothingLeft, RunInterrupted, train as run_training
     from rlvrlab.train.setup import run_config
 
     experiment, overrides = split_experiment(experiment, overrides)
@@ -43,17 +45,35 @@ def train(experiment: ExperimentArg = None, overrides: OverridesArg = None, resu
         progress.update(task, completed=step + 1, status=f"reward {stats.reward:.3f} entropy {stats.entropy:.3f}")
 
     try:
-        run_id = run_training(cfg, resume=resume, progress=show)
+        run_id = run_training(cfg, resume=resume, progress=show,
+                              warn=lambda message: Console(stderr=True, soft_wrap=True).print(
+                                  f"warning: {message}", style="yellow", markup=False, highlight=False))
     except RunInterrupted as stopped:  # Ctrl-C or SIGTERM
         progress.stop()
-        saved = (f"continue it from step {stopped.checkpoint_step} with `rlvrlab train --resume {stopped.run_id}`"
-                 + (f" output_dir={cfg.output_dir}" if cfg.output_dir != RunConfig.output_dir else "")
+        saved = (f"continue it from step {stopped.checkpoint_step} with `{resume_command(cfg, stopped.run_id)}`"
                  if stopped.checkpoint_step is not None else "no checkpoint was saved yet (trainer.checkpoint_every)")
         raise RlvrlabError(f"stopped at step {stopped.step}: MLflow run {stopped.run_id} ended KILLED; {saved}") \
             from None
+    except NothingLeft as finished:  # a FINISHED run resumed with its own steps
+        progress.stop()
+        Console(soft_wrap=True).print(
+            f"nothing to do: run {finished.run_id} is FINISHED and has trained all its {finished.steps} steps; its "
+            f"records are unchanged (to train it further: `{resume_command(cfg, finished.run_id)} "
+            f"steps={2 * finished.steps}`)", markup=False, highlight=False)
+        return
     finally:
         progress.stop()
     _print_done(cfg, run_id)
+
+
+def resume_command(cfg: RunConfig, run_id: str) -> str:
+    """The command that continues a run, shell-quoted for copy and paste."""
+    words = ["rlvrlab", "train", "--resume", run_id]
+    if cfg.output_dir != RunConfig.output_dir:
+        words.append(f"output_dir={cfg.output_dir}")
+    if cfg.tracking.uri:
+        words.append(f"tracking.uri={cfg.tracking.uri}")
+    return shlex.join(words)
 
 
 def _progress_bar(console: Console, cfg: RunConfig) -> Progress:
@@ -77,6 +97,8 @@ def _print_done(cfg: RunConfig, run_id: str) -> None:
     output_dir = Path(cfg.output_dir).expanduser().resolve()
     uri = store(output_dir, cfg.tracking.uri).uri
     console = Console(soft_wrap=True)
-    console.print(f"[green]done[/]: MLflow run [bold]{run_id}[/] (experiment {cfg.experiment!r}) in {uri}")
-    console.print(f"  look at it: [bold]mlflow ui --backend-store-uri {uri}[/]  then open http://127.0.0.1:5000")
-    console.print(f"  checkpoints and resolved config: {output_dir / run_id}")
+    console.print(f"[green]done[/]: MLflow run [bold]{run_id}[/] (experiment {escape(repr(cfg.experiment))}) in "
+                  f"{escape(uri)}")
+    ui = escape(shlex.join(["mlflow", "ui", "--backend-store-uri", uri]))
+    console.print(f"  look at it: [bold]{ui}[/]  then open http://127.0.0.1:5000")
+    console.print(f"  checkpoints and resolved config: {escape(str(output_dir / run_id))}")

@@ -147,11 +147,15 @@ def _experiment_file(experiment: Union[str, Path, None]) -> Path:
 
 
 def _group_file(root: Path, group: str, name: str) -> Path:
-    folder = root / GROUP_FOLDERS[group]
-    path = folder / f"{name}.yaml"
-    if not path.is_file():
-        raise unknown(group, name, _yaml_names(folder), where=_display(folder))
-    return path
+    """A group's file next to the experiment file (root/algorithms/NAME.yaml), else in experiments_dir(): an
+    experiment file kept elsewhere still composes from the shipped groups."""
+    folders = list(dict.fromkeys([root / GROUP_FOLDERS[group], experiments_dir() / GROUP_FOLDERS[group]]))
+    for folder in folders:
+        path = folder / f"{name}.yaml"
+        if path.is_file():
+            return path
+    names = sorted({n for folder in folders for n in _yaml_names(folder)})
+    raise unknown(group, name, names, where=" or ".join(_display(f) for f in folders))
 
 
 def _group_choices(defaults: Any, file: Path) -> dict[str, str]:
@@ -188,7 +192,12 @@ def _parse_value(key: str, raw: str) -> Any:
 
 def _load_mapping(path: Path) -> dict[str, Any]:
     try:
-        content = yaml.safe_load(path.read_text())
+        content = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except UnicodeDecodeError as error:
+        raise ConfigError(f"{_display(path)} is not a text file (byte {error.start} is not UTF-8); give a YAML "
+                          "file") from None
+    except IsADirectoryError:
+        raise ConfigError(f"{_display(path)} is a folder, not a YAML file") from None
     except yaml.YAMLError as error:
         raise ConfigError(f"{_display(path)} is not valid YAML: {_yaml_problem(error)}") from error
     if content is None:

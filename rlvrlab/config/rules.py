@@ -40,20 +40,29 @@ class Range:
     low_open: bool = False
     high_open: bool = False
     null_is_off: bool = False
+    inf_is_off: bool = False  # +inf turns the knob off (an unbounded clip); any other knob refuses inf like nan
 
     def contains(self, value: float | None) -> bool:
         if value is None:
             return self.null_is_off
+        if isinstance(value, float) and math.isinf(value) and not (self.inf_is_off and value > 0):
+            return False
         above = value > self.low if self.low_open else value >= self.low
         below = value < self.high if self.high_open else value <= self.high
         return above and below
 
     def __str__(self) -> str:
-        off = " (or null to turn it off)" if self.null_is_off else ""
+        off = " (or null to turn it off)" if self.null_is_off else " (or .inf to turn it off)" if self.inf_is_off \
+            else ""
+        finite = "" if self.inf_is_off or self.null_is_off else " and finite"
         if self.high == math.inf:
-            return f"{'>' if self.low_open else '>='} {self.low:g}{off}"
+            return f"{'>' if self.low_open else '>='} {_number(self.low)}{finite}{off}"
         left, right = "(" if self.low_open else "[", ")" if self.high_open else "]"
-        return f"in {left}{self.low:g}, {self.high:g}{right}{off}"
+        return f"in {left}{_number(self.low)}, {_number(self.high)}{right}{off}"
+
+
+def _number(x: float) -> str:
+    return str(int(x)) if float(x).is_integer() and abs(x) >= 1e6 else f"{x:g}"
 
 
 POSITIVE = Range(0, low_open=True)
@@ -68,8 +77,8 @@ RANGES: dict[str, Range] = {
     "algorithm.passk_k": AT_LEAST_ONE,
     "algorithm.gamma": UNIT,
     "algorithm.fgrpo_gamma": NON_NEGATIVE,
-    "algorithm.eps_low": NON_NEGATIVE,
-    "algorithm.eps_high": NON_NEGATIVE,
+    "algorithm.eps_low": Range(0, inf_is_off=True),
+    "algorithm.eps_high": Range(0, inf_is_off=True),
     "algorithm.dual_clip_c": Range(1, low_open=True, null_is_off=True),
     "algorithm.loss_scale_factor": Range(0, low_open=True, null_is_off=True),
     "algorithm.sapo_tau_pos": POSITIVE,
@@ -115,7 +124,7 @@ RANGES: dict[str, Range] = {
     "trainer.staleness": NON_NEGATIVE,
     "trainer.checkpoint_every": NON_NEGATIVE,
     "tracking.log_every": AT_LEAST_ONE,
-    "seed": NON_NEGATIVE,
+    "seed": Range(0, 2**32 - 1),  # what every RNG seeded from it (numpy's legacy one included) accepts
     "steps": AT_LEAST_ONE,
 }
 

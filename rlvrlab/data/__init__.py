@@ -131,6 +131,9 @@ def _read_file(dataset: DatasetConfig) -> list[Problem]:
 
 def _missing_file(dataset: DatasetConfig, path: Path) -> str:
     relative = "" if path.is_absolute() else f" (relative to {Path.cwd()})"
+    if path.is_dir():
+        return (f"dataset.path {path} is a folder, not a {dataset.format} file; point dataset.path at the file "
+                "inside it")
     if dataset.provide:
         return (f"dataset.path {path} does not exist{relative}; provide {dataset.provide}, "
                 "or set dataset.path to where it is")

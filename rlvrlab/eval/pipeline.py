@@ -11,12 +11,13 @@ evaluation run in the same store as training.
 from __future__ import annotations
 
 import hashlib
+import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Optional
 
-from rlvrlab import components, rundir
+from rlvrlab import components, outputs, rundir
 from rlvrlab.components import Sampling
 from rlvrlab.config import compose
 from rlvrlab.config.schema import DatasetConfig, RunConfig
@@ -111,6 +112,7 @@ def pass_at_k(request: EvalRequest, *, progress: Optional[Progress] = None,
     announce(number, of, run id) before each run of a --study / --runs-of request; with none left to evaluate,
     nothing is yielded."""
     ks = _parse_ks(request.k, request.n)
+    check_outputs(request)
     runs = targets(request)
     if runs is None:
         yield _evaluate_one(_target(request.model, request.run, request.checkpoint, request.output_dir), request,
@@ -123,6 +125,14 @@ def pass_at_k(request: EvalRequest, *, progress: Optional[Progress] = None,
         yield _evaluate_one(_target(None, run_id, request.checkpoint, request.output_dir), one, ks, progress)
 
 
+def check_outputs(request: EvalRequest) -> None:
+    """Where the request writes, checked before any model is loaded: the run folders' output_dir (the MLflow
+    store) and --out (a folder; a file there would lose every sample at the end)."""
+    outputs.check_dir(request.output_dir, f"--output-dir {request.output_dir}")
+    outputs.check_dir(request.out if request.out is not None else Path("results") / "eval",
+                      f"--out {request.out}" if request.out is not None else "results/eval")
+
+
 def _parse_ks(text: str, n: int) -> list[int]:
     try:
         ks = [int(part) for part in text.split(",") if part.strip()]
@@ -132,16 +142,30 @@ def _parse_ks(text: str, n: int) -> list[int]:
 
 
 def _checkpoint(run_dir: Path, run_id: str, step: Optional[int]) -> Path:
+    """The run's newest intact checkpoint (files matching the checksums of its COMPLETE marker; a damaged newer one
+    is skipped with a warning on stderr), or the one at `step`, which must be intact."""
     root = run_dir / rundir.CHECKPOINTS
-    complete = rundir.complete(run_dir)
+    good, bad = rundir.intact(run_dir)
     if step is None:
-        if not complete:
+        if not good:
+            if bad:
+                raise RlvrlabError(f"run {run_id} cannot be evaluated: {rundir.damage_note(bad)} and no intact "
+                                   f"one is left in {root}")
             raise RlvrlabError(f"run {run_id} has no complete checkpoint in {root}; train with "
                                "trainer.checkpoint_every > 0, or evaluate a model folder with --model")
-        return complete[-1]
+        newer = [(f, problem) for f, problem in bad if rundir.step_of(f) > rundir.step_of(good[-1])]
+        if newer:
+            print(f"warning: run {run_id}: {rundir.damage_note(newer)}; evaluating the newest intact one, "
+                  f"{good[-1].name}", file=sys.stderr, flush=True)
+        return good[-1]
     folder = rundir.checkpoint_dir(run_dir, step)
-    if folder not in complete:
-        have = ", ".join(str(rundir.step_of(p)) for p in complete) or "none"
+    damaged = dict(bad)
+    if folder in damaged:
+        have = ", ".join(str(rundir.step_of(p)) for p in good) or "none"
+        raise RlvrlabError(f"run {run_id}: {rundir.damage_note([(folder, damaged[folder])])}; intact checkpoint "
+                           f"steps: {have}")
+    if folder not in good:
+        have = ", ".join(str(rundir.step_of(p)) for p in good) or "none"
         raise RlvrlabError(f"run {run_id} has no complete checkpoint at step {step} (complete steps: {have})")
     return folder
 
@@ -262,6 +286,7 @@ def _evaluate_one(target: Target, request: EvalRequest, ks: list[int], progress:
     pools = [components.reward_pool(d.cfg) for d in datasets]
     name = f"{target.name}-{'+'.join(d.cfg.name for d in datasets)}"
     out = request.out or Path("results") / "eval" / name
+    outputs.check_dir(out, f"--out {out}")
     experiment = request.experiment or (f"{target.run_cfg.experiment}-eval" if target.run_cfg else "eval")
     where = store(request.output_dir, target.run_cfg.tracking.uri if target.run_cfg else None)
     summary, files = _sample_and_score(target, datasets, pools, sampling, ks=ks, n=request.n, seed=request.seed,

@@ -6,9 +6,10 @@ from __future__ import annotations
 import json
 import tempfile
 from collections import defaultdict
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Optional, Sequence
+from typing import Optional
 
 import numpy as np
 

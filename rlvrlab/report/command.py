@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
+from rlvrlab import outputs
 from rlvrlab.errors import RlvrlabError
 from rlvrlab.report import collect, plots as plotting, provenance, render
 from rlvrlab.report.table import Report, build, lower_is_better, parse_metrics, parse_pairs
@@ -70,6 +71,7 @@ def make_report(request: ReportRequest) -> ReportOutcome:
         raise RlvrlabError(f"--interval {interval!r}: use bracket or pm")
     if reduce not in ("mean", "max", "min"):
         raise RlvrlabError(f"--reduce {reduce!r}: use mean, max or min")
+    outputs.check_dir(out if out is not None else Path("results"), f"--out {out}" if out is not None else "results")
     if target_halfwidth is not None and not target_halfwidth > 0:
         raise RlvrlabError(f"--target-halfwidth {target_halfwidth}: give a half-width > 0, e.g. 0.02")
     pairs = parse_pairs(compare or [])
@@ -91,7 +93,8 @@ def make_report(request: ReportRequest) -> ReportOutcome:
 
             raise unknown("metric", spec.name, available, where=f"the runs of {selection.experiment!r}")
 
-    folder = out or Path("results") / (selection.study or selection.experiment)
+    folder = out or Path("results") / outputs.path_part(selection.study or selection.experiment)
+    outputs.check_dir(folder, f"--out {folder}")
     origin = provenance.of(selection)
     provenance.check(origin, folder, allow_dirty=allow_dirty, allow_mixed=allow_mixed)
     evals = collect.eval_records(client, selection, rarefy=rarefy) if evaluations else None

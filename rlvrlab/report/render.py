@@ -123,11 +123,14 @@ def markdown(report: Report, interval: str = "bracket") -> str:
     return "\n".join(out) + "\n"
 
 
+_TEX_SPECIALS = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_",
+                 "{": r"\{", "}": r"\}", "~": r"\textasciitilde{}", "^": r"\textasciicircum{}",
+                 "<": r"\textless{}", ">": r"\textgreater{}", "|": r"\textbar{}", "\n": " ", "\r": " "}
+
+
 def _tex_escape(text: str) -> str:
-    for a, b in (("\\", r"\textbackslash{}"), ("&", r"\&"), ("%", r"\%"), ("$", r"\$"), ("#", r"\#"),
-                 ("_", r"\_"), ("{", r"\{"), ("}", r"\}"), ("~", r"\textasciitilde{}"), ("^", r"\^{}")):
-        text = text.replace(a, b)
-    return text
+    """Every LaTeX special character as text, in one pass (a backslash's replacement is not escaped again)."""
+    return "".join(_TEX_SPECIALS.get(ch, ch) for ch in text)
 
 
 def latex(report: Report, interval: str = "bracket") -> str:

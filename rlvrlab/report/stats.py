@@ -31,12 +31,12 @@ from __future__ import annotations
 
 import itertools
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Optional, Sequence
+from typing import Optional
 
 import numpy as np
-from scipy import optimize
-from scipy import stats as sps
+from scipy import optimize, stats as sps
 
 LEVEL = 0.95
 ALPHA = 0.05

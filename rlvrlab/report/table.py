@@ -5,8 +5,9 @@ one per evaluation dataset (per seed and problem). The statistics are in rlvrlab
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Optional, Sequence
+from typing import Optional
 
 import numpy as np
 

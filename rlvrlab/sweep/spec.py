@@ -375,7 +375,8 @@ def _adaptive(value: Any, where: str) -> Optional[AdaptiveSeeds]:
     fields = _mapping(value, ("initial", "max", "halfwidth"), "seeds", where)
     initial, most, width = fields.get("initial"), fields.get("max"), fields.get("halfwidth")
     if not (isinstance(initial, int) and not isinstance(initial, bool) and initial >= 2):
-        raise ConfigError(f"seeds.initial in {where} must be an integer >= 2 (an interval needs 2 seeds), e.g. {example}")
+        raise ConfigError(f"seeds.initial in {where} must be an integer >= 2 (an interval needs 2 seeds), "
+                          f"e.g. {example}")
     if not (isinstance(most, int) and not isinstance(most, bool) and most >= initial):
         raise ConfigError(f"seeds.max in {where} must be an integer >= seeds.initial ({initial}), e.g. {example}")
     if isinstance(width, bool) or not isinstance(width, (int, float)) or not width > 0:

@@ -198,10 +198,10 @@ def _wait_ready(sweep: Sweep, timeout: float = 30.0) -> None:
         time.sleep(0.2)
         fingerprint = sweep.study.user_attrs.get(ATTR + "fingerprint")
     if fingerprint is not None and fingerprint != sweep.spec.fingerprint():
-        raise RlvrlabError(
-            f"study {sweep.spec.name!r} in {masked(sweep.storage_url)} was started from a different sweep "
-            f"(fingerprint {fingerprint}, this file {sweep.spec.fingerprint()}: space, seeds, objective, base "
-            "config or overrides changed); give it a new name with --name, or restore the file")
+        from rlvrlab.sweep.mismatch import mismatch_message
+
+        raise RlvrlabError(mismatch_message(sweep.spec, masked(sweep.storage_url), fingerprint, sweep.client(),
+                                            sweep.study.user_attrs.get(ATTR + "mlflow_run_id")))
 
 
 # --------------------------------------------------------------------------------------------------- the workers

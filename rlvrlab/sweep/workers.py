@@ -12,10 +12,12 @@ import signal
 import sys
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Optional
 
+from rlvrlab import outputs
 from rlvrlab.errors import RlvrlabError
-from rlvrlab.procs import stop_at_safe_points, stop_requested
+from rlvrlab.procs import signal_name, stop_at_safe_points, stop_requested
 from rlvrlab.sweep.spec import SweepSpec
 from rlvrlab.sweep.study import Sweep, finish_study_run, open_sweep, work
 from rlvrlab.sweep.summary import summarize
@@ -36,9 +38,11 @@ def run_sweep(spec: SweepSpec, storage: Optional[str] = None, *, workers: int = 
     if (storage or "").startswith("sqlite"):
         warn("with sqlite storage run one worker at a time (two processes can claim the same trial); the default "
              "journal file is safe for several")
+    check_locations(spec, storage, status_only=status_only)
     opened = open_sweep(spec, storage, create=not status_only)
     if status_only:
         return opened
+    _study_run_status(opened, "RUNNING")  # continued after a stop: its study run (KILLED) runs again
     deadline = time.time() + spec.timeout if spec.timeout else None
     report = on_progress or (lambda done, total, status: None)
     try:
@@ -47,10 +51,45 @@ def run_sweep(spec: SweepSpec, storage: Optional[str] = None, *, workers: int = 
         else:
             _run_workers(opened, workers, storage, deadline, report, warn)
     except KeyboardInterrupt:  # Ctrl-C or SIGTERM; the interrupted trials are re-enqueued
-        raise RlvrlabError("sweep stopped before the study was done; re-run the same command to continue it "
-                           "(interrupted trials are re-run)") from None
+        _study_run_status(opened, "KILLED")
+        raise RlvrlabError(f"sweep stopped by {signal_name(stop_requested() or signal.SIGINT)} before the study was "
+                           f"done; its MLflow study run {opened.study_run_id} ended KILLED; re-run the same command "
+                           "to continue it (interrupted trials are re-run)") from None
     finish_study_run(opened)
     return opened
+
+
+def check_locations(spec: SweepSpec, storage: Optional[str], *, status_only: bool) -> None:
+    """Before any work: the base config's output_dir (MLflow store, run folders) can be written, and the journal
+    file can be (or, for --status, exists: looking at a study creates nothing)."""
+    from rlvrlab.config import compose
+    from rlvrlab.sweep.storage import storage_url
+
+    base = compose(spec.experiment, spec.overrides_for({}, spec.seeds[0]))
+    url = storage_url(base.output_dir, storage)
+    if not status_only:
+        outputs.check_dir(base.output_dir, f"output_dir={base.output_dir}")
+    if "://" in url:
+        return
+    if status_only and not Path(url).expanduser().is_file():
+        raise RlvrlabError(f"no study {spec.name!r}: the journal file {url} does not exist (run the sweep without "
+                           "--status to start it, or pass --storage / output_dir= of the study)")
+    if not status_only:
+        outputs.check_file_target(url, f"--storage {url}" if storage else f"the journal file {url}")
+
+
+def _study_run_status(opened: Sweep, status: str) -> None:
+    """End the study's MLflow run (KILLED: the sweep was stopped) or mark it running again (continued)."""
+    try:
+        client = opened.client()
+        run_id = opened.study_run_id
+        if status == "RUNNING":
+            if client.get_run(run_id).info.status in ("KILLED", "FAILED"):  # a finished study stays FINISHED
+                client.update_run(run_id, status="RUNNING")
+        else:
+            client.set_terminated(run_id, status=status)
+    except KeyError:  # a study whose creator died before opening its run: nothing to mark
+        pass
 
 
 def _run_here(opened: Sweep, deadline: Optional[float], report: OnProgress) -> None:
@@ -124,7 +163,7 @@ def _worker_main(spec, storage: Optional[str], deadline, threads: int, index: in
 
     from rlvrlab.procs import die_with_parent, install_stop_handlers
 
-    install_stop_handlers()
+    install_stop_handlers(announce=False)  # the parent prints the one stop message
     die_with_parent(signal.SIGTERM)  # a killed `rlvrlab sweep` takes its workers with it
     torch.set_num_threads(threads)
     try:

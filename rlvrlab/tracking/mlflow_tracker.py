@@ -15,14 +15,18 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from rlvrlab.errors import RlvrlabError
+from rlvrlab.outputs import file_lock
 
 _BATCH = 1000  # MLflow's limit of metrics per log_batch call
 _PARAMS_BATCH = 100  # ... and of params
 _FLUSH_SECONDS = 15.0  # metrics reach the store at least this often while a run is alive
+PARAM_LIMIT = 6000  # MLflow's limit on a param value's length; a longer value is kept whole as an artifact
 
 
 def quiet_client(uri: str):
-    """An MlflowClient whose store does not log its sqlite schema migrations at INFO."""
+    """An MlflowClient whose store does not log its sqlite schema migrations at INFO. A sqlite store is opened
+    (created and migrated, the first time) under a file lock next to it, `.mlflow.lock`: two processes starting
+    on a fresh output_dir at once would otherwise both create its tables and one would fail."""
     import logging
     import os
 
@@ -31,7 +35,19 @@ def quiet_client(uri: str):
     os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")  # no tqdm bars on stderr
     for name in ("alembic", "mlflow"):
         logging.getLogger(name).setLevel(logging.WARNING)
-    return MlflowClient(tracking_uri=uri)
+    if not uri.startswith("sqlite:///"):
+        return MlflowClient(tracking_uri=uri)
+    lock = Path(uri.removeprefix("sqlite:///")).expanduser().parent / STORE_LOCK
+    try:
+        with file_lock(lock):
+            client = MlflowClient(tracking_uri=uri)  # opening the store creates or migrates its tables
+            client._tracking_client.store  # noqa: B018 - (in case a later MLflow opens it lazily)
+    except OSError:  # a read-only folder: reading runs needs no lock; writing is refused earlier
+        client = MlflowClient(tracking_uri=uri)
+    return client
+
+
+STORE_LOCK = ".mlflow.lock"
 
 
 def experiment_id_for(client, name: str, artifact_root: Path | None) -> str:
@@ -51,16 +67,23 @@ def experiment_id_for(client, name: str, artifact_root: Path | None) -> str:
         return found.experiment_id
 
 
+def _file_name(key: str) -> str:
+    import re
+
+    return re.sub(r"[^\w.=+-]", "_", key) + ".txt"
+
+
 class MlflowTracker:
     def __init__(self, uri: str, experiment: str, *, artifact_root: Path | None, run_id: str | None = None,
                  run_name: str | None = None, tags: Mapping[str, str] | None = None):
         self.client = quiet_client(uri)
+        self.prior_status = "RUNNING"  # a resumed run's status before this process took it up
         if run_id is None:
             experiment_id = experiment_id_for(self.client, experiment, artifact_root)
             run_id = self.client.create_run(experiment_id, run_name=run_name, tags=dict(tags or {})).info.run_id
         else:
             try:
-                self.client.get_run(run_id)
+                self.prior_status = self.client.get_run(run_id).info.status
             except Exception as error:  # mlflow raises its own MlflowException for unknown ids
                 raise RlvrlabError(f"--resume {run_id}: no such MLflow run in {uri} ({error})") from None
             self.client.update_run(run_id, status="RUNNING")
@@ -73,9 +96,21 @@ class MlflowTracker:
     def log_params(self, params: Mapping[str, object]) -> None:
         from mlflow.entities import Param
 
-        items = [Param(k, str(v)[:6000]) for k, v in params.items()]
+        items, cut = [], []
+        for key, value in params.items():
+            text = str(value)
+            if len(text) > PARAM_LIMIT:  # never cut silently: the whole value is an artifact the param names
+                note = f"... [truncated: {len(text)} characters; full value in artifact params/{_file_name(key)}]"
+                self.client.log_text(self.run_id, text, f"params/{_file_name(key)}")
+                text = text[: PARAM_LIMIT - len(note)] + note
+                cut.append(key)
+            items.append(Param(key, text))
         for i in range(0, len(items), _PARAMS_BATCH):
             self.client.log_batch(self.run_id, params=items[i : i + _PARAMS_BATCH])
+        if cut:
+            from rlvrlab.tracking.tags import TRUNCATED_PARAMS
+
+            self.set_tags({TRUNCATED_PARAMS: ",".join(cut)})
 
     def set_tags(self, tags: Mapping[str, str]) -> None:
         from mlflow.entities import RunTag

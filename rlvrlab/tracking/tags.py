@@ -50,3 +50,12 @@ DATASET_SHA256 = attr("dataset_sha256")  # + "." + dataset name when several
 SOURCE_RUN = attr("source_run")
 CHECKPOINT_STEP = attr("checkpoint_step")
 EVAL_LINK = attr("eval.")  # + eval run id, set on the evaluated training run
+
+# resumed training runs (rlvrlab.train.loop): the steps a run had before each `--resume steps=N` extended it, and the
+# steps it has now (its `steps` param is the one it started with)
+STEPS_EXTENDED_FROM = attr("resume.steps_extended_from")
+STEPS = attr("steps")
+
+# a param value longer than MLflow's limit (rlvrlab.tracking.mlflow_tracker): its key; the full value is the
+# artifact params/<key>.txt
+TRUNCATED_PARAMS = attr("truncated_params")

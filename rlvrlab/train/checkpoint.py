@@ -48,7 +48,7 @@ def save(run, state: TrainState) -> Path:
         run.save_model(run.update.module, tmp / rundir.MODEL)
     _barrier()
     if run.rank == 0:
-        (tmp / rundir.COMPLETE).write_text(f"{state.step}\n")
+        rundir.write_complete(tmp, state.step)  # the step and the sha256 of every file, written last
         shutil.rmtree(final, ignore_errors=True)
         tmp.rename(final)
         for old in complete(run.run_dir)[:-KEEP]:

@@ -12,6 +12,7 @@ import dataclasses
 import math
 import os
 import signal
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -20,23 +21,25 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from rlvrlab import outputs, rundir
 from rlvrlab.algorithms import (
     ADVANTAGES,
-    groups_with_signal,
-    mismatch_kl,
-    overlong_penalty,
-    rollout_correction_weights,
     AdvantageInputs,
     Aggregation,
     BoundAlgorithm,
     LossInputs,
     correct_set_stats,
+    groups_with_signal,
     masked_mean,
+    mismatch_kl,
+    overlong_penalty,
+    rollout_correction_weights,
 )
 from rlvrlab.config.rules import overlong_buffer_tokens
 from rlvrlab.config.schema import RunConfig
 from rlvrlab.errors import RlvrlabError
 from rlvrlab.procs import raise_if_stop_requested, stop_at_safe_points
+from rlvrlab.tracking import tags as T
 from rlvrlab.train import checkpoint
 from rlvrlab.train.batch import RolloutBatch, collate, logp_and_entropy, shuffled_rows, split_rows, stream_problems
 from rlvrlab.train.checkpoint import TrainState
@@ -44,7 +47,7 @@ from rlvrlab.train.metrics import step_metrics
 from rlvrlab.train.setup import Run, build
 from rlvrlab.train.stats import LossStatsMean, StepStats, Timings, correct_set_means, group_outcomes
 from rlvrlab.update.base import clipped_norm
-from rlvrlab.update.dist import all_sum
+from rlvrlab.update.dist import all_sum, world
 
 OnStep = Callable[[int, RolloutBatch, Run, StepStats], None]
 
@@ -62,51 +65,152 @@ class RunInterrupted(KeyboardInterrupt):
         self.run_id, self.step, self.checkpoint_step = run_id, step, checkpoint_step
 
 
+class NothingLeft(Exception):
+    """`--resume` of a FINISHED run that has trained all its steps: nothing was done and its records are unchanged."""
+
+    def __init__(self, run_id: str, steps: int):
+        super().__init__(run_id)
+        self.run_id, self.steps = run_id, steps
+
+
 def train(cfg: RunConfig, *, resume: str | None = None, on_step: OnStep | None = None, progress=None,
-          tags: dict[str, str] | None = None) -> str:
-    """Run cfg.steps steps (or continue run `resume` from its last checkpoint); returns the MLflow run id.
-    tags: extra MLflow tags for a new run (sweeps nest seed runs under their trial with mlflow.parentRunId)."""
-    folder = checkpoint.latest(Path(cfg.output_dir).expanduser().resolve() / resume) if resume else None
-    if resume and folder is None:  # checked before build() marks the MLflow run RUNNING again
-        raise RlvrlabError(f"run {resume} has no complete checkpoint in {cfg.output_dir}/{resume}/checkpoints; "
-                           "it cannot be resumed (set trainer.checkpoint_every > 0 for future runs)")
-    with stop_at_safe_points():  # the first Ctrl-C or SIGTERM is acted on between steps (rlvrlab.procs)
-        run = build(cfg, run_id=resume, tags=tags)
-        status = "FAILED"
-        state = TrainState()
+          tags: dict[str, str] | None = None, warn: Callable[[str], None] | None = None) -> str:
+    """Run cfg.steps steps (or continue run `resume` from its newest intact checkpoint); returns the MLflow run id.
+    tags: extra MLflow tags for a new run (sweeps nest seed runs under their trial with mlflow.parentRunId).
+    warn: where a one-line warning goes (a damaged checkpoint skipped); default stderr.
+    One process trains a run at a time (rlvrlab.outputs.RunLock); a resumed run's records change only once its
+    lock is held and its checkpoint is known to be intact."""
+    warn = warn or _stderr_warning
+    output_dir = outputs.check_dir(cfg.output_dir, f"output_dir={cfg.output_dir}")
+    rank, _ = world()
+    lock = None
+    folder = None
+    extended_from, notes = None, []
+    if resume:
+        run_folder = rundir.run_dir(output_dir, resume)
+        lock = outputs.RunLock(run_folder, resume).acquire() if rank == 0 else None
         try:
-            state = checkpoint.restore(run, folder) if folder else state
-            for step in range(state.step, cfg.steps):
-                raise_if_stop_requested()  # Ctrl-C or SIGTERM: a run stops between steps, never inside one
-                stats, batch = train_step(run, state, step)
-                state.step = step + 1
-                if step % cfg.tracking.log_every == 0 or state.step == cfg.steps:  # the last step always
-                    run.tracker.log_metrics(step, step_metrics(stats))
-                if on_step is not None:
-                    on_step(step, batch, run, stats)
-                if progress is not None:
-                    progress(step, stats)
-                every = cfg.trainer.checkpoint_every
-                if every and (state.step % every == 0 or state.step == cfg.steps):
-                    checkpoint.save(run, state)
-                    run.tracker.flush()
-                _fault_injection(step)
-            status = "FINISHED"
-        except RunStopped:
-            status = "KILLED"
+            folder = _resume_point(run_folder, resume, warn)  # before build() marks the MLflow run RUNNING
+            extended_from = _nothing_left_or_extension(cfg, resume, folder, run_folder)
+            notes = [line for line in rundir.config_file(run_folder).read_text().splitlines()
+                     if line.startswith(EXTENSION_NOTE)]
+        except BaseException:
+            if lock is not None:
+                lock.release()
             raise
-        except KeyboardInterrupt:
-            status = "KILLED"
-            last = checkpoint.latest(run.run_dir)
-            raise RunInterrupted(run.tracker.run_id, state.step,
-                                 checkpoint.step_of(last) if last else None) from None
-        finally:
+    try:
+        with stop_at_safe_points():  # the first Ctrl-C or SIGTERM is acted on between steps (rlvrlab.procs)
+            run = build(cfg, run_id=resume, tags=tags)
+            if rank == 0 and lock is None:
+                lock = outputs.RunLock(run.run_dir, run.tracker.run_id).acquire()
+            if resume:
+                _record_extension(run, notes, extended_from)
+            return _run_steps(run, cfg, folder, on_step, progress)
+    finally:
+        if lock is not None:
+            lock.release()
+
+
+def _run_steps(run: Run, cfg: RunConfig, folder: Path | None, on_step, progress) -> str:
+    status = "FAILED"
+    state = TrainState()
+    try:
+        if folder is not None:
             try:
-                run.tracker.finish(status)
-                run.rollout.close()
-            finally:
-                run.verifier.close()
-        return run.tracker.run_id
+                state = checkpoint.restore(run, folder)
+            except Exception as error:  # a checkpoint written before checksums existed, damaged
+                status = run.tracker.prior_status if hasattr(run.tracker, "prior_status") else "FAILED"
+                raise RlvrlabError(f"run {run.tracker.run_id}: checkpoint {folder} cannot be read "
+                                   f"({type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}); "
+                                   f"its records are unchanged (MLflow status {status})") from None
+        for step in range(state.step, cfg.steps):
+            raise_if_stop_requested()  # Ctrl-C or SIGTERM: a run stops between steps, never inside one
+            stats, batch = train_step(run, state, step)
+            state.step = step + 1
+            if step % cfg.tracking.log_every == 0 or state.step == cfg.steps:  # the last step always
+                run.tracker.log_metrics(step, step_metrics(stats))
+            if on_step is not None:
+                on_step(step, batch, run, stats)
+            if progress is not None:
+                progress(step, stats)
+            every = cfg.trainer.checkpoint_every
+            if every and (state.step % every == 0 or state.step == cfg.steps):
+                checkpoint.save(run, state)
+                run.tracker.flush()
+            _fault_injection(step)
+        status = "FINISHED"
+    except RunStopped:
+        status = "KILLED"
+        raise
+    except KeyboardInterrupt:  # the first signal at a safe point, or a second one at once (rlvrlab.procs)
+        status = "KILLED"
+        last = checkpoint.latest(run.run_dir)
+        raise RunInterrupted(run.tracker.run_id, state.step,
+                             checkpoint.step_of(last) if last else None) from None
+    finally:
+        try:
+            run.tracker.finish(status)  # flushes every step logged so far
+            run.rollout.close()
+        finally:
+            run.verifier.close()
+    return run.tracker.run_id
+
+
+def _stderr_warning(message: str) -> None:
+    print(f"warning: {message}", file=sys.stderr, flush=True)
+
+
+def _resume_point(run_folder: Path, run_id: str, warn: Callable[[str], None]) -> Path:
+    """The newest checkpoint whose files match their checksums; damaged newer ones are skipped with a warning."""
+    good, bad = rundir.intact(run_folder)
+    where = run_folder / rundir.CHECKPOINTS
+    if not good:
+        if bad:
+            raise RlvrlabError(f"run {run_id} cannot be resumed: {rundir.damage_note(bad)} and no intact one is left "
+                               f"in {where}; its records are unchanged")
+        raise RlvrlabError(f"run {run_id} has no complete checkpoint in {where}; it cannot be resumed (set "
+                           "trainer.checkpoint_every > 0 for future runs)")
+    newer = [(f, problem) for f, problem in bad if rundir.step_of(f) > rundir.step_of(good[-1])]
+    if newer:
+        warn(f"run {run_id}: {rundir.damage_note(newer)}; resuming from the newest intact one, {good[-1].name}")
+    return good[-1]
+
+
+def _nothing_left_or_extension(cfg: RunConfig, run_id: str, folder: Path, run_folder: Path) -> int | None:
+    """Raise NothingLeft for a FINISHED run whose checkpoint holds all its steps; else the steps the run had before
+    this resume when steps= extends it (None when it keeps its steps)."""
+    from rlvrlab.config.compose import compose
+    from rlvrlab.tracking.mlflow_tracker import quiet_client
+    from rlvrlab.tracking.store import store
+
+    saved = compose(rundir.config_file(run_folder)).steps
+    if rundir.step_of(folder) >= cfg.steps:
+        try:
+            status = quiet_client(store(cfg.output_dir, cfg.tracking.uri).uri).get_run(run_id).info.status
+        except Exception:  # no such run: build() says so in one line
+            status = None
+        if status == "FINISHED":
+            raise NothingLeft(run_id, cfg.steps)
+    return saved if cfg.steps > saved else None
+
+
+def _record_extension(run: Run, notes: list[str], extended_from: int | None) -> None:
+    """A run extended by --resume steps=N: the MLflow run says from how many steps (its steps param stays the
+    one it started with), and config.yaml keeps one comment line per extension above the config (build() has just
+    rewritten it with the new steps)."""
+    if extended_from is not None:
+        notes = [*notes, f"{EXTENSION_NOTE} {extended_from} to {run.cfg.steps} at "
+                         f"{time.strftime('%Y-%m-%dT%H:%M:%S%z')}"]
+    if not notes or run.rank != 0:
+        return
+    config = rundir.config_file(run.run_dir)
+    config.write_text("\n".join(notes) + "\n" + config.read_text())
+    if extended_from is not None:
+        froms = [line.removeprefix(EXTENSION_NOTE).split()[0] for line in notes]
+        run.tracker.set_tags({T.STEPS_EXTENDED_FROM: ",".join(froms), T.STEPS: str(run.cfg.steps)})
+
+
+EXTENSION_NOTE = "# resume: steps extended from"
 
 
 def train_step(run: Run, state: TrainState, step: int) -> tuple[StepStats, RolloutBatch]:

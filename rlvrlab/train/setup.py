@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import torch
@@ -40,15 +40,46 @@ def run_config(experiment: str | None, overrides: list[str], *, resume: str | No
 
 
 def _resumed_config(run_id: str, experiment: str | None, overrides: list[str]) -> RunConfig:
+    """The run's own config.yaml; overrides may only say where the run is (output_dir=, tracking.uri=) and extend it
+    (steps= larger than its steps). Anything else would rewrite the history of the run, and is refused."""
     bad = [o for o in overrides if not o.startswith(RESUMABLE_OVERRIDES)] + ([experiment] if experiment else [])
     if bad:
         raise ConfigError(f"--resume continues a run with its own config; {bad[0]!r} cannot change it "
-                          "(only output_dir=, tracking.* and steps= can be given)")
+                          "(only output_dir=, tracking.uri= and a larger steps= can be given)")
     output_dir = next((o.split("=", 1)[1] for o in overrides if o.startswith("output_dir=")), RunConfig.output_dir)
     saved = rundir.config_file(rundir.run_dir(output_dir, run_id))
     if not saved.is_file():
         raise ConfigError(f"--resume {run_id}: {saved} does not exist; pass output_dir= of the run to resume")
-    return compose(saved, overrides)
+    own = compose(saved)
+    cfg = compose(saved, overrides)
+    if cfg.steps < own.steps:
+        raise ConfigError(f"--resume {run_id}: steps={cfg.steps} would shorten the run, which has steps "
+                          f"{own.steps}; --resume only continues a run or extends it (give steps= larger than "
+                          f"{own.steps}, or none)")
+    changed = [key for key, value in _flat(cfg).items()
+               if key not in _WHERE + ("steps",) and value != _flat(own).get(key)]
+    if changed:
+        raise ConfigError(f"--resume {run_id}: {changed[0]} differs from the run's own config.yaml; --resume "
+                          "continues a run with its own config (only output_dir=, tracking.uri= and a larger "
+                          "steps= can be given)")
+    return cfg
+
+
+_WHERE = ("output_dir", "tracking.uri")  # where the run and its records are: not part of its history
+
+
+def _flat(cfg: RunConfig) -> dict[str, object]:
+    out: dict[str, object] = {}
+
+    def walk(prefix: str, value: object) -> None:
+        if isinstance(value, dict):
+            for key, inner in value.items():
+                walk(f"{prefix}.{key}" if prefix else key, inner)
+        else:
+            out[prefix] = value
+
+    walk("", asdict(cfg))
+    return out
 
 
 @dataclass

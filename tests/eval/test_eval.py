@@ -235,9 +235,9 @@ def assert_one_line_error(result: subprocess.CompletedProcess, *fragments: str) 
 @pytest.fixture(scope="module")
 def tiny_folder() -> Path:
     """The tiny tier's HF folder for the default config (built once per session, cached)."""
+    from rlvrlab.components import model_folder
     from rlvrlab.config import compose
     from rlvrlab.data import load_problems
-    from rlvrlab.components import model_folder
 
     cfg = compose(None)
     train, _ = load_problems(cfg.dataset, cfg.model)

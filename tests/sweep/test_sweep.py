@@ -359,10 +359,11 @@ def test_a_killed_sweep_takes_its_workers_with_it_and_the_rerun_finishes(here: P
     path = _sweep_file(here, GRID.replace("steps=12", "steps=150").replace("  trainer.staleness: [0, 1]\n", ""))
     proc, pids, err = _stop_when_both_workers_run(path, here, signal.SIGTERM)
     assert proc.returncode == 1 and "Traceback" not in err, err
-    assert err.strip().splitlines()[-1].startswith("error: sweep stopped before the study was done; re-run")
+    assert err.strip().splitlines()[-1].startswith("error: sweep stopped by SIGTERM before the study was done")
     assert not [pid for pid in pids if _alive(pid)]
     seeds = _role(_runs(here, "grid"), "seed")
     assert "KILLED" in {r.info.status for r in seeds} and "RUNNING" not in {r.info.status for r in seeds}
+    assert [r.info.status for r in _role(_runs(here, "grid"), "study")] == ["KILLED"]
 
     proc, pids, _ = _stop_when_both_workers_run(path, here, signal.SIGKILL)
     assert proc.returncode == -9 and not [pid for pid in pids if _alive(pid)]
@@ -374,6 +375,7 @@ def test_a_killed_sweep_takes_its_workers_with_it_and_the_rerun_finishes(here: P
     points = Counter(t.params["algorithm.tau"] for t in complete)
     assert len(points) == 2 and set(points.values()) == {1}
     assert Counter(r.info.status for r in _role(_runs(here, "grid"), "seed"))["FINISHED"] >= 4
+    assert [r.info.status for r in _role(_runs(here, "grid"), "study")] == ["FINISHED"]  # KILLED, then continued
 
 
 @pytest.mark.slow

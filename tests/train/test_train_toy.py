@@ -276,8 +276,8 @@ def test_rollout_correction_with_an_exact_engine_changes_nothing(tmp_path, mlflo
 
 
 def test_overlong_filter_masks_truncated_responses_from_the_loss() -> None:
-    from rlvrlab.train.batch import collate
     from rlvrlab.rollout.base import Generation
+    from rlvrlab.train.batch import collate
 
     gens = [[Generation((1,), (5, 6, 7), "a", (0.0, 0.0, 0.0)), Generation((1,), (5, 2), "b", (0.0, 0.0))]]
     batch = collate(gens, ["g"], [1.0, 0.0], pad_id=0, version=0, batch_index=0, truncated=[True, False])

@@ -1,0 +1,161 @@
+"""Where commands write, made safe before any work: output locations checked at once (one line naming the path and
+the fix, not a traceback after minutes of retries), and file locks: one process trains a run at a time
+(`<run_dir>/.lock` names it), and a fresh store is created by one process while the others wait.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import socket
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from rlvrlab.errors import RlvrlabError
+
+
+def check_dir(path: str | Path, what: str) -> Path:
+    """Check that `path` is (or can be created as) a folder this process can write in; returns it resolved.
+    what: how the user gave it, for the message (e.g. 'output_dir=runs')."""
+    folder = Path(path).expanduser()
+    try:
+        folder = folder.resolve()
+    except (OSError, RuntimeError) as error:  # a symlink loop
+        raise RlvrlabError(f"{what}: {folder} cannot be resolved ({error}); give another folder") from None
+    probe = folder
+    while not probe.exists():
+        if probe.is_symlink():  # a dangling link
+            raise RlvrlabError(f"{what}: {probe} is a broken symbolic link; remove it or give another folder")
+        probe = probe.parent
+    if not probe.is_dir():
+        where = "is a file" if probe == folder else f"is under {probe}, which is a file"
+        raise RlvrlabError(f"{what}: {folder} {where}, not a folder; give a folder path instead")
+    if not os.access(probe, os.W_OK | os.X_OK) or _read_only_fs(probe):
+        which = "folder" if probe == folder else f"nearest existing parent {probe}"
+        raise RlvrlabError(f"{what}: cannot write in {folder} (the {which} is read-only or not yours); give a "
+                           "folder you can write in, or fix its permissions")
+    return folder
+
+
+def check_file_target(path: str | Path, what: str) -> Path:
+    """Check that a file can be written at `path` (its folder writable, the path not a folder)."""
+    target = Path(path).expanduser().resolve()
+    if target.is_dir():
+        raise RlvrlabError(f"{what}: {target} is a folder, not a file; give a file path")
+    check_dir(target.parent, what)
+    if target.exists() and not os.access(target, os.W_OK):
+        raise RlvrlabError(f"{what}: {target} is read-only; fix its permissions or give another path")
+    return target
+
+
+def _read_only_fs(folder: Path) -> bool:
+    """True on a read-only mount (os.access says yes to root on one only sometimes)."""
+    try:
+        return bool(os.statvfs(folder).f_flag & os.ST_RDONLY)
+    except (OSError, AttributeError):
+        return False
+
+
+# ------------------------------------------------------------------------------------------------------ locks
+@contextmanager
+def file_lock(path: Path) -> Iterator[None]:
+    """An exclusive lock on `path` (created if missing) for the duration of the block; waits for other holders.
+    flock(2) locks: released by the kernel when the holder dies (and not by its closing another descriptor of
+    the file, as POSIX fcntl locks would be)."""
+    import fcntl
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # closing releases the lock
+
+
+class RunLock:
+    """One writer per run: `<run_dir>/.lock` holds the pid, host and start time of the process training the run,
+    under an flock(2) lock the kernel releases when that process dies. A lock file left by a dead process on this
+    host is taken over; one held by a live process (or written on another host, whose processes this one cannot
+    see) is refused in one line naming the holder."""
+
+    NAME = ".lock"
+
+    def __init__(self, run_folder: Path, run_id: str):
+        self.path = run_folder / self.NAME
+        self.run_id = run_id
+        self._fd: int | None = None
+
+    def acquire(self) -> RunLock:
+        import fcntl
+
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as error:
+            os.close(fd)
+            if error.errno not in (errno.EACCES, errno.EAGAIN):
+                raise
+            raise RlvrlabError(f"run {self.run_id} is being trained by {self._holder()} ({self.path}); wait for "
+                               "it to end or stop it, then resume") from None
+        held = _read(self.path)
+        if held and held.get("host") != socket.gethostname() and _alive_elsewhere(held):
+            os.close(fd)
+            raise RlvrlabError(f"run {self.run_id} is being trained by {self._holder()} ({self.path}), which this "
+                               "host cannot check; if that process has ended, delete the lock file and resume")
+        os.ftruncate(fd, 0)
+        os.write(fd, json.dumps({"pid": os.getpid(), "host": socket.gethostname(),
+                                 "started": time.strftime("%Y-%m-%dT%H:%M:%S%z")}).encode())
+        os.fsync(fd)
+        self._fd = fd
+        return self
+
+    def release(self) -> None:
+        if self._fd is None:
+            return
+        try:
+            os.ftruncate(self._fd, 0)  # an empty lock file: nobody trains the run
+        except OSError:
+            pass
+        os.close(self._fd)
+        self._fd = None
+
+    def __enter__(self) -> RunLock:
+        return self.acquire()
+
+    def __exit__(self, *exc) -> None:
+        self.release()
+
+    def _holder(self) -> str:
+        held = _read(self.path)
+        if not held:
+            return "another process"
+        return f"pid {held.get('pid')} on {held.get('host')} since {held.get('started')}"
+
+
+def _read(path: Path) -> dict | None:
+    try:
+        text = path.read_text()
+        return json.loads(text) if text.strip() else None
+    except (OSError, ValueError):
+        return None
+
+
+def _alive_elsewhere(held: dict) -> bool:
+    """A lock file written on another host (a shared file system): its process may be alive; flock locks do not
+    always cross hosts, so it is trusted while it names a host, pid and start time."""
+    return bool(held.get("pid") and held.get("host") and held.get("started"))
+
+
+def path_part(name: str) -> str:
+    """A name (an MLflow experiment, a study, a run label) as one safe part of a path: separators and other
+    characters outside letters, digits and `._-+=@` become `_`, and a leading dot gets a `_` before it, so that
+    `../../x` stays a folder inside the one it is joined to."""
+    import re
+
+    part = re.sub(r"[^\w.+=@-]", "_", name, flags=re.ASCII) or "_"
+    return "_" + part if part.startswith(".") else part

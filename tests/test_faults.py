@@ -1,0 +1,485 @@
+"""The fault battery (issue 19): damaged checkpoints, shared stores, interrupted commands, bad output locations and
+hostile names, on the toy tier. Every scenario checks the exit code, a one-line message without a traceback, the
+run's MLflow status where there is a run, and that nothing was written outside the folders meant for it."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from rlvrlab import rundir
+from rlvrlab.errors import RlvrlabError
+
+TIMEOUT = 600  # against hangs only; nothing here is timed
+
+
+def rlvrlab(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "rlvrlab.cli.main", *args], capture_output=True, text=True,
+                          cwd=cwd, timeout=TIMEOUT, env={**os.environ, "RLVRLAB_NO_PROGRESS": "1"})
+
+
+def one_line_error(result: subprocess.CompletedProcess, *fragments: str) -> str:
+    assert result.returncode == 1, (result.stdout, result.stderr)
+    assert "Traceback" not in result.stderr + result.stdout
+    lines = [line for line in result.stderr.strip().splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: "), result.stderr
+    for fragment in fragments:
+        assert fragment in lines[0], lines[0]
+    return lines[0]
+
+
+def client(output_dir: Path):
+    from mlflow.tracking import MlflowClient
+
+    return MlflowClient(f"sqlite:///{output_dir.resolve() / 'mlflow.db'}")
+
+
+def files_under(folder: Path) -> set[Path]:
+    return {p for p in folder.rglob("*")} if folder.exists() else set()
+
+
+# A finished toy run: 4 steps, checkpoints at 2 and 4. Its output folder's name holds a space and a `$` (the
+# printed commands must quote it) and its experiment name tries to climb out of results/.
+HOSTILE_EXPERIMENT = "../../../escaped"
+
+
+@pytest.fixture(scope="module")
+def finished(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str, str]:
+    """(output_dir, run id, the train command's stdout) of the module's one trained run; tests copy it."""
+    output_dir = tmp_path_factory.mktemp("finished") / "out dir $HOME"
+    result = rlvrlab("train", "toy", "steps=4", "trainer.checkpoint_every=2", f"output_dir={output_dir}",
+                     f"experiment={HOSTILE_EXPERIMENT}")
+    assert result.returncode == 0, result.stderr
+    run_id = result.stdout.split("MLflow run ")[1].split()[0]
+    return output_dir, run_id, result.stdout
+
+
+@pytest.fixture
+def run_copy(finished, tmp_path: Path) -> tuple[Path, str]:
+    """A private copy of the finished run's output folder (its sqlite store and run folder)."""
+    source, run_id, _ = finished
+    output_dir = tmp_path / "runs"
+    shutil.copytree(source, output_dir)
+    return output_dir, run_id
+
+
+def status_and_end(output_dir: Path, run_id: str) -> tuple[str, int | None]:
+    info = client(output_dir).get_run(run_id).info
+    return info.status, info.end_time
+
+
+def truncate(path: Path) -> None:
+    with path.open("r+b") as handle:
+        handle.truncate(max(path.stat().st_size // 2, 0))
+
+
+# --------------------------------------------------------------------------------------------- 1. checkpoints
+def test_checkpoints_carry_checksums_of_every_file(tmp_path: Path) -> None:
+    folder = tmp_path / "checkpoints" / "step_000003"
+    (folder / "model").mkdir(parents=True)
+    (folder / "model" / "w.bin").write_bytes(b"weights")
+    (folder / "state.pt").write_bytes(b"state")
+    rundir.write_complete(folder, 3)
+    marker = json.loads((folder / rundir.COMPLETE).read_text())
+    assert marker["step"] == 3 and set(marker["sha256"]) == {"model/w.bin", "state.pt"}
+    assert rundir.damage(folder) is None
+    (folder / "state.pt").write_bytes(b"stat")
+    assert "state.pt does not match its checksum" in rundir.damage(folder)
+    (folder / "state.pt").unlink()
+    assert "state.pt is missing" in rundir.damage(folder)
+    (folder / rundir.COMPLETE).write_text("3\n")  # written before checksums existed: cannot be checked
+    assert rundir.damage(folder) is None
+
+
+@pytest.mark.parametrize("damaged", ["torch_engine.pt", "state_rank0.pt", "model/model.safetensors"])
+def test_a_damaged_newest_checkpoint_falls_back_to_the_previous_one(run_copy, damaged: str) -> None:
+    """Truncating a file of the newest checkpoint costs one checkpoint interval, never the run: resume warns in one
+    line and continues from the intact one; the run ends FINISHED with every step's metrics."""
+    output_dir, run_id = run_copy
+    truncate(output_dir / run_id / "checkpoints" / "step_000004" / damaged)
+    result = rlvrlab("train", "--resume", run_id, f"output_dir={output_dir}", "steps=6")
+    assert result.returncode == 0, result.stderr
+    assert "Traceback" not in result.stderr
+    warnings = [line for line in result.stderr.splitlines() if line.startswith("warning:")]
+    assert len(warnings) == 1 and damaged in warnings[0] and "step_000002" in warnings[0], result.stderr
+    assert status_and_end(output_dir, run_id)[0] == "FINISHED"
+    steps = {m.step for m in client(output_dir).get_metric_history(run_id, "train/reward")}
+    assert steps == set(range(6))
+    # the extension is recorded: in MLflow (its steps param stays 4) and in the run folder's config.yaml
+    run = client(output_dir).get_run(run_id)
+    assert run.data.tags["rlvrlab.resume.steps_extended_from"] == "4" and run.data.tags["rlvrlab.steps"] == "6"
+    assert run.data.params["steps"] == "4"
+    config = (output_dir / run_id / "config.yaml").read_text()
+    assert config.startswith("# resume: steps extended from 4 to 6") and "\nsteps: 6\n" in config
+
+
+def test_no_intact_checkpoint_fails_in_one_line_and_leaves_the_run_finished(run_copy) -> None:
+    output_dir, run_id = run_copy
+    before = status_and_end(output_dir, run_id)
+    for step in ("step_000002", "step_000004"):
+        truncate(output_dir / run_id / "checkpoints" / step / "torch_engine.pt")
+    one_line_error(rlvrlab("train", "--resume", run_id, f"output_dir={output_dir}", "steps=6"),
+                   "cannot be resumed", "step_000002", "step_000004", "records are unchanged")
+    assert status_and_end(output_dir, run_id) == before == ("FINISHED", before[1])
+
+
+def test_eval_of_a_run_skips_a_damaged_checkpoint(run_copy, capsys) -> None:
+    from rlvrlab.eval.pipeline import _checkpoint
+
+    output_dir, run_id = run_copy
+    folder = output_dir / run_id
+    truncate(folder / "checkpoints" / "step_000004" / "model" / "model.safetensors")
+    assert _checkpoint(folder, run_id, None).name == "step_000002"
+    assert "model.safetensors" in capsys.readouterr().err
+    with pytest.raises(RlvrlabError, match="step_000004 .*model.safetensors does not match.*intact checkpoint "
+                                           "steps: 2"):
+        _checkpoint(folder, run_id, 4)
+    truncate(folder / "checkpoints" / "step_000002" / "state_rank0.pt")
+    with pytest.raises(RlvrlabError, match="cannot be evaluated"):
+        _checkpoint(folder, run_id, None)
+    # from the command line: one line, before any model is loaded
+    one_line_error(rlvrlab("eval", "pass-at-k", "--run", run_id, "--output-dir", str(output_dir), "--checkpoint",
+                           "4", "--dataset", "toy"), "does not match its checksum")
+
+
+# ------------------------------------------------------------------------------------ 3. one writer, one store
+def test_a_run_being_trained_refuses_a_second_writer(run_copy) -> None:
+    from rlvrlab.outputs import RunLock
+
+    output_dir, run_id = run_copy
+    before = status_and_end(output_dir, run_id)
+    with RunLock(output_dir / run_id, run_id):  # this process "trains" the run
+        line = one_line_error(rlvrlab("train", "--resume", run_id, f"output_dir={output_dir}", "steps=6"),
+                              f"run {run_id} is being trained by pid {os.getpid()} on {socket.gethostname()}")
+    assert ".lock" in line
+    assert status_and_end(output_dir, run_id) == before
+
+
+def test_two_resumes_of_one_run_at_once_one_is_refused(run_copy) -> None:
+    """Two `--resume` of the same run at once: the second says who trains it, in one line; the first goes on."""
+    output_dir, run_id = run_copy
+    first = subprocess.Popen([sys.executable, "-m", "rlvrlab.cli.main", "train", "--resume", run_id,
+                              f"output_dir={output_dir}", "steps=100000"], stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True, env={**os.environ, "RLVRLAB_NO_PROGRESS": "1"})
+    lock, deadline = output_dir / run_id / ".lock", time.monotonic() + TIMEOUT
+    while not (lock.exists() and f'"pid": {first.pid}' in lock.read_text()):
+        assert first.poll() is None and time.monotonic() < deadline, first.communicate()
+        time.sleep(0.1)
+    one_line_error(rlvrlab("train", "--resume", run_id, f"output_dir={output_dir}", "steps=100000"),
+                   f"is being trained by pid {first.pid}")
+    assert first.poll() is None
+    first.send_signal(signal.SIGTERM)
+    _, err = first.communicate(timeout=TIMEOUT)
+    assert first.returncode == 1 and "ended KILLED" in err.strip().splitlines()[-1], err
+    assert status_and_end(output_dir, run_id)[0] == "KILLED"
+
+
+def test_a_stale_lock_of_a_dead_process_is_taken_over(run_copy) -> None:
+    output_dir, run_id = run_copy
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    (output_dir / run_id / ".lock").write_text(json.dumps({"pid": dead.pid, "host": socket.gethostname(),
+                                                           "started": "2026-01-01T00:00:00+0000"}))
+    result = rlvrlab("train", "--resume", run_id, f"output_dir={output_dir}", "steps=6")
+    assert result.returncode == 0, result.stderr
+    assert status_and_end(output_dir, run_id)[0] == "FINISHED"
+    assert (output_dir / run_id / ".lock").read_text() == ""  # released at the end
+
+
+def test_two_first_runs_on_a_fresh_store_both_succeed(tmp_path: Path) -> None:
+    output_dir = tmp_path / "fresh"
+    command = [sys.executable, "-m", "rlvrlab.cli.main", "train", "toy", "steps=2", f"output_dir={output_dir}"]
+    procs = [subprocess.Popen([*command, f"seed={seed}"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for seed in (1, 2)]
+    outs = [proc.communicate(timeout=TIMEOUT) for proc in procs]
+    for proc, (_, err) in zip(procs, outs):
+        assert proc.returncode == 0 and "Traceback" not in err, err
+    run_ids = [out.split("MLflow run ")[1].split()[0] for out, _ in outs]
+    assert {status_and_end(output_dir, r)[0] for r in run_ids} == {"FINISHED"}
+
+
+# ---------------------------------------------------------------------------------------- 4. stops, twice
+@pytest.mark.parametrize("sig, gap", [(signal.SIGINT, 0.01), (signal.SIGINT, 0.3), (signal.SIGTERM, 0.01)])
+def test_a_second_signal_still_ends_the_run_killed_with_its_metrics(tmp_path: Path, sig: int, gap: float) -> None:
+    """Two signals in a row (an impatient Ctrl-C Ctrl-C, or `kill` twice), the second one during the step or the
+    cleanup (gap 0.01 s) or as the process exits (0.3 s): the run ends KILLED with every trained step's metrics,
+    the process exits 1 and its last line says how to continue it."""
+    proc = subprocess.Popen([sys.executable, "-m", "rlvrlab.cli.main", "train", "toy", "steps=1000000",
+                             "trainer.checkpoint_every=5", f"output_dir={tmp_path}"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "RLVRLAB_NO_PROGRESS": "1"})
+    deadline = time.monotonic() + TIMEOUT
+    while not list(tmp_path.glob("*/checkpoints/step_*/COMPLETE")):
+        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+        time.sleep(0.1)
+    proc.send_signal(sig)
+    time.sleep(gap)
+    if proc.poll() is None:
+        proc.send_signal(sig)
+    _, err = proc.communicate(timeout=TIMEOUT)
+    assert proc.returncode == 1 and "Traceback" not in err, err
+    line = err.strip().splitlines()[-1]
+    assert line.startswith("error: stopped at step ") and "ended KILLED" in line, err
+    assert err.count("stopping at the end of this step") == 1
+    run_id = line.split("MLflow run ")[1].split()[0]
+    stopped = int(line.split("stopped at step ")[1].split(":")[0])
+    saved = int(line.split("continue it from step ")[1].split()[0])
+    assert f"`rlvrlab train --resume {run_id} output_dir={tmp_path}`" in line
+    assert status_and_end(tmp_path, run_id)[0] == "KILLED"
+    steps = {m.step for m in client(tmp_path).get_metric_history(run_id, "train/reward")}
+    assert steps == set(range(stopped)) and saved <= stopped
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+SWEEP = """\
+experiment: toy
+overrides: [algorithm=ucpo, steps=100000, trainer.checkpoint_every=0]
+sampler: grid
+seeds: 1
+space:
+  algorithm.tau: [0.0, 1.0]
+objective: {metric: policy/toy_correct_uniformity, direction: maximize, window: 4}
+"""
+
+
+def test_sigterm_to_a_sweep_with_workers_ends_its_study_run(tmp_path: Path) -> None:
+    """SIGTERM to `rlvrlab sweep --workers 2` alone: the workers stop, and so does the study's MLflow run (KILLED);
+    the stop message is printed once and names the signal."""
+    path = tmp_path / "long.yaml"
+    path.write_text(SWEEP)
+    proc = subprocess.Popen([sys.executable, "-m", "rlvrlab.cli.main", "sweep", str(path), "--workers", "2"],
+                            cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    runs = tmp_path / "runs"
+    deadline = time.monotonic() + TIMEOUT
+    while len([p for p in runs.glob("*/config.yaml")]) < 2:  # both workers train a seed run
+        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=TIMEOUT)
+    assert proc.returncode == 1 and "Traceback" not in err, err
+    assert err.count("stopping at the end of this step") == 1 and "SIGTERM received" in err, err
+    line = err.strip().splitlines()[-1]
+    assert line.startswith("error: sweep stopped by SIGTERM") and "ended KILLED" in line, err
+    mlflow = client(runs)
+    experiment = mlflow.get_experiment_by_name("long")
+    statuses = {r.data.tags.get("rlvrlab.role"): r.info.status
+                for r in mlflow.search_runs([experiment.experiment_id], filter_string="tags.`rlvrlab.role` = 'study'")}
+    assert statuses == {"study": "KILLED"}
+    seeds = mlflow.search_runs([experiment.experiment_id], filter_string="tags.`rlvrlab.role` = 'seed'")
+    assert seeds and "RUNNING" not in {r.info.status for r in seeds}
+
+
+# ------------------------------------------------------------------------------------- 5. resume and history
+@pytest.mark.parametrize("override, fragment", [
+    ("steps=3", "would shorten the run"),
+    ("seed=7", "cannot change it"),
+    ("tracking.log_every=2", "tracking.log_every differs from the run's own config.yaml"),
+])
+def test_resume_refuses_to_rewrite_history(run_copy, override: str, fragment: str) -> None:
+    output_dir, run_id = run_copy
+    config = (output_dir / run_id / "config.yaml").read_bytes()
+    before = status_and_end(output_dir, run_id)
+    one_line_error(rlvrlab("train", "--resume", run_id, f"output_dir={output_dir}", override), fragment)
+    assert (output_dir / run_id / "config.yaml").read_bytes() == config
+    assert status_and_end(output_dir, run_id) == before
+
+
+def test_resuming_a_finished_run_says_nothing_was_left_to_do(run_copy) -> None:
+    output_dir, run_id = run_copy
+    config = (output_dir / run_id / "config.yaml").read_bytes()
+    before = status_and_end(output_dir, run_id)
+    metrics = len(client(output_dir).get_metric_history(run_id, "train/reward"))
+    result = rlvrlab("train", "--resume", run_id, f"output_dir={output_dir}")
+    assert result.returncode == 0 and "Traceback" not in result.stderr, result.stderr
+    assert "nothing to do" in result.stdout and "done" not in result.stdout.replace("nothing to do", "")
+    assert status_and_end(output_dir, run_id) == before
+    assert len(client(output_dir).get_metric_history(run_id, "train/reward")) == metrics
+    assert (output_dir / run_id / "config.yaml").read_bytes() == config
+
+
+# --------------------------------------------------------------------------------------- 2. output locations
+def _bad_location(tmp_path: Path, kind: str) -> Path:
+    blocker = tmp_path / "a_file"
+    blocker.write_text("not a folder\n")
+    if kind == "a file":
+        return blocker
+    if kind == "under a file":
+        return blocker / "runs"
+    folder = tmp_path / "read_only"
+    folder.mkdir()
+    folder.chmod(0o555)
+    return folder / "runs" if kind == "unwritable parent" else folder
+
+
+KINDS = ["a file", "under a file",
+         pytest.param("read-only", marks=pytest.mark.skipif(os.geteuid() == 0, reason="root writes in read-only "
+                                                            "folders; the file variants cover the same check")),
+         pytest.param("unwritable parent", marks=pytest.mark.skipif(os.geteuid() == 0, reason="root writes in "
+                                                                    "read-only folders"))]
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("command", ["train", "eval", "sweep", "report", "model import"])
+def test_bad_output_locations_fail_at_once_in_one_line(tmp_path: Path, kind: str, command: str) -> None:
+    work = tmp_path / "work"
+    work.mkdir()
+    bad = _bad_location(tmp_path, kind)
+    before = files_under(tmp_path)
+    if command == "train":
+        result = rlvrlab("train", "toy", "steps=2", f"output_dir={bad}", cwd=work)
+    elif command == "eval":  # --out a file: refused before the model is even looked at
+        result = rlvrlab("eval", "pass-at-k", "--model", str(tmp_path / "no_model"), "--dataset", "toy",
+                         "--out", str(bad), cwd=work)
+    elif command == "sweep":
+        sweep = work / "s.yaml"
+        sweep.write_text(SWEEP.replace("steps=100000", "steps=2"))
+        before = files_under(tmp_path)
+        result = rlvrlab("sweep", str(sweep), f"output_dir={bad}", cwd=work)
+    elif command == "report":
+        result = rlvrlab("report", "--experiment", "toy", "--out", str(bad), cwd=work)
+    else:
+        result = rlvrlab("model", "import", str(tmp_path / "model.gguf"), "--out", str(bad), cwd=work)
+    line = one_line_error(result)
+    assert str(bad) in line or str(bad.parent) in line, line
+    assert files_under(tmp_path) == before  # nothing written anywhere
+
+
+def test_a_read_only_output_dir_fails_before_mlflow_is_opened(tmp_path: Path, monkeypatch) -> None:
+    """A read-only mount (simulated: root passes permission checks) is refused by train() before any MLflow store
+    is opened (which would retry sqlite for minutes), and nothing is created there."""
+    from rlvrlab import outputs
+    from rlvrlab.config import compose
+    from rlvrlab.train.loop import train
+
+    folder = tmp_path / "mounted_ro"
+    folder.mkdir()
+    monkeypatch.setattr(outputs, "_read_only_fs", lambda path: Path(path) == folder)
+    with pytest.raises(RlvrlabError, match=f"cannot write in {folder}/runs .*nearest existing parent {folder} is "
+                                           "read-only"):
+        train(compose("toy", [f"output_dir={folder}/runs", "steps=2"]))
+    assert not any(folder.iterdir())
+
+
+# -------------------------------------------------------------------------------------- 6. hostile and careless
+def test_printed_commands_are_shell_quoted(finished) -> None:
+    import shlex
+
+    output_dir, _, stdout = finished
+    line = next(line for line in stdout.splitlines() if "mlflow ui" in line)
+    command = line.split("look at it: ")[1].split("  then open")[0]
+    assert shlex.split(command) == ["mlflow", "ui", "--backend-store-uri", f"sqlite:///{output_dir}/mlflow.db"]
+
+
+def test_report_names_stay_inside_results(run_copy, tmp_path: Path) -> None:
+    output_dir, _ = run_copy
+    work = tmp_path / "a" / "b" / "c"
+    work.mkdir(parents=True)
+    before = files_under(tmp_path) - files_under(work)
+    result = rlvrlab("report", "--experiment", HOSTILE_EXPERIMENT, "--output-dir", str(output_dir), "--no-plots",
+                     cwd=work)
+    assert result.returncode == 0, result.stderr
+    outside = (files_under(tmp_path) - files_under(work)) - before
+    assert not outside, outside
+    written = [p for p in files_under(work / "results") if p.is_file()]
+    assert written and all(len(p.relative_to(work / "results").parts) == 2 for p in written), written
+
+
+@pytest.mark.parametrize("override, fragment", [
+    ("seed=99999999999999999999", "seed=99999999999999999999 is out of range"),
+    ("seed=-1", "seed=-1 is out of range"),
+    ("trainer.lr=inf", "trainer.lr=inf is out of range"),
+    ("trainer.lr=-inf", "trainer.lr=-inf is out of range"),
+    ("trainer.lr=nan", "trainer.lr=nan is out of range"),
+])
+def test_numbers_out_of_range_are_refused_at_composition(override: str, fragment: str) -> None:
+    one_line_error(rlvrlab("config", "show", "toy", override), fragment)
+
+
+def test_inf_still_turns_a_clip_off() -> None:
+    import math
+
+    from rlvrlab.config import compose
+
+    assert compose("toy", ["algorithm.eps_high=inf"]).algorithm.eps_high == math.inf
+
+
+def test_careless_files(tmp_path: Path) -> None:
+    binary = tmp_path / "binary.yaml"
+    binary.write_bytes(bytes(range(128, 256)) * 4)
+    one_line_error(rlvrlab("config", "show", str(binary)), "is not a text file")
+    folder = tmp_path / "data_folder"
+    folder.mkdir()
+    one_line_error(rlvrlab("train", "dataset.format=jsonl", f"dataset.path={folder}", f"output_dir={tmp_path}/r"),
+                   "is a folder")
+    # an experiment file kept outside experiments/ composes from the shipped groups
+    mine = tmp_path / "elsewhere" / "mine.yaml"
+    mine.parent.mkdir()
+    mine.write_text("defaults: {algorithm: ucpo, model: toy, dataset: toy}\nexperiment: mine\n")
+    shown = rlvrlab("config", "show", str(mine))
+    assert shown.returncode == 0 and "name: ucpo" in shown.stdout, shown.stderr
+    mine.write_text("defaults: {algorithm: no_such_algorithm, model: toy, dataset: toy}\n")
+    one_line_error(rlvrlab("config", "show", str(mine)), "elsewhere/algorithms", "experiments/algorithms", "grpo")
+
+
+def test_sweep_status_creates_nothing_and_names_what_differs(tmp_path: Path) -> None:
+    from rlvrlab.sweep.spec import load_sweep
+    from rlvrlab.sweep.study import open_sweep
+
+    path = tmp_path / "st.yaml"
+    path.write_text(SWEEP.replace("steps=100000", "steps=2"))
+    one_line_error(rlvrlab("sweep", str(path), "--status", cwd=tmp_path), "no study 'st'", "does not exist")
+    assert not (tmp_path / "runs").exists()  # no empty journal, no folder
+
+    here = Path.cwd()
+    os.chdir(tmp_path)
+    try:  # the study started with an override; --status without it
+        open_sweep(load_sweep(str(path), ["trainer.lr=0.1"]))
+    finally:
+        os.chdir(here)
+    mtime = path.stat().st_mtime
+    line = one_line_error(rlvrlab("sweep", str(path), "--status", cwd=tmp_path), "different sweep",
+                          "the overrides (the study was started with", "trainer.lr=0.1")
+    assert "sweep file" not in line and path.stat().st_mtime == mtime
+
+
+def test_latex_specials_in_labels_are_escaped() -> None:
+    from rlvrlab.report.render import _tex_escape
+
+    text = _tex_escape(r"a\b_{c}%&$#~^<>|")
+    assert text == (r"a\textbackslash{}b\_\{c\}\%\&\$\#\textasciitilde{}\textasciicircum{}\textless{}"
+                    r"\textgreater{}\textbar{}")
+    assert text.count("{") - text.count(r"\{") == text.count("}") - text.count(r"\}")  # braces balance
+
+
+def test_a_long_param_is_kept_whole_as_an_artifact(tmp_path: Path) -> None:
+    from rlvrlab.tracking.mlflow_tracker import PARAM_LIMIT, MlflowTracker
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    tracker = MlflowTracker(uri, "long", artifact_root=tmp_path / "art")
+    value = "x" * 8999 + "!"
+    tracker.log_params({"dataset.template": value, "short": 1})
+    tracker.finish("FINISHED")
+    run = client(tmp_path).get_run(tracker.run_id)
+    shown = run.data.params["dataset.template"]
+    assert len(shown) <= PARAM_LIMIT and "truncated: 9000 characters" in shown
+    assert run.data.tags["rlvrlab.truncated_params"] == "dataset.template"
+    assert run.data.params["short"] == "1"
+    import mlflow
+
+    full = mlflow.artifacts.load_text(f"{run.info.artifact_uri}/params/dataset.template.txt")
+    assert full == value
