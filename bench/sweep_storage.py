@@ -4,7 +4,7 @@
 
 About 1.8 min on 2 cores. For each storage and N = 2, 4, 8 processes (multiprocessing spawn, started together behind a barrier), a fresh
 study holds N * TRIALS_PER_WORKER enqueued (WAITING) trials, as a grid sweep's does. Each process does what an
-rlvrlab sweep worker does per trial (rlvrlab/sweep/study.py: _next_trial, Heartbeat, run_trial), without
+rlvrlab sweep worker does per trial (rlvrlab/sweep/trials.py: _next_trial, Heartbeat, run_trial), without
 training: claim a WAITING trial (get_all_trials(WAITING) + set_trial_state_values(RUNNING)), set the worker and
 heartbeat system attrs, set 3 user attrs (MLflow run id, config hash, per-seed values), report 20 intermediate
 values, tell a value; until no trial waits. Then (unless --claim-only) a second workload where each process
@@ -46,7 +46,7 @@ def open_storage(kind: str, where: Path):
         from optuna.storages.journal import JournalFileBackend
 
         return optuna.storages.JournalStorage(JournalFileBackend(str(where / "optuna.journal")))
-    kwargs = {"pool_pre_ping": True}  # what rlvrlab.sweep.study.open_storage passes
+    kwargs = {"pool_pre_ping": True}  # what rlvrlab.sweep.trials.open_storage passes
     if kind == "sqlite+timeout30":
         kwargs["connect_args"] = {"timeout": 30}
     return optuna.storages.RDBStorage(f"sqlite:///{where / 'optuna.db'}", engine_kwargs=kwargs)

@@ -5,7 +5,7 @@
 sweeps/ucpo_tau.yaml (5 grid points) with SEEDS seeds per trial, in a fresh temp dir each time (~2.3 min on 2 cores):
 1. In process, 1 worker, through the library (load_sweep / open_sweep / work / finish_study_run): trial-seeds per
    minute, and where the wall time goes: inside `rlvrlab.train.loop.train` (timed by wrapping the function that
-   `rlvrlab.sweep.study._seed_run` imports at call time) versus the rest, split into Optuna storage calls, MLflow
+   `rlvrlab.sweep.trials._seed_run` imports at call time) versus the rest, split into Optuna storage calls, MLflow
    client calls, compose/config_hash and everything else (only calls made outside `train` on the main thread
    count; the heartbeat thread does not add wall time).
 2. The same seed runs as plain `train(cfg)` calls (the config the sweep passes, output_dir moved to a store of
@@ -82,7 +82,7 @@ def in_process(seeds: int, overrides: list[str]) -> dict:
     import rlvrlab.config
     import rlvrlab.train.loop
     from rlvrlab.sweep.spec import load_sweep
-    from rlvrlab.sweep.study import finish_study_run, open_sweep, work
+    from rlvrlab.sweep.trials import finish_study_run, open_sweep, work
 
     root = Path(tempfile.mkdtemp(prefix="sweep_throughput_"))
     home = Path.cwd()

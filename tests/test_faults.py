@@ -438,7 +438,7 @@ def test_careless_files(tmp_path: Path) -> None:
 
 def test_sweep_status_creates_nothing_and_names_what_differs(tmp_path: Path) -> None:
     from rlvrlab.sweep.spec import load_sweep
-    from rlvrlab.sweep.study import open_sweep
+    from rlvrlab.sweep.trials import open_sweep
 
     path = tmp_path / "st.yaml"
     path.write_text(SWEEP.replace("steps=100000", "steps=2"))

@@ -19,7 +19,7 @@ from rlvrlab.tracking import tags as T
 
 
 class Sweep(Protocol):
-    """What liveness needs of an opened sweep (rlvrlab.sweep.study.Sweep)."""
+    """What liveness needs of an opened sweep (rlvrlab.sweep.trials.Sweep)."""
 
     study: Any  # optuna.Study
     storage: Any
@@ -29,9 +29,7 @@ class Sweep(Protocol):
 HEARTBEAT_SECONDS = 10.0
 STALE_AFTER = 120.0  # seconds without a heartbeat after which a trial on another host counts as dead
 MAX_RETRY = 3  # re-runs of a trial whose worker died, before it stays failed
-WORKER = T.attr("worker")
-HEARTBEAT = T.attr("heartbeat")
-FAILURE = T.attr("failure")  # why a trial failed: "run" (its seed runs), "worker" (died; retried), "pruned"
+WORKER, HEARTBEAT, FAILURE = T.WORKER, T.HEARTBEAT, T.FAILURE
 
 
 def trial_id(trial) -> int:

@@ -6,7 +6,8 @@ import math
 from dataclasses import dataclass
 from typing import Any, Optional
 
-from rlvrlab.sweep.study import ATTR, Sweep, counts, seed_summary, seeds_needed
+from rlvrlab.sweep.trials import Sweep, counts, seed_summary, seeds_needed
+from rlvrlab.tracking import tags as T
 
 
 @dataclass
@@ -38,7 +39,7 @@ def summarize(sweep: Sweep) -> StudySummary:
 
     rows = []
     for t in sweep.study.get_trials(deepcopy=False):
-        values = [v for v in (t.user_attrs.get(ATTR + "values") or {}).values()]
+        values = [v for v in (t.user_attrs.get(T.VALUES) or {}).values()]
         summary = seed_summary(values) if values else {}
         target = sweep.spec.adaptive.halfwidth if sweep.spec.adaptive else None
         more = max(0, seeds_needed(values, target) - len(values)) if target is not None and len(values) > 1 else None
@@ -46,7 +47,7 @@ def summarize(sweep: Sweep) -> StudySummary:
             number=t.number, state=t.state.name, params=dict(t.params),
             value=t.value if t.state == TrialState.COMPLETE else None,
             mean=summary.get("mean"), low=_finite(summary.get("low")), high=_finite(summary.get("high")),
-            seeds_done=len(values), reason=t.user_attrs.get(ATTR + "fail_reason", ""),
+            seeds_done=len(values), reason=t.user_attrs.get(T.FAIL_REASON, ""),
             retry_of=t.system_attrs.get("failed_trial"),
             halfwidth=_finite(summary.get("halfwidth")), more_seeds=more,
         ))

@@ -19,8 +19,8 @@ from rlvrlab import outputs
 from rlvrlab.errors import RlvrlabError
 from rlvrlab.procs import signal_name, stop_at_safe_points, stop_requested
 from rlvrlab.sweep.spec import SweepSpec
-from rlvrlab.sweep.study import Sweep, finish_study_run, open_sweep, work
 from rlvrlab.sweep.summary import summarize
+from rlvrlab.sweep.trials import Sweep, finish_study_run, open_sweep, work
 
 STOP_GRACE_SECONDS = 600  # how long a stopping sweep waits for each worker to finish its step
 

@@ -41,6 +41,18 @@ BEST_TRIAL = attr("best_trial")
 BEST_PARAMS = attr("best_params")
 BEST_VALUE = attr("best_value")
 
+# Optuna study and trial attributes (rlvrlab.sweep)
+MLFLOW_RUN_ID = attr("mlflow_run_id")  # the MLflow run of a study or trial
+READY = attr("ready")  # the study's creator finished enqueueing its grid
+SEEDS = attr("seeds")
+VALUES = attr("values")  # a trial's objective value per seed
+RUN_IDS = attr("run_ids")  # a trial's MLflow seed run per seed
+SUMMARY = attr("summary")  # a trial's mean and interval over seeds
+TRIAL_CONFIG_HASH = attr("config_hash")
+FAILURE = attr("failure")  # why a trial failed: "run" (its seed runs), "worker" (died; retried), "pruned"
+WORKER = attr("worker")  # host:pid:start of the worker running a trial
+HEARTBEAT = attr("heartbeat")
+
 # evaluations (rlvrlab.eval)
 KIND = attr("kind")  # "eval" on evaluation runs
 MODEL_PATH = attr("model_path")

@@ -120,8 +120,8 @@ def test_sweep_status_and_report_give_identical_numbers(toy_study: Path) -> None
     """`rlvrlab sweep --status`, the lcb95 objective and `rlvrlab report` share one interval function: on the same
     runs and window they give the same mean and bounds to the last bit."""
     from rlvrlab.sweep.spec import load_sweep
-    from rlvrlab.sweep.study import aggregate, open_sweep
     from rlvrlab.sweep.summary import summarize
+    from rlvrlab.sweep.trials import aggregate, open_sweep
 
     result = _cli("report", "--study", "grid", "--out", "same", "--no-plots", "--format", "csv", cwd=toy_study)
     assert result.returncode == 0, result.stderr

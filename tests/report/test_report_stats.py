@@ -193,7 +193,7 @@ def test_lognormal_coverage_is_what_docs_say() -> None:
 
 @pytest.mark.parametrize("sd_over_target,low,high", [(0.3, 0.94, 0.96), (1.0, 0.905, 0.94), (1.67, 0.89, 0.93)])
 def test_adaptive_seeds_coverage_is_what_docs_say(sd_over_target: float, low: float, high: float) -> None:
-    """The sweep's adaptive rule (rlvrlab.sweep.study.more_seeds): start with 3 seeds, add rounds up to the seeds
+    """The sweep's adaptive rule (rlvrlab.sweep.trials.more_seeds): start with 3 seeds, add rounds up to the seeds
     the current spread asks for (stats.seeds_for_halfwidth), at most 20. It never looks at the means, so the mean
     stays unbiased, but it stops more often when the spread is underestimated: the ordinary t-interval then
     covers less than 95% when the target is near the seed sd. docs/report.md quotes these numbers."""

@@ -21,6 +21,8 @@ from pathlib import Path
 import pytest
 from postgres import Cluster, free_port, server_bindir
 
+from rlvrlab.tracking import tags as T
+
 REQUIRE_SERVICES = os.environ.get("RLVRLAB_REQUIRE_SERVICES") == "1"
 BIN = Path(sys.executable).parent
 
@@ -143,14 +145,14 @@ def test_two_workers_share_one_postgres_study(postgres_url: str, tmp_path: Path)
     assert study_run.info.status == "FINISHED"
     trial_runs = {run.info.run_id: run for run in role["trial"]}
     for run in trial_runs.values():
-        assert run.data.tags["mlflow.parentRunId"] == study_run.info.run_id
+        assert run.data.tags[T.PARENT] == study_run.info.run_id
         assert run.data.tags["rlvrlab.study"] == name and run.info.status == "FINISHED"
     assert sorted(int(run.data.tags["rlvrlab.trial"]) for run in trial_runs.values()) == sorted(
         t.number for t in trials)
     seeds_by_hash: dict[str, set[str]] = defaultdict(set)
     for run in role["seed"]:
         assert run.info.status == "FINISHED"
-        parent = trial_runs.get(run.data.tags["mlflow.parentRunId"])
+        parent = trial_runs.get(run.data.tags[T.PARENT])
         assert parent is not None, f"seed run {run.info.run_id}'s parent is not a trial run"
         assert run.data.tags["config_hash"] == parent.data.tags["config_hash"]
         assert run.data.tags["rlvrlab.trial"] == parent.data.tags["rlvrlab.trial"]

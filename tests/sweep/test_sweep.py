@@ -17,8 +17,9 @@ import pytest
 
 from rlvrlab.errors import ConfigError, RlvrlabError
 from rlvrlab.sweep.spec import load_sweep, sweeps_dir
-from rlvrlab.sweep.study import ATTR, open_sweep, seed_summary, work
 from rlvrlab.sweep.summary import summarize
+from rlvrlab.sweep.trials import open_sweep, seed_summary, work
+from rlvrlab.tracking import tags as T
 
 RLVRLAB = shutil.which("rlvrlab", path=str(Path(sys.executable).parent))
 
@@ -59,7 +60,7 @@ def _runs(folder: Path, experiment: str) -> list:
 
 
 def _role(runs: list, role: str) -> list:
-    return [r for r in runs if r.data.tags.get(ATTR + "role") == role]
+    return [r for r in runs if r.data.tags.get(T.ROLE) == role]
 
 
 def _cli(*args: str, cwd: Path, env: dict | None = None, timeout: float = 600) -> subprocess.CompletedProcess:
@@ -183,7 +184,7 @@ def test_seed_summary_is_a_student_t_interval() -> None:
 
 
 def test_adaptive_seeds_look_at_the_spread_only(here: Path) -> None:
-    from rlvrlab.sweep.study import more_seeds
+    from rlvrlab.sweep.trials import more_seeds
 
     text = GRID.replace("seeds: 2", "seeds: {initial: 3, max: 10, halfwidth: 0.05}")
     spec = load_sweep(str(_sweep_file(here, text)))
@@ -232,13 +233,13 @@ def test_grid_study_runs_each_point_once_with_the_mlflow_hierarchy(here: Path) -
     client = _client(here)
     by_trial = {r.info.run_id: r for r in trial_runs}
     for trial in trials:
-        trial_run = by_trial[trial.user_attrs[ATTR + "mlflow_run_id"]]
-        assert trial_run.data.tags["mlflow.parentRunId"] == study_id
-        assert trial_run.data.tags[ATTR + "trial"] == str(trial.number) and trial_run.info.status == "FINISHED"
-        children = [r for r in seed_runs if r.data.tags["mlflow.parentRunId"] == trial_run.info.run_id]
+        trial_run = by_trial[trial.user_attrs[T.MLFLOW_RUN_ID]]
+        assert trial_run.data.tags[T.PARENT] == study_id
+        assert trial_run.data.tags[T.TRIAL] == str(trial.number) and trial_run.info.status == "FINISHED"
+        children = [r for r in seed_runs if r.data.tags[T.PARENT] == trial_run.info.run_id]
         assert sorted(r.data.tags["seed"] for r in children) == ["0", "1"]
         assert {r.data.tags["config_hash"] for r in children} == {trial_run.data.tags["config_hash"]}
-        assert all(r.info.status == "FINISHED" and r.data.tags[ATTR + "study"] == "grid" for r in children)
+        assert all(r.info.status == "FINISHED" and r.data.tags[T.STUDY] == "grid" for r in children)
         assert children[0].data.params["algorithm.tau"] == str(trial.params["algorithm.tau"])
         # the objective: per seed the mean of the last 4 steps of the metric, read back independently
         per_seed = []
@@ -265,7 +266,7 @@ def test_cli_sweep_prints_the_table_and_finishes_the_study_run(here: Path) -> No
     assert "2/2 trials done" in result.stdout and "best" in result.stdout and "optuna-dashboard" in result.stdout
     assert "95% CI" in result.stdout
     study_run = _role(_runs(here, "grid"), "study")[0]
-    assert study_run.info.status == "FINISHED" and study_run.data.tags[ATTR + "best_trial"] in ("0", "1")
+    assert study_run.info.status == "FINISHED" and study_run.data.tags[T.BEST_TRIAL] in ("0", "1")
     status = _cli("sweep", str(path), "--status", cwd=here)
     assert status.returncode == 0 and "2/2 trials done" in status.stdout
     # the same study name with another sweep behind it is refused
@@ -296,7 +297,7 @@ def test_killed_worker_is_resumed_and_nothing_runs_twice(here: Path) -> None:
     assert len(complete) == 4 and len(failed) == 1 and len(trials) == 5
     points = Counter((t.params["algorithm.tau"], t.params["trainer.staleness"]) for t in complete)
     assert set(points.values()) == {1} and len(points) == 4
-    assert failed[0].user_attrs[ATTR + "failure"] == "worker" and "died" in failed[0].user_attrs[ATTR + "fail_reason"]
+    assert failed[0].user_attrs[T.FAILURE] == "worker" and "died" in failed[0].user_attrs[T.FAIL_REASON]
     retry = next(t for t in complete if t.system_attrs.get("failed_trial") == failed[0].number)
     assert retry.params == failed[0].params
 
@@ -305,12 +306,12 @@ def test_killed_worker_is_resumed_and_nothing_runs_twice(here: Path) -> None:
     finished = [r for r in seeds if r.info.status == "FINISHED"]
     assert len(finished) == 8 and Counter(r.info.status for r in seeds) == {"FINISHED": 8, "KILLED": 1}
     assert {(r.data.tags["config_hash"], r.data.tags["seed"]) for r in finished} == \
-        {(t.user_attrs[ATTR + "config_hash"], s) for t in complete for s in ("0", "1")}
+        {(t.user_attrs[T.TRIAL_CONFIG_HASH], s) for t in complete for s in ("0", "1")}
     trial_runs = {r.info.run_id: r for r in _role(runs, "trial")}
-    assert trial_runs[failed[0].user_attrs[ATTR + "mlflow_run_id"]].info.status == "KILLED"
+    assert trial_runs[failed[0].user_attrs[T.MLFLOW_RUN_ID]].info.status == "KILLED"
     for r in finished:  # every finished seed hangs under a finished trial
-        assert trial_runs[r.data.tags["mlflow.parentRunId"]].info.status == "FINISHED"
-    assert not [r for r in runs if r.info.status == "RUNNING" and r.data.tags[ATTR + "role"] != "study"]
+        assert trial_runs[r.data.tags[T.PARENT]].info.status == "FINISHED"
+    assert not [r for r in runs if r.info.status == "RUNNING" and r.data.tags[T.ROLE] != "study"]
 
 
 def _alive(pid: int) -> bool:
@@ -336,8 +337,8 @@ def _stop_when_both_workers_run(path: Path, here: Path, sig: int) -> tuple[subpr
         time.sleep(0.2)
         if (here / "runs" / "optuna.journal").exists():
             running = open_sweep(spec, create=False).study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
-            pids = {int(t.system_attrs[ATTR + "worker"].split(":")[1]) for t in running
-                    if ATTR + "worker" in t.system_attrs}
+            pids = {int(t.system_attrs[T.WORKER].split(":")[1]) for t in running
+                    if T.WORKER in t.system_attrs}
             training = sum(r.info.status == "RUNNING" for r in _role(_runs(here, "grid"), "seed"))
     proc.send_signal(sig)
     _, err = proc.communicate(timeout=180)
@@ -389,12 +390,12 @@ def test_a_failing_run_fails_its_trial_with_the_reason_and_the_sweep_goes_on(her
     assert sorted(o.state for o in report.outcomes) == ["COMPLETE", "FAIL"]
     trials = open_sweep(spec).study.get_trials()
     bad = next(t for t in trials if t.state == TrialState.FAIL)
-    assert bad.params["trainer.lr"] == 1e308 and bad.user_attrs[ATTR + "failure"] == "run"
-    assert "2/2 seeds failed" in bad.user_attrs[ATTR + "fail_reason"]
-    assert "weight norm after the update is nan" in bad.user_attrs[ATTR + "fail_reason"]
+    assert bad.params["trainer.lr"] == 1e308 and bad.user_attrs[T.FAILURE] == "run"
+    assert "2/2 seeds failed" in bad.user_attrs[T.FAIL_REASON]
+    assert "weight norm after the update is nan" in bad.user_attrs[T.FAIL_REASON]
     runs = _runs(here, "grid")
-    trial_run = next(r for r in _role(runs, "trial") if r.info.run_id == bad.user_attrs[ATTR + "mlflow_run_id"])
-    assert trial_run.info.status == "FAILED" and "weight norm" in trial_run.data.tags[ATTR + "fail_reason"]
+    trial_run = next(r for r in _role(runs, "trial") if r.info.run_id == bad.user_attrs[T.MLFLOW_RUN_ID])
+    assert trial_run.info.status == "FAILED" and "weight norm" in trial_run.data.tags[T.FAIL_REASON]
     assert Counter(r.info.status for r in _role(runs, "seed")) == {"FINISHED": 2, "FAILED": 2}
     # a deterministic failure is not repeated by a re-run
     assert work(open_sweep(spec)).outcomes == []
@@ -425,7 +426,7 @@ pruner: {type: median, warmup_steps: 10, startup_trials: 1}
     # pruned at the first step past warm-up of its first seed; intermediate values are on the per-step metric
     assert max(pruned.intermediate_values) == 10 and min(pruned.intermediate_values) == 0
     runs = _runs(here, "grid")
-    seed_runs = [r for r in _role(runs, "seed") if r.data.tags[ATTR + "trial"] == str(pruned.number)]
+    seed_runs = [r for r in _role(runs, "seed") if r.data.tags[T.TRIAL] == str(pruned.number)]
     assert [r.info.status for r in seed_runs] == ["KILLED"]
 
 
@@ -438,7 +439,7 @@ def test_two_workers_share_the_journal_and_run_each_point_once(here: Path) -> No
     assert "4/4 trials done" in result.stdout
     trials = open_sweep(load_sweep(str(here / "grid.yaml"))).study.get_trials()
     assert len(trials) == 4 and all(t.state == TrialState.COMPLETE for t in trials)
-    workers = {t.system_attrs[ATTR + "worker"] for t in trials}
+    workers = {t.system_attrs[T.WORKER] for t in trials}
     assert 1 <= len(workers) <= 2
     seeds = _role(_runs(here, "grid"), "seed")
     assert len(seeds) == 8 and all(r.info.status == "FINISHED" for r in seeds)

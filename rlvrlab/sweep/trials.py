@@ -24,19 +24,27 @@ from pathlib import Path
 from typing import Any, Optional
 
 import numpy as np
+import optuna
+from mlflow.entities import Metric, Param, RunTag
+from optuna.exceptions import UpdateFinishedTrialError
+from optuna.trial import TrialState
 
+from rlvrlab.config import compose, config_hash
 from rlvrlab.errors import RlvrlabError
-from rlvrlab.sweep.liveness import Heartbeat, close_runs, fail_and_retry, recover_stale
+from rlvrlab.procs import raise_if_stop_requested, stop_at_safe_points
+from rlvrlab.report.stats import seeds_for_halfwidth, t_interval
+from rlvrlab.sweep.liveness import Heartbeat, close_runs, fail_and_retry, recover_stale, trial_id
+from rlvrlab.sweep.mismatch import mismatch_message
 from rlvrlab.sweep.spec import SweepSpec, format_value
 from rlvrlab.sweep.storage import masked, open_storage, storage_url
-
-ATTR = "rlvrlab."  # prefix of rlvrlab's study and trial attributes (rlvrlab.tracking.tags.attr)
+from rlvrlab.tracking import tags as T
+from rlvrlab.tracking.mlflow_tracker import experiment_id_for, quiet_client
+from rlvrlab.tracking.store import store
 
 
 # ----------------------------------------------------------------------------------------------------- the study
 def make_sampler(spec: SweepSpec, seed: int):
     """seed: sampler_seed mixed with what differs between invocations and workers (see open_sweep)."""
-    import optuna
 
     # A grid study's trials are all enqueued with fixed values, so its sampler is never asked; Optuna's GridSampler
     # is not used because it calls study.stop() (outside an optimize loop: an error) and picks points on its own.
@@ -46,7 +54,6 @@ def make_sampler(spec: SweepSpec, seed: int):
 
 
 def make_pruner(spec: SweepSpec, steps: int):
-    import optuna
 
     kind = spec.pruner.type
     if kind == "median":
@@ -74,10 +81,9 @@ class Sweep:
 
     @property
     def study_run_id(self) -> str:
-        return self.study.user_attrs[ATTR + "mlflow_run_id"]
+        return self.study.user_attrs[T.MLFLOW_RUN_ID]
 
     def client(self):
-        from rlvrlab.tracking.mlflow_tracker import quiet_client
 
         return quiet_client(self.mlflow_uri)
 
@@ -89,10 +95,7 @@ def open_sweep(spec: SweepSpec, storage: Optional[str] = None, *, create: bool =
     and with the number of trials the study already has, so that a resumed study or a second worker does not
     draw the same points again (a sampler re-created with one fixed seed repeats its first draws). A study run
     by one worker from start to end is reproducible."""
-    import optuna
 
-    from rlvrlab.config import compose
-    from rlvrlab.tracking.store import store
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     base = compose(spec.experiment, spec.overrides_for({}, spec.seeds[0]))
@@ -140,18 +143,17 @@ def _trial_count(storage, name: str) -> int:
 def _initialise(sweep: Sweep) -> None:
     """Once per study, by the process that created it: record the sweep, open the MLflow study run, enqueue the
     grid, then mark the study ready (other workers wait for that mark)."""
-    from rlvrlab.tracking.mlflow_tracker import experiment_id_for
 
     spec, study = sweep.spec, sweep.study
-    study.set_user_attr(ATTR + "fingerprint", spec.fingerprint())
-    study.set_user_attr(ATTR + "seeds", list(spec.seeds))
-    study.set_user_attr(ATTR + "objective", f"{spec.objective.aggregate} over seeds of {spec.objective.metric} "
+    study.set_user_attr(T.FINGERPRINT, spec.fingerprint())
+    study.set_user_attr(T.SEEDS, list(spec.seeds))
+    study.set_user_attr(T.OBJECTIVE, f"{spec.objective.aggregate} over seeds of {spec.objective.metric} "
                         f"(last {spec.objective.window} steps), {spec.objective.direction}")
     client = sweep.client()
     experiment_id = experiment_id_for(client, spec.name, sweep.artifact_root)
     run = client.create_run(experiment_id, run_name=f"study {spec.name}", tags={
-        ATTR + "role": "study", ATTR + "study": spec.name, ATTR + "storage": masked(sweep.storage_url),
-        ATTR + "fingerprint": spec.fingerprint()})
+        T.ROLE: "study", T.STUDY: spec.name, T.STORAGE: masked(sweep.storage_url),
+        T.FINGERPRINT: spec.fingerprint()})
     client.log_text(run.info.run_id, spec.file.read_text(), "sweep.yaml")
     client.log_batch(run.info.run_id, params=_params({
         "sampler": spec.sampler, "seeds": list(spec.seeds), "objective.metric": spec.objective.metric,
@@ -160,19 +162,18 @@ def _initialise(sweep: Sweep) -> None:
         "experiment": spec.experiment or "default", "pruner": spec.pruner.type,
         **({"seeds.adaptive": f"initial={spec.adaptive.initial} max={spec.adaptive.max} "
                               f"halfwidth={spec.adaptive.halfwidth}"} if spec.adaptive else {})}))
-    study.set_user_attr(ATTR + "mlflow_run_id", run.info.run_id)
+    study.set_user_attr(T.MLFLOW_RUN_ID, run.info.run_id)
     _enqueue_grid(sweep)
-    study.set_user_attr(ATTR + "ready", True)
+    study.set_user_attr(T.READY, True)
 
 
 def _enqueue_grid(sweep: Sweep) -> None:
     """Enqueue the grid points that have no live or final trial yet (all of them for a new study)."""
     if sweep.spec.sampler != "grid":
         return
-    import optuna
 
     taken = {_point_key(t.params) for t in sweep.study.get_trials(deepcopy=False) if t.state != optuna.trial.
-             TrialState.FAIL or t.user_attrs.get(ATTR + "failure") == "run"}
+             TrialState.FAIL or t.user_attrs.get(T.FAILURE) == "run"}
     for point in sweep.spec.grid():
         if _point_key(point) not in taken:
             sweep.study.enqueue_trial(point, skip_if_exists=False)
@@ -185,23 +186,22 @@ def _point_key(params: dict) -> tuple:
 def _wait_ready(sweep: Sweep, timeout: float = 30.0) -> None:
     """Check the loaded study is this sweep; wait for its creator to finish enqueueing (or finish it for a creator
     that died in between)."""
-    fingerprint = sweep.study.user_attrs.get(ATTR + "fingerprint")
+    fingerprint = sweep.study.user_attrs.get(T.FINGERPRINT)
     deadline = time.monotonic() + timeout
-    while not sweep.study.user_attrs.get(ATTR + "ready"):
+    while not sweep.study.user_attrs.get(T.READY):
         if time.monotonic() > deadline:
             if fingerprint is None:
                 _initialise(sweep)
             else:
                 _enqueue_grid(sweep)
-                sweep.study.set_user_attr(ATTR + "ready", True)
+                sweep.study.set_user_attr(T.READY, True)
             break
         time.sleep(0.2)
-        fingerprint = sweep.study.user_attrs.get(ATTR + "fingerprint")
+        fingerprint = sweep.study.user_attrs.get(T.FINGERPRINT)
     if fingerprint is not None and fingerprint != sweep.spec.fingerprint():
-        from rlvrlab.sweep.mismatch import mismatch_message
 
         raise RlvrlabError(mismatch_message(sweep.spec, masked(sweep.storage_url), fingerprint, sweep.client(),
-                                            sweep.study.user_attrs.get(ATTR + "mlflow_run_id")))
+                                            sweep.study.user_attrs.get(T.MLFLOW_RUN_ID)))
 
 
 # --------------------------------------------------------------------------------------------------- the workers
@@ -223,7 +223,6 @@ OnSeed = Callable[[int, int, int], None]  # (trial number, seed position, seeds)
 
 def work(sweep: Sweep, *, deadline: Optional[float] = None, on_seed: Optional[OnSeed] = None) -> WorkerReport:
     """Claim and run trials until the study is done, the budget is used or the deadline passes."""
-    from rlvrlab.procs import raise_if_stop_requested, stop_at_safe_points
 
     with stop_at_safe_points():  # Ctrl-C or SIGTERM: stop between steps or trials (a stopped trial is re-enqueued)
         return _work(sweep, deadline, on_seed, raise_if_stop_requested)
@@ -245,14 +244,11 @@ def _work(sweep: Sweep, deadline: Optional[float], on_seed: Optional[OnSeed], sa
 
 def _next_trial(sweep: Sweep):
     """A WAITING trial claimed by this worker, or (samplers, within budget) a new one; None when nothing is left."""
-    import optuna
-    from optuna.exceptions import UpdateFinishedTrialError
-    from optuna.trial import TrialState
 
     for frozen in sweep.storage.get_all_trials(sweep.study_id, deepcopy=False, states=(TrialState.WAITING,)):
         try:
-            if sweep.storage.set_trial_state_values(frozen._trial_id, state=TrialState.RUNNING):
-                return optuna.Trial(sweep.study, frozen._trial_id)
+            if sweep.storage.set_trial_state_values(trial_id(frozen), state=TrialState.RUNNING):
+                return optuna.Trial(sweep.study, trial_id(frozen))
         except UpdateFinishedTrialError:
             continue
     if sweep.spec.sampler == "grid" or budget_used(sweep):
@@ -270,10 +266,9 @@ def budget_used(sweep: Sweep) -> bool:
 
 
 def counts(trial) -> bool:
-    from optuna.trial import TrialState
 
     if trial.state == TrialState.FAIL:
-        return trial.user_attrs.get(ATTR + "failure") != "worker"
+        return trial.user_attrs.get(T.FAILURE) != "worker"
     return trial.state != TrialState.WAITING
 
 
@@ -283,20 +278,18 @@ class _Pruned(Exception):
 
 def run_trial(sweep: Sweep, trial, *, on_seed: Optional[OnSeed] = None) -> TrialOutcome:
     """Run every seed of one trial (reusing seed runs a dead worker finished), report to Optuna and MLflow."""
-    from optuna.trial import TrialState
 
-    from rlvrlab.config import compose, config_hash
 
     spec, client = sweep.spec, sweep.client()
-    heartbeat = Heartbeat(sweep.storage, trial._trial_id)
+    heartbeat = Heartbeat(sweep.storage, trial_id(trial))
     trial_run = None
     try:
         params = {p.key: p.suggest(trial) for p in spec.space}
         cfg = compose(spec.experiment, spec.overrides_for(params, spec.seeds[0]))
         chash = config_hash(cfg)
         trial_run = _trial_run(sweep, client, trial, params, chash)
-        trial.set_user_attr(ATTR + "mlflow_run_id", trial_run)
-        trial.set_user_attr(ATTR + "config_hash", chash)
+        trial.set_user_attr(T.MLFLOW_RUN_ID, trial_run)
+        trial.set_user_attr(T.TRIAL_CONFIG_HASH, chash)
         values: dict[int, float] = {}
         run_ids: dict[int, str] = {}
         failures: dict[int, str] = {}
@@ -311,8 +304,8 @@ def run_trial(sweep: Sweep, trial, *, on_seed: Optional[OnSeed] = None) -> Trial
                     failures[seed] = error
                 else:
                     values[seed] = value
-                trial.set_user_attr(ATTR + "values", {str(s): v for s, v in values.items()})
-                trial.set_user_attr(ATTR + "run_ids", {str(s): r for s, r in run_ids.items()})
+                trial.set_user_attr(T.VALUES, {str(s): v for s, v in values.items()})
+                trial.set_user_attr(T.RUN_IDS, {str(s): r for s, r in run_ids.items()})
                 if on_seed is not None:
                     on_seed(trial.number, position, len(seeds))
                 position += 1
@@ -321,14 +314,14 @@ def run_trial(sweep: Sweep, trial, *, on_seed: Optional[OnSeed] = None) -> Trial
         if failures:
             seed, reason = next(iter(failures.items()))
             message = f"{len(failures)}/{len(seeds)} seeds failed; seed {seed}: {reason}"
-            trial.set_user_attr(ATTR + "failure", "run")
-            trial.set_user_attr(ATTR + "fail_reason", message[:1000])
+            trial.set_user_attr(T.FAILURE, "run")
+            trial.set_user_attr(T.FAIL_REASON, message[:1000])
             sweep.study.tell(trial, state=TrialState.FAIL)
-            _finish_trial_run(client, trial_run, "FAILED", {}, {ATTR + "fail_reason": message[:5000]})
+            _finish_trial_run(client, trial_run, "FAILED", {}, {T.FAIL_REASON: message[:5000]})
             return TrialOutcome(trial.number, "FAIL", reason=message)
         summary = seed_summary(list(values.values()))
         value = aggregate(summary, spec.objective.aggregate)
-        trial.set_user_attr(ATTR + "summary", summary)
+        trial.set_user_attr(T.SUMMARY, summary)
         sweep.study.tell(trial, value)
         _finish_trial_run(client, trial_run, "FINISHED", {
             "objective/value": value, "objective/mean": summary["mean"], "objective/ci95_low": summary["low"],
@@ -336,15 +329,15 @@ def run_trial(sweep: Sweep, trial, *, on_seed: Optional[OnSeed] = None) -> Trial
             {})
         return TrialOutcome(trial.number, "COMPLETE", value=value)
     except _Pruned:
-        trial.set_user_attr(ATTR + "failure", "pruned")
+        trial.set_user_attr(T.FAILURE, "pruned")
         sweep.study.tell(trial, state=TrialState.PRUNED)
-        _finish_trial_run(client, trial_run, "KILLED", {}, {ATTR + "pruned": "true"})
+        _finish_trial_run(client, trial_run, "KILLED", {}, {T.PRUNED: "true"})
         return TrialOutcome(trial.number, "PRUNED")
     except RlvrlabError as error:  # the trial's config does not compose (e.g. a sampled value a rule rejects)
-        trial.set_user_attr(ATTR + "failure", "run")
-        trial.set_user_attr(ATTR + "fail_reason", str(error)[:1000])
+        trial.set_user_attr(T.FAILURE, "run")
+        trial.set_user_attr(T.FAIL_REASON, str(error)[:1000])
         sweep.study.tell(trial, state=TrialState.FAIL)
-        _finish_trial_run(client, trial_run, "FAILED", {}, {ATTR + "fail_reason": str(error)[:5000]})
+        _finish_trial_run(client, trial_run, "FAILED", {}, {T.FAIL_REASON: str(error)[:5000]})
         return TrialOutcome(trial.number, "FAIL", reason=str(error))
     except BaseException:
         # interrupted (Ctrl-C) or a bug: leave the trial to the liveness check of the next invocation, which
@@ -352,9 +345,9 @@ def run_trial(sweep: Sweep, trial, *, on_seed: Optional[OnSeed] = None) -> Trial
         if trial_run is not None:
             close_runs(client, trial_run, "KILLED")
         try:
-            sweep.storage.set_trial_user_attr(trial._trial_id, ATTR + "failure", "worker")
-            sweep.storage.set_trial_user_attr(trial._trial_id, ATTR + "fail_reason", "interrupted; re-enqueued")
-            fail_and_retry(sweep, trial._trial_id)
+            sweep.storage.set_trial_user_attr(trial_id(trial), T.FAILURE, "worker")
+            sweep.storage.set_trial_user_attr(trial_id(trial), T.FAIL_REASON, "interrupted; re-enqueued")
+            fail_and_retry(sweep, trial_id(trial))
         except Exception:
             pass
         raise
@@ -366,10 +359,10 @@ def _trial_run(sweep: Sweep, client, trial, params: dict, chash: str) -> str:
     if client.get_run(sweep.study_run_id).info.status != "RUNNING":  # a finished study given more budget
         client.update_run(sweep.study_run_id, status="RUNNING")
     run = client.create_run(client.get_run(sweep.study_run_id).info.experiment_id, run_name=f"trial {trial.number}",
-                            tags={"mlflow.parentRunId": sweep.study_run_id, ATTR + "role": "trial",
-                                  ATTR + "study": sweep.spec.name, ATTR + "trial": str(trial.number),
-                                  "config_hash": chash, ATTR + "retry_of": str(sweep.storage.get_trial_system_attrs(
-                                      trial._trial_id).get("failed_trial", ""))})
+                            tags={T.PARENT: sweep.study_run_id, T.ROLE: "trial",
+                                  T.STUDY: sweep.spec.name, T.TRIAL: str(trial.number),
+                                  "config_hash": chash, T.RETRY_OF: str(sweep.storage.get_trial_system_attrs(
+                                      trial_id(trial)).get("failed_trial", ""))})
     client.log_batch(run.info.run_id, params=_params(params))
     return run.info.run_id
 
@@ -377,16 +370,15 @@ def _trial_run(sweep: Sweep, client, trial, params: dict, chash: str) -> str:
 def _seed_run(sweep: Sweep, client, trial, params: dict, seed: int, position: int,
               trial_run: str) -> tuple[Optional[str], Optional[float], Optional[str]]:
     """(run id, objective value, failure reason) of one seed, reusing a finished run of an earlier attempt."""
-    from rlvrlab.config import compose, config_hash
-    from rlvrlab.train.loop import RunStopped, train
+    from rlvrlab.train.loop import RunStopped, train  # torch: only where a seed run trains
     from rlvrlab.train.metrics import step_metrics
 
     spec = sweep.spec
     cfg = compose(spec.experiment, spec.overrides_for(params, seed))
     done = _finished_seed_run(sweep, client, config_hash(cfg), seed)
     if done is not None:
-        client.set_tag(done, "mlflow.parentRunId", trial_run)
-        client.set_tag(done, ATTR + "trial", str(trial.number))
+        client.set_tag(done, T.PARENT, trial_run)
+        client.set_tag(done, T.TRIAL, str(trial.number))
         return done, objective_of(client, done, spec.objective.metric, spec.objective.window), None
 
     metric, window, offset = spec.objective.metric, spec.objective.window, position * cfg.steps
@@ -406,8 +398,8 @@ def _seed_run(sweep: Sweep, client, trial, params: dict, seed: int, position: in
         if step >= spec.pruner.warmup_steps and trial.should_prune():
             raise Prune()
 
-    tags = {"mlflow.parentRunId": trial_run, ATTR + "role": "seed", ATTR + "study": spec.name,
-            ATTR + "trial": str(trial.number)}
+    tags = {T.PARENT: trial_run, T.ROLE: "seed", T.STUDY: spec.name,
+            T.TRIAL: str(trial.number)}
     try:
         run_id = train(cfg, on_step=report, tags=tags)
     except RunStopped:
@@ -419,22 +411,22 @@ def _seed_run(sweep: Sweep, client, trial, params: dict, seed: int, position: in
             raise
         return _last_run_of(client, sweep, trial_run, seed), None, f"{type(error).__name__}: {error}"
     value = objective_of(client, run_id, metric, window)
-    client.set_tag(run_id, ATTR + "objective", format_value(value))
+    client.set_tag(run_id, T.OBJECTIVE, format_value(value))
     return run_id, value, None
 
 
 def _finished_seed_run(sweep: Sweep, client, chash: str, seed: int) -> Optional[str]:
     found = client.search_runs(
         [client.get_run(sweep.study_run_id).info.experiment_id],
-        filter_string=(f"tags.`{ATTR}study` = '{sweep.spec.name}' and tags.config_hash = '{chash}' and "
-                       f"tags.seed = '{seed}' and tags.`{ATTR}role` = 'seed' and attributes.status = 'FINISHED'"),
+        filter_string=(f"tags.`{T.STUDY}` = '{sweep.spec.name}' and tags.config_hash = '{chash}' and "
+                       f"tags.seed = '{seed}' and tags.`{T.ROLE}` = 'seed' and attributes.status = 'FINISHED'"),
         max_results=1)
     return found[0].info.run_id if found else None
 
 
 def _last_run_of(client, sweep: Sweep, trial_run: str, seed: int) -> Optional[str]:
     found = client.search_runs([client.get_run(trial_run).info.experiment_id],
-                               filter_string=f"tags.`mlflow.parentRunId` = '{trial_run}' and tags.seed = '{seed}'",
+                               filter_string=f"tags.`{T.PARENT}` = '{trial_run}' and tags.seed = '{seed}'",
                                max_results=1)
     return found[0].info.run_id if found else None
 
@@ -456,7 +448,6 @@ def objective_of(client, run_id: str, metric: str, window: int) -> float:
 def seed_summary(values: list[float]) -> dict[str, float]:
     """Mean over seeds with the report's Student-t 95% interval (rlvrlab.report.stats.t_interval; NaN bounds for
     one seed; NaN everywhere for a NaN value)."""
-    from rlvrlab.report.stats import t_interval
 
     x = np.asarray(values, dtype=float)
     interval = t_interval(x)
@@ -467,7 +458,6 @@ def seed_summary(values: list[float]) -> dict[str, float]:
 
 def seeds_needed(values: list[float], halfwidth: float) -> int:
     """Seeds for a 95% t half-width of `halfwidth`, from the spread of `values` (rlvrlab.report.stats)."""
-    from rlvrlab.report.stats import seeds_for_halfwidth
 
     return seeds_for_halfwidth(float(np.std(values, ddof=1)) if len(values) > 1 else math.inf, halfwidth)
 
@@ -489,7 +479,6 @@ def _finish_trial_run(client, run_id: Optional[str], status: str, metrics: dict[
                       tags: dict[str, str]) -> None:
     if run_id is None:
         return
-    from mlflow.entities import Metric, RunTag
 
     now = int(time.time() * 1000)
     client.log_batch(run_id, metrics=[Metric(k, float(v), now, 0) for k, v in metrics.items()],
@@ -498,14 +487,12 @@ def _finish_trial_run(client, run_id: Optional[str], status: str, metrics: dict[
 
 
 def _params(values: dict[str, Any]) -> list:
-    from mlflow.entities import Param
 
     return [Param(k, format_value(v) if not isinstance(v, str) else v) for k, v in values.items()]
 
 
 def finish_study_run(sweep: Sweep) -> None:
     """When nothing is left to run: the best trial on the MLflow study run, which ends FINISHED."""
-    from optuna.trial import TrialState
 
     trials = sweep.study.get_trials(deepcopy=False)
     if any(t.state in (TrialState.WAITING, TrialState.RUNNING) for t in trials):
@@ -521,8 +508,7 @@ def finish_study_run(sweep: Sweep) -> None:
 
 
 def _best_tags(best) -> list:
-    from mlflow.entities import RunTag
 
     shown = " ".join(f"{k}={format_value(v)}" for k, v in best.params.items())
-    return [RunTag(ATTR + "best_trial", str(best.number)), RunTag(ATTR + "best_params", shown),
-            RunTag(ATTR + "best_value", format_value(best.value))]
+    return [RunTag(T.BEST_TRIAL, str(best.number)), RunTag(T.BEST_PARAMS, shown),
+            RunTag(T.BEST_VALUE, format_value(best.value))]
