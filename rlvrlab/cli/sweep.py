@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from contextlib import nullcontext
 from typing import Annotated, Optional
 
 import typer
@@ -45,11 +44,17 @@ def sweep(sweep_file: SweepArg, overrides: OverridesArg = None, workers: Workers
     progress = Progress(TextColumn("[bold]sweep[/]"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                         TextColumn("{task.fields[status]}"), console=err)
     task = progress.add_task("sweep", total=None, status="")
-    with progress if not status else nullcontext():
-        opened = run_sweep(spec, storage, workers=workers, status_only=status,
-                           on_progress=lambda done, total, note: progress.update(task, completed=done, total=total,
-                                                                                 status=note),
+
+    def show(done: int, total: int | None, note: str) -> None:
+        if not progress.live.is_started:  # from the first report on: a storage that cannot open stays one line
+            progress.start()
+        progress.update(task, completed=done, total=total, status=note)
+
+    try:
+        opened = run_sweep(spec, storage, workers=workers, status_only=status, on_progress=show,
                            warn=lambda message: err.print(f"warning: {message}", style="yellow"))
+    finally:
+        progress.stop()
     console = Console(soft_wrap=True)
     if not console.is_terminal:  # a log file: wide enough for the table, not squeezed to 80 columns
         console = Console(soft_wrap=True, width=200)
