@@ -18,6 +18,7 @@ import torch
 
 from rlvrlab.config.rules import CHOICES
 from rlvrlab.config.schema import DatasetConfig, RunConfig
+from rlvrlab.data import warm_start_targets
 from rlvrlab.data.problems import Problem
 from rlvrlab.errors import RlvrlabError
 from rlvrlab.rewards.pool import RewardPool, default_workers
@@ -57,7 +58,7 @@ def model_folder(cfg: RunConfig, problems: list[Problem]) -> Path:
 
     return tiny_model_folder(layers=cfg.model.tiny_layers, hidden=cfg.model.tiny_hidden, heads=cfg.model.tiny_heads,
                              warmstart_steps=cfg.model.warmstart_steps, problems=problems, seed=0,
-                             cache_root=cache_root())
+                             cache_root=cache_root(), solutions_fn=warm_start_targets(cfg.dataset))
 
 
 def load_tokenizer(folder: Path):

@@ -28,8 +28,8 @@ def report(
     last: Annotated[Optional[int], typer.Option("--last", min=1, help="Per run: reduce a metric over its last N "
                                                 "steps unless it says (default: the study's window, else 10).",
                                                 show_default=False)] = None,
-    reduce: Annotated[str, typer.Option("--reduce", help="mean | max | min over those steps, unless the metric "
-                                        "says.")] = "mean",
+    reduce: Annotated[str, typer.Option("--reduce", help="mean | max | min | auc (area under the curve per step) "
+                                        "over those steps, unless the metric says.")] = "mean",
     compare: Annotated[Optional[list[str]], typer.Option("--compare", help="Extra comparisons A:B (group labels or "
                                                          "algorithm names; repeat or comma-separate); best:B compares "
                                                          "the best group (selected, adjusted over the candidates) "
@@ -66,6 +66,15 @@ def report(
     tracking_uri: Annotated[Optional[str], typer.Option("--tracking-uri", help="MLflow URI (default: "
                                                         "sqlite:///<output-dir>/mlflow.db).", show_default=False)]
     = None,
+    event: Annotated[Optional[list[str]], typer.Option("--event", help="An event in the training curves, 'NAME: "
+                                                       "METRIC OP VALUE [for K] | ... | nonfinite' (VALUE may be "
+                                                       "F*initial); its rate per group with exact intervals and exact "
+                                                       "tests against --baseline. Repeatable.",
+                                                       show_default=False)] = None,
+    protocol: Annotated[Optional[Path], typer.Option("--protocol", help="The study's protocol file: its commits go "
+                                                     "into sources.json, and the table says whether the study was "
+                                                     "pre-registered (committed, unchanged since before the first "
+                                                     "run).", show_default=False)] = None,
     output_dir: Annotated[Path, typer.Option("--output-dir", help="The runs' output_dir (for the default MLflow "
                                              "store).")] = Path("runs"),
 ) -> None:
@@ -86,8 +95,8 @@ def report(
         reduce=reduce, compare=tuple(compare or ()), target_halfwidth=target_halfwidth, rarefy=rarefy,
         allow_dirty=allow_dirty, allow_mixed=allow_mixed, evaluations=evaluations, eval_stats=eval_stats,
         formats=formats, out=out, interval=interval, heatmap_keys=heatmap_keys, plots=plots, smooth=smooth,
-        only_changed=only_changed, tracking_uri=tracking_uri, output_dir=output_dir,
-        command=("rlvrlab", "report", *sys.argv[2:])))
+        only_changed=only_changed, tracking_uri=tracking_uri, output_dir=output_dir, events=tuple(event or ()),
+        protocol=protocol, command=("rlvrlab", "report", *sys.argv[2:])))
     console = Console(soft_wrap=True)
     if not console.is_terminal:
         console = Console(soft_wrap=True, width=200)

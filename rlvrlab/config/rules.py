@@ -15,7 +15,7 @@ from rlvrlab.config.schema import RunConfig
 from rlvrlab.errors import ConfigError
 
 # The synthetic tasks rlvrlab.data generates (its SYNTHETIC_TASKS is keyed by exactly these; data checks at import).
-SYNTHETIC_DATASETS = ("toy", "countdown", "arith")
+SYNTHETIC_DATASETS = ("toy", "countdown", "arith", "pairs")
 
 CHOICES: dict[str, tuple[Any, ...]] = {
     "model.tier": ("toy", "tiny", "real"),
@@ -107,6 +107,9 @@ RANGES: dict[str, Range] = {
     "dataset.level": Range(1, 5),
     "dataset.eval_fraction": Range(0, 1, high_open=True),
     "dataset.verifier_timeout": POSITIVE,
+    "trainer.eval_every": NON_NEGATIVE,
+    "trainer.eval_problems": NON_NEGATIVE,
+    "trainer.eval_n": AT_LEAST_ONE,
     "dataset.verifier_workers": NON_NEGATIVE,  # 0 = all cores
     "dataset.expected_rows": Range(1, null_is_off=True),
     "rollout.group_size": AT_LEAST_ONE,
@@ -146,7 +149,7 @@ KNOB_READERS: dict[str, tuple[str, tuple[Any, ...]]] = {
     "model.tiny_heads": ("model.tier", ("tiny",)),
     "model.warmstart_steps": ("model.tier", ("tiny",)),
     "dataset.num_problems": ("dataset.format", ("synthetic",)),
-    "dataset.level": ("dataset.name", ("arith",)),
+    "dataset.level": ("dataset.name", ("arith", "pairs")),
     "dataset.path": ("dataset.format", ("jsonl", "parquet")),
     "dataset.math_extraction": ("dataset.verifier", ("math",)),
     "dataset.expected_rows": ("dataset.format", ("jsonl", "parquet")),
@@ -319,6 +322,12 @@ def _synthetic_dataset_exists(cfg: RunConfig) -> None:
         raise ConfigError(f"{error}; a file's data needs dataset.format=jsonl or parquet and dataset.path")
 
 
+def _pairs_level_exists(cfg: RunConfig) -> None:
+    if cfg.dataset.format == "synthetic" and cfg.dataset.name == "pairs" and cfg.dataset.level not in (1, 2):
+        raise ConfigError(f"dataset.level={cfg.dataset.level} is not a level of the pairs task; use 1 (every "
+                          "ascending odd-sum pair is correct) or 2 (only the preferred pair: the one-answer control)")
+
+
 def _split_all_holds_nothing_out(cfg: RunConfig) -> None:
     if cfg.dataset.split == "all" and cfg.dataset.eval_fraction > 0:
         raise ConfigError(
@@ -417,6 +426,7 @@ CROSS_FIELD_RULES: tuple[Callable[[RunConfig], None], ...] = (
     _split_all_holds_nothing_out,
     _toy_has_incorrect_responses,
     _tiny_heads_divide_hidden,
+    _pairs_level_exists,
     _bf16_needs_deepspeed,
     _toy_model_with_toy_data,
     _template_has_prompt,

@@ -122,6 +122,11 @@ class TrainerConfig:
     micro_batch_size: int = 8  # sequences per forward/backward, >= 1
     staleness: int = 0  # how many steps rollouts may lag the trained policy, >= 0
     checkpoint_every: int = 50  # steps between checkpoints, >= 0; 0 = off
+    # evaluation during training (rlvrlab/train/heldout.py): the policy on held-out problems every eval_every
+    # steps and after the last, logged under eval/ by step; 0 = off
+    eval_every: int = 0  # >= 0
+    eval_problems: int = 64  # held-out (and, exact tasks, training) problems evaluated, >= 0; 0 = all held out
+    eval_n: int = 16  # sampled evaluation (tasks without a listed answer space): responses per problem, >= 1
 
 
 @dataclass

@@ -25,6 +25,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -58,7 +59,37 @@ def _arith(dataset: DatasetConfig, model: ModelConfig) -> list[Problem]:
     return make_problems(dataset.num_problems, seed=DATA_SEED, level=dataset.level)
 
 
-SYNTHETIC_TASKS = {"toy": _toy, "countdown": _countdown, "arith": _arith}
+def _pairs(dataset: DatasetConfig, model: ModelConfig) -> list[Problem]:
+    from rlvrlab.data.pairs import make_problems
+
+    return make_problems(dataset.num_problems, seed=DATA_SEED, level=dataset.level)
+
+
+SYNTHETIC_TASKS = {"toy": _toy, "countdown": _countdown, "arith": _arith, "pairs": _pairs}
+
+
+def warm_start_targets(dataset: DatasetConfig) -> Callable[[Problem], Sequence[str]]:
+    """What the tiny tier's warm start fine-tunes on for this dataset: problem -> target responses (sampled
+    uniformly; repeats are weights). Countdown (and any other dataset): one canonical solution per distinct
+    solution of the Countdown rules; pairs: its skewed mixture (rlvrlab.data.pairs.warm_start_targets)."""
+    if dataset.format == "synthetic" and dataset.name == "pairs":
+        from rlvrlab.data.pairs import warm_start_targets as pairs_targets
+
+        return pairs_targets
+    from rlvrlab.data.countdown import problem_solutions
+
+    return problem_solutions
+
+
+def answer_space(dataset: DatasetConfig) -> Callable[[Problem], list[str]] | None:
+    """problem -> every response string the verifier scores correct, for tasks whose correct set can be listed in
+    full (pairs); None for the others. With it, pass@1, q over the correct set and coverage are computed exactly
+    from the policy's probabilities (rlvrlab.policy.exact) instead of estimated from samples."""
+    if dataset.format == "synthetic" and dataset.name == "pairs":
+        from rlvrlab.rewards.pairs import correct_answers
+
+        return lambda problem: correct_answers(problem.answer)
+    return None
 if set(SYNTHETIC_TASKS) != set(SYNTHETIC_DATASETS):  # the config rules validate dataset.name against that list
     raise RuntimeError(f"rlvrlab.config.rules.SYNTHETIC_DATASETS {SYNTHETIC_DATASETS} must name exactly the tasks of "
                        f"rlvrlab.data.SYNTHETIC_TASKS {tuple(SYNTHETIC_TASKS)}")

@@ -10,7 +10,7 @@ identical Verdict.answer strings are one group; groups whose representatives the
 calls equivalent are merged (transitively). Classes are then split by verdict, so a correct and a wrong
 response never vote together even when their extracted answers agree (Countdown: "24" reached with a number
 that was not given). Responses without an answer (Verdict.answer None) never vote. The statistics themselves
-are in rlvrlab.eval.passk; docs/evaluation.md describes all of it.
+are in rlvrlab.algorithms.passk; docs/evaluation.md describes all of it.
 """
 
 from __future__ import annotations
@@ -23,10 +23,10 @@ from pathlib import Path
 from typing import Any
 
 from rlvrlab import components
+from rlvrlab.algorithms.passk import avg_at_n, diversity_of_correct, maj_at_k, mean, pass_at_k
 from rlvrlab.components import Sampling
 from rlvrlab.data.problems import Problem
 from rlvrlab.errors import RlvrlabError
-from rlvrlab.eval.passk import avg_at_n, diversity_of_correct, maj_at_k, mean, pass_at_k
 from rlvrlab.rewards.base import Verdict
 from rlvrlab.rollout.base import Generation, RolloutEngine
 

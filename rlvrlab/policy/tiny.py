@@ -291,6 +291,8 @@ def cache_key(
         "solutions_fn": f"{getattr(fn, '__module__', '')}.{getattr(fn, '__qualname__', repr(fn))}",
         "recipe": [VOCAB_SIZE, MAX_POSITIONS, WARMSTART_LR, WARMSTART_BATCH_SIZE, WARMSTART_WARMUP_STEPS],
         "problems": [[p.prompt, p.answer] for p in problems],
+        # what the warm start fine-tunes on, not only the function's name: a changed recipe is a new folder
+        "targets": hashlib.sha256(json.dumps([list(fn(p)) for p in problems]).encode()).hexdigest(),
     }
     return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()
 

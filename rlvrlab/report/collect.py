@@ -39,6 +39,7 @@ class Group:
     label: str = ""
     values: dict[str, str] = field(default_factory=dict)  # the differing keys -> value
     failed: list[int] = field(default_factory=list)  # seeds whose run FAILED (diverged, crashed) with no FINISHED run
+    failed_runs: list[SeedRun] = field(default_factory=list)  # those runs (events count them: rlvrlab.report.events)
 
     @property
     def seeds_text(self) -> str:
@@ -65,6 +66,7 @@ class Selection:
     study: Optional[str] = None
     swept: list[str] = field(default_factory=list)  # a study's searched keys (for heatmaps)
     failed_only: list[str] = field(default_factory=list)  # configs none of whose seeds finished: "hash (alg, seeds)"
+    all_groups: list[Group] = field(default_factory=list)  # groups with those configs too (labelled together)
 
 
 def select(uri: str, *, experiment: Optional[str] = None, study: Optional[str] = None,
@@ -114,22 +116,38 @@ def select(uri: str, *, experiment: Optional[str] = None, study: Optional[str] =
                                                     dict(r.data.params), tags.get("git_sha", "unknown"),
                                                     r.info.status, tags.get("git_dirty", "false") == "true"))
     failed: dict[str, set[int]] = defaultdict(set)
+    failed_runs: dict[str, dict[int, SeedRun]] = defaultdict(dict)
     for r in all_runs:
         if r.info.status == "FAILED" and "config_hash" in r.data.tags and is_training_run(r):
             failed[r.data.tags["config_hash"]].add(seed_of(r))
-    groups = [Group(h, sorted(members, key=lambda m: m.seed),
-                    failed=sorted(failed[h] - {m.seed for m in members})) for h, members in by_hash.items()]
+            failed_runs[r.data.tags["config_hash"]][seed_of(r)] = SeedRun(
+                r.info.run_id, seed_of(r), dict(r.data.params), r.data.tags.get("git_sha", "unknown"), "FAILED",
+                r.data.tags.get("git_dirty", "false") == "true")
+    every = [Group(h, sorted(by_hash.get(h, []), key=lambda m: m.seed),
+                   failed=sorted(failed[h] - {m.seed for m in by_hash.get(h, [])}))
+             for h in [*by_hash, *(h for h in failed if h not in by_hash)]]
+    for g in every:
+        g.failed_runs = [failed_runs[g.config_hash][s] for s in g.failed]
+    groups = [g for g in every if g.runs]
     algorithms = {r.data.tags["config_hash"]: r.data.params.get("algorithm.name", "?") for r in all_runs
                   if "config_hash" in r.data.tags}
     failed_only = [f"config {h} ({algorithms[h]}): all {len(seeds)} seeds FAILED"
                    for h, seeds in sorted(failed.items()) if h not in by_hash]
-    _label(groups, only_changed, swept)
+    for g in every:  # labels from a seed run's params: a failed-only group has no finished one
+        if not g.runs:
+            g.runs = g.failed_runs
+    _label(every, only_changed, swept)
     if variant_of:
-        _label_variants(groups, {r.info.run_id: variant_of.get(r.data.tags.get("mlflow.parentRunId", ""), "?")
-                                 for r in runs}, swept)
+        _label_variants(every, {r.info.run_id: variant_of.get(r.data.tags.get("mlflow.parentRunId", ""), "?")
+                                for r in all_runs if is_training_run(r)}, swept)
+    for g in every:
+        if g.runs is g.failed_runs:
+            g.runs = []
     _check_same_dataset(groups)
     groups.sort(key=lambda g: g.label)
-    return Selection(uri, source, groups, excluded, study=study, swept=swept, failed_only=failed_only)
+    every.sort(key=lambda g: g.label)
+    return Selection(uri, source, groups, excluded, study=study, swept=swept, failed_only=failed_only,
+                     all_groups=every)
 
 
 def _swept_keys(client, study_run_id: str) -> list[str]:
@@ -223,15 +241,28 @@ def available_metrics(client, selection: Selection) -> list[str]:
 
 
 def final_values(client, group: Group, metric: str, last: int, reduce: str) -> np.ndarray:
-    """[S]: per seed run, the mean (or max/min) of the metric over its last `last` logged steps."""
+    """[S]: per seed run, the mean (or max/min) of the metric over its last `last` logged steps; auc: the area under
+    those steps' curve (trapezoids, in steps) divided by their span, a mean over steps that weighs sparse logging
+    (evaluations every few steps) correctly (one logged step: its value)."""
     values = []
     for run in group.runs:
         series = metric_series(client, run.run_id, metric)
         if not series:
             raise RlvrlabError(f"run {run.run_id} ({group.label}, seed {run.seed}) has no metric {metric!r}")
-        tail = [series[s] for s in sorted(series)[-last:]]
-        values.append({"mean": np.mean, "max": np.max, "min": np.min}[reduce](tail))
+        steps = sorted(series)[-last:]
+        tail = [series[s] for s in steps]
+        if reduce == "auc":
+            values.append(area_per_step(np.asarray(steps, dtype=np.float64), np.asarray(tail, dtype=np.float64)))
+        else:
+            values.append({"mean": np.mean, "max": np.max, "min": np.min}[reduce](tail))
     return np.asarray(values, dtype=np.float64)
+
+
+def area_per_step(steps: np.ndarray, values: np.ndarray) -> float:
+    """Trapezoid area under values(steps) over the span steps[-1] - steps[0] (the value itself for one step)."""
+    if len(steps) == 1:
+        return float(values[0])
+    return float(np.sum((values[1:] + values[:-1]) / 2 * np.diff(steps)) / (steps[-1] - steps[0]))
 
 
 def curves(client, group: Group, metric: str) -> tuple[np.ndarray, np.ndarray]:

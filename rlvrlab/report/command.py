@@ -10,7 +10,8 @@ from typing import Optional
 from rlvrlab import outputs
 from rlvrlab.errors import RlvrlabError
 from rlvrlab.report import collect, plots as plotting, provenance, render
-from rlvrlab.report.table import Report, build, lower_is_better, parse_metrics, parse_pairs
+from rlvrlab.report.events import analyse, as_dict as event_dicts, markdown as event_markdown, parse_event
+from rlvrlab.report.table import REDUCTIONS, Report, build, find_group, lower_is_better, parse_metrics, parse_pairs
 from rlvrlab.tracking import tags as T
 from rlvrlab.tracking.store import default_uri
 
@@ -44,6 +45,8 @@ class ReportRequest:
     only_changed: bool = True
     tracking_uri: Optional[str] = None
     output_dir: Path = Path("runs")
+    events: tuple[str, ...] = ()  # `NAME: CONDITION | ...` (rlvrlab.report.events)
+    protocol: Optional[Path] = None  # the study's protocol file (results/protocols/NAME.md)
     command: tuple[str, ...] = ("rlvrlab", "report")  # recorded in sources.json
 
 
@@ -63,14 +66,15 @@ def make_report(request: ReportRequest) -> ReportOutcome:
     allow_dirty, allow_mixed, rarefy, evaluations = r.allow_dirty, r.allow_mixed, r.rarefy, r.evaluations
     eval_stats, baseline, plots, smooth, heatmap_keys = r.eval_stats, r.baseline, r.plots, r.smooth, r.heatmap_keys
     compare, metric = list(r.compare), list(r.metric)
+    events = [parse_event(text) for text in r.events]
     chosen = [f.strip() for f in formats.split(",") if f.strip()]
     bad = [f for f in chosen if f not in FORMATS]
     if bad or not chosen:
         raise RlvrlabError(f"--format {formats!r}: use any of {', '.join(FORMATS)}, comma-separated")
     if interval not in ("bracket", "pm"):
         raise RlvrlabError(f"--interval {interval!r}: use bracket or pm")
-    if reduce not in ("mean", "max", "min"):
-        raise RlvrlabError(f"--reduce {reduce!r}: use mean, max or min")
+    if reduce not in REDUCTIONS:
+        raise RlvrlabError(f"--reduce {reduce!r}: use {', '.join(REDUCTIONS)}")
     outputs.check_dir(out if out is not None else Path("results"), f"--out {out}" if out is not None else "results")
     if target_halfwidth is not None and not target_halfwidth > 0:
         raise RlvrlabError(f"--target-halfwidth {target_halfwidth}: give a half-width > 0, e.g. 0.02")
@@ -102,10 +106,21 @@ def make_report(request: ReportRequest) -> ReportOutcome:
     result = build(client, selection, metrics=specs, evals=evals, eval_stats=stats_columns, baseline=baseline,
                    pairs=pairs, target_halfwidth=target_halfwidth)
     result.notes.append(provenance.note(origin))
+    registered = None
+    if r.protocol is not None:
+        registered = provenance.protocol(r.protocol, origin.commits, provenance.first_run_start(client, selection))
+        result.notes.append(registered.note())
+    event_results = []
+    if events:
+        base = find_group(selection.all_groups, baseline)
+        labels = {g.label for g in selection.all_groups}
+        event_pairs = [(pair.a, pair.b) for pair in pairs if pair.a in labels and pair.b in labels]
+        event_results = analyse(client, selection.all_groups, events, base.label if base else None, event_pairs)
 
     folder.mkdir(parents=True, exist_ok=True)
     written: list[Path] = []
-    texts = {"md": render.markdown(result, interval), "tex": render.latex(result, interval),
+    texts = {"md": render.markdown(result, interval) + ("\n" + event_markdown(event_results) if event_results else ""),
+             "tex": render.latex(result, interval),
              "csv": render.to_csv(result)}
     for fmt in chosen:
         path = folder / f"table.{fmt}"
@@ -131,7 +146,8 @@ def make_report(request: ReportRequest) -> ReportOutcome:
     sidecar = folder / "sources.json"
     sidecar.write_text(render.sources(selection, result, list(request.command),
                                       evals.eval_runs if evals else {}, [p.name for p in written],
-                                      origin.as_dict()))
+                                      origin.as_dict(), registered.as_dict() if registered else None,
+                                      event_dicts(event_results) if event_results else None))
     written.append(sidecar)
     return ReportOutcome(result, folder, written)
 

@@ -4,7 +4,9 @@ table published in results/ rests on runs from one clean commit unless the autho
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+import subprocess
+from dataclasses import asdict, dataclass
+from datetime import datetime, timezone
 from pathlib import Path
 
 from rlvrlab.errors import RlvrlabError
@@ -32,7 +34,7 @@ class Provenance:
 
 
 def of(selection: Selection) -> Provenance:
-    runs = [r for g in selection.groups for r in g.runs]
+    runs = [r for g in (selection.all_groups or selection.groups) for r in [*g.runs, *g.failed_runs]]
     counts: dict[str, int] = {}
     for r in runs:
         counts[r.git_sha] = counts.get(r.git_sha, 0) + 1
@@ -79,3 +81,70 @@ def note(provenance: Provenance) -> str:
         parts.append(f"{provenance.dirty_runs} of {provenance.runs} runs from a tree with uncommitted changes "
                      "(--allow-dirty)")
     return "provenance: " + "; ".join(parts)
+
+
+@dataclass(frozen=True)
+class Protocol:
+    """A study's protocol file and whether the study may be called pre-registered (`rlvrlab report --protocol`).
+
+    Pre-registered means: the file is committed, unchanged since before the first seed run of the study started
+    (its last commit is older than that run's start), and that commit is in the history of every commit the runs
+    were trained from. Anything else is recorded with the reason, and the table says "not pre-registered"."""
+
+    path: str
+    first_commit: str | None  # the commit that added the file: the registration
+    last_commit: str | None  # the last commit that changed it
+    last_commit_time: str | None  # ISO 8601, UTC
+    first_run_start: str  # ISO 8601, UTC, the earliest start of the study's seed runs (finished or failed)
+    pre_registered: bool
+    reason: str  # why not, or "" when pre-registered
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+    def note(self) -> str:
+        where = f"{self.path} (committed {self.first_commit[:7]}" if self.first_commit else f"{self.path} (uncommitted"
+        if self.pre_registered:
+            return f"protocol: {where}, unchanged since; pre-registered: its last change precedes the first run)"
+        return f"protocol: {where}); NOT pre-registered: {self.reason}"
+
+
+def _git(folder: Path, *args: str) -> str:
+    done = subprocess.run(["git", "-C", str(folder), *args], capture_output=True, text=True, check=False)
+    return done.stdout.strip() if done.returncode == 0 else ""
+
+
+def protocol(path: Path, run_commits: tuple[str, ...], first_run_start_ms: int) -> Protocol:
+    """The protocol record of `path` for runs from `run_commits` whose first started at `first_run_start_ms`."""
+    path = Path(path).expanduser().resolve()
+    if not path.is_file():
+        raise RlvrlabError(f"--protocol {path} does not exist; give the study's protocol file, e.g. "
+                           "results/protocols/NAME.md")
+    folder = path.parent
+    start = datetime.fromtimestamp(first_run_start_ms / 1000, tz=timezone.utc)
+    history = _git(folder, "log", "--follow", "--format=%H %ct", "--", path.name).splitlines()
+    dirty = bool(_git(folder, "status", "--porcelain", "--", path.name))
+    if not history:
+        return Protocol(str(path), None, None, None, start.isoformat(), False, "the file is not committed")
+    last_sha, last_time = history[0].split()
+    first_sha = history[-1].split()[0]
+    changed = datetime.fromtimestamp(int(last_time), tz=timezone.utc)
+    reason = ""
+    if dirty:
+        reason = "the file has uncommitted changes"
+    elif changed >= start:
+        reason = (f"its last change ({last_sha[:7]}, {changed.isoformat()}) is not before the first run started "
+                  f"({start.isoformat()})")
+    else:
+        missing = [c for c in run_commits if c != "unknown" and
+                   subprocess.run(["git", "-C", str(folder), "merge-base", "--is-ancestor", last_sha, c],
+                                  capture_output=True, check=False).returncode != 0]
+        if missing or "unknown" in run_commits:
+            reason = f"runs were trained from commits without it ({', '.join(c[:7] for c in missing) or 'unknown'})"
+    return Protocol(str(path), first_sha, last_sha, changed.isoformat(), start.isoformat(), not reason, reason)
+
+
+def first_run_start(client, selection: Selection) -> int:
+    """The earliest start time (ms) among the selection's seed runs, finished or failed."""
+    return min(client.get_run(r.run_id).info.start_time for g in (selection.all_groups or selection.groups)
+               for r in [*g.runs, *g.failed_runs])

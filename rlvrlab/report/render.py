@@ -242,7 +242,8 @@ def rich_tables(report: Report):
 
 
 def sources(selection: Selection, report: Report, command: list[str], eval_runs: dict[str, list[str]],
-            outputs: list[str], provenance: Optional[dict] = None) -> str:
+            outputs: list[str], provenance: Optional[dict] = None, protocol: Optional[dict] = None,
+            events: Optional[list] = None) -> str:
     """Everything a table rests on: runs per group (ids, seeds, git SHAs), evaluations, excluded runs, settings."""
     from rlvrlab.tracking.provenance import git_state
 
@@ -253,9 +254,12 @@ def sources(selection: Selection, report: Report, command: list[str], eval_runs:
                       "Welch comparisons, sign-flip p, MDE, Holm (rlvrlab/report/stats.py)",
         "baseline": report.baseline, "rlvrlab_git_sha": sha, "rlvrlab_git_dirty": dirty, "outputs": outputs,
         "provenance": provenance or {},
+        "protocol": protocol,  # the protocol file's commits and whether the study counts as pre-registered
+        "events": events or [],
         "groups": [{"label": g.label, "config_hash": g.config_hash, "values": g.values,
                     "runs": [{"run_id": r.run_id, "seed": r.seed, "git_sha": r.git_sha, "git_dirty": r.git_dirty}
                              for r in g.runs],
+                    "failed_runs": [{"run_id": r.run_id, "seed": r.seed, "git_sha": r.git_sha} for r in g.failed_runs],
                     "eval_runs": eval_runs.get(g.label, [])} for g in selection.groups],
         "excluded_runs": [{"run_id": run_id, "why": why} for run_id, why in selection.excluded],
         "notes": report.notes,

@@ -15,7 +15,7 @@ from rlvrlab.errors import RlvrlabError
 from rlvrlab.report import stats
 from rlvrlab.report.collect import EvalRecords, Group, Selection, final_values
 
-REDUCTIONS = ("mean", "max", "min")
+REDUCTIONS = ("mean", "max", "min", "auc")  # auc: area under the curve / its step span (rlvrlab.report.collect)
 
 
 @dataclass(frozen=True)

@@ -4,13 +4,14 @@ runs them: isolated ones in worker processes with a wall-clock timeout, the othe
 
 - ``exact``: the stripped response equals one of the '|'-separated ground truths (in-process).
 - ``countdown``: the Countdown rules of `rlvrlab.rewards.countdown` (a bounded AST walk, in-process).
+- ``pairs``: the pairs task's rules (`rlvrlab.rewards.pairs`: two given digits, ascending, odd sum; in-process).
 - ``math``: math-verify equivalence (`rlvrlab.rewards.math`; isolated: sympy can take minutes on hostile input).
   Its extraction setting comes from ``dataset.math_extraction``; VERIFIERS holds the default ("boxed").
 """
 
 from __future__ import annotations
 
-from rlvrlab.rewards import math as _math
+from rlvrlab.rewards import math as _math, pairs as _pairs
 from rlvrlab.rewards.base import REASONS, Verdict, VerifierSpec
 from rlvrlab.rewards.countdown import countdown, same_answer as _countdown_same
 
@@ -35,6 +36,7 @@ VERIFIERS: dict[str, VerifierSpec] = {
     "exact": VerifierSpec(check=exact, same_answer=_exact_same, isolated=False),
     "countdown": VerifierSpec(check=countdown, same_answer=_countdown_same, isolated=False),
     "math": _math.spec("boxed"),
+    "pairs": VerifierSpec(check=_pairs.pairs, same_answer=_pairs.same_answer, isolated=False),
 }
 
 

@@ -71,3 +71,8 @@ STEPS = attr("steps")
 # a param value longer than MLflow's limit (rlvrlab.tracking.mlflow_tracker): its key; the full value is the
 # artifact params/<key>.txt
 TRUNCATED_PARAMS = attr("truncated_params")
+
+# evaluation during training (rlvrlab.train.heldout) and why a run failed
+EVAL_METHOD = "eval_method"  # exact | toy | sampled: how the run's eval/ metrics were computed
+NONFINITE_STEP = "nonfinite_step"  # the step at which a FAILED run's loss, gradient or weights were not finite
+LEFT_REGIME_STEP = "left_regime_step"  # first evaluation at which the held-out group signal fell below the floor

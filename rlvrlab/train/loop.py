@@ -125,10 +125,14 @@ def _run_steps(run: Run, cfg: RunConfig, folder: Path | None, on_step, progress)
                                    f"its records are unchanged (MLflow status {status})") from None
         for step in range(state.step, cfg.steps):
             raise_if_stop_requested()  # Ctrl-C or SIGTERM: a run stops between steps, never inside one
+            evaluated = _evaluate(run, step) if cfg.trainer.eval_every and step % cfg.trainer.eval_every == 0 else None
             stats, batch = train_step(run, state, step)
+            stats.heldout = evaluated
             state.step = step + 1
             if step % cfg.tracking.log_every == 0 or state.step == cfg.steps:  # the last step always
                 run.tracker.log_metrics(step, step_metrics(stats))
+            elif evaluated is not None:
+                run.tracker.log_metrics(step, evaluated)
             if on_step is not None:
                 on_step(step, batch, run, stats)
             if progress is not None:
@@ -138,6 +142,8 @@ def _run_steps(run: Run, cfg: RunConfig, folder: Path | None, on_step, progress)
                 checkpoint.save(run, state)
                 run.tracker.flush()
             _fault_injection(step)
+        if state.step == cfg.steps and run.heldout is not None:  # the final policy, logged at step `steps`
+            run.tracker.log_metrics(cfg.steps, _evaluate(run, cfg.steps))
         status = "FINISHED"
     except RunStopped:
         status = "KILLED"
@@ -154,6 +160,23 @@ def _run_steps(run: Run, cfg: RunConfig, folder: Path | None, on_step, progress)
         finally:
             run.verifier.close()
     return run.tracker.run_id
+
+
+def _evaluate(run: Run, step: int) -> dict[str, float] | None:
+    """trainer.eval_every's evaluation of the policy after `step` updates (None when off); the first time the
+    held-out group signal falls below its floor, the run is tagged with that step."""
+    if run.heldout is None:
+        return None
+    from rlvrlab.train.heldout import regime_check
+
+    metrics = run.heldout.evaluate(run, step)
+    in_regime = regime_check(metrics)
+    if in_regime is not None:
+        metrics["eval/heldout/in_regime"] = float(in_regime)
+        if not in_regime and not run.left_regime:
+            run.left_regime = True
+            run.tracker.set_tags({T.LEFT_REGIME_STEP: str(step)})
+    return metrics
 
 
 def _stderr_warning(message: str) -> None:
@@ -458,6 +481,7 @@ def reuse_update_logp(cfg: RunConfig) -> bool:
 
 def _require_finite(value: float, what: str, step: int, run: Run) -> None:
     if not math.isfinite(value):
+        run.tracker.set_tags({T.NONFINITE_STEP: str(step)})
         last = checkpoint.latest(run.run_dir)
         kept = f"the last good checkpoint is {last}" if last else "no checkpoint was written yet"
         raise RlvrlabError(f"step {step}: the {what} is {value}; run {run.tracker.run_id} is marked FAILED and "

@@ -62,6 +62,7 @@ def step_metrics(s: StepStats) -> dict[str, float]:
             **{f"policy/toy_pass_at_{k}": v for k, v in s.toy.pass_at.items() if k > 1},
         })
     metrics.update({k: v for k, v in optional.items() if v is not None})
+    metrics.update(s.heldout or {})  # eval/... and time/eval, on the steps that evaluate
     metrics.update({f"time/{f.name}": getattr(s.timings, f.name) for f in fields(s.timings)})
     return metrics
 
@@ -76,4 +77,6 @@ def metric_names() -> list[str]:
     toy = ToyDiagnostics(0.0, 0.0, 0.0, 0.0, 0.0, {k: 0.0 for k in TOY_KS})
     full = StepStats(**{f.name: 0.0 for f in fields(StepStats) if f.name not in ("loss", "timings", "lag", "toy")},
                      loss=zero_loss, lag=0, timings=Timings(), toy=toy)
-    return sorted(step_metrics(full))
+    from rlvrlab.train.heldout import metric_names as eval_names
+
+    return sorted(set(step_metrics(full)) | set(eval_names()))

@@ -22,9 +22,12 @@ from rlvrlab.errors import ConfigError, RlvrlabError
 from rlvrlab.policy.toy import ToyDiagnostics
 from rlvrlab.rewards.pool import RewardPool
 from rlvrlab.rollout.base import RolloutEngine
+from rlvrlab.tracking import tags as T
 from rlvrlab.tracking.base import NullTracker, Tracker
 from rlvrlab.tracking.provenance import record_run
 from rlvrlab.tracking.store import store
+from rlvrlab.train import heldout
+from rlvrlab.train.heldout import HeldOut
 from rlvrlab.update.base import UpdateEngine
 from rlvrlab.update.dist import world
 
@@ -100,6 +103,9 @@ class Run:
     toy_diagnostics: Callable[[], ToyDiagnostics] | None  # exact toy-policy collapse measures
     algorithm: BoundAlgorithm  # estimator, loss and loss terms with their knobs bound once from cfg.algorithm
     eos_id: int | None = None  # the tokenizer's end of sequence (None: the toy tier, whose responses are complete)
+    tokenizer: object | None = None  # the hf tiers' tokenizer (None: toy)
+    heldout: HeldOut | None = None  # trainer.eval_every's evaluation (rlvrlab.train.heldout), None when off
+    left_regime: bool = False  # the held-out group signal has fallen below its floor (tagged once)
 
 
 def build(cfg: RunConfig, *, run_id: str | None = None, tags: Mapping[str, str] | None = None) -> Run:
@@ -129,9 +135,27 @@ def build(cfg: RunConfig, *, run_id: str | None = None, tags: Mapping[str, str] 
     if rank == 0:
         run_folder.mkdir(parents=True, exist_ok=True)
         rundir.config_file(run_folder).write_text(to_yaml(cfg))
+    evaluation = _heldout(cfg, parts)
+    if rank == 0 and evaluation is not None:
+        tracker.set_tags({T.EVAL_METHOD: evaluation.method})
     return Run(cfg, problems, parts.prompt_ids, components.reward_pool(cfg.dataset, world_size), parts.update,
                parts.rollout, parts.reference, tracker, rank, world_size, parts.pad_id, run_folder, parts.save_model,
-               parts.toy_diagnostics, algorithm=bind_algorithm(cfg.algorithm), eos_id=parts.eos_id)
+               parts.toy_diagnostics, algorithm=bind_algorithm(cfg.algorithm), eos_id=parts.eos_id,
+               tokenizer=parts.tokenizer, heldout=evaluation)
+
+
+def _heldout(cfg: RunConfig, parts: _Parts) -> HeldOut | None:
+    """trainer.eval_every's evaluation; an exact task whose listed answers have a second tokenization under this
+    tokenizer is evaluated by sampling instead (its probabilities would not be the answers' whole probability)."""
+    evaluation = heldout.make(cfg)
+    if evaluation is not None and evaluation.method == "exact":
+        from rlvrlab.policy.exact import single_tokenization
+
+        assert evaluation.space is not None
+        texts = sorted({t for p in evaluation.heldout + evaluation.train for t in evaluation.space(p)})
+        if single_tokenization(parts.tokenizer, texts) is not None:
+            evaluation = HeldOut("sampled", evaluation.heldout, [], None)
+    return evaluation
 
 
 @dataclass
@@ -146,6 +170,7 @@ class _Parts:
     reference: torch.nn.Module | None
     toy_diagnostics: Callable[[], ToyDiagnostics] | None
     eos_id: int | None = None
+    tokenizer: object | None = None
 
 
 def _toy_parts(cfg: RunConfig, problems: list[Problem], world_size: int):
@@ -186,7 +211,7 @@ def _hf_parts(cfg: RunConfig, folder: Path, world_size: int) -> _Parts:
         tokenizer.save_pretrained(out)
 
     return _Parts(update, engine, components.prompt_renderer(cfg.dataset, tokenizer), pad_id, save_model, reference,
-                  None, tokenizer.eos_token_id)
+                  None, tokenizer.eos_token_id, tokenizer)
 
 
 def _tracker(cfg: RunConfig, output_dir: Path, run_id: str | None, rank: int, tags: Mapping[str, str]) -> Tracker:

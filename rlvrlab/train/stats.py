@@ -50,6 +50,7 @@ class StepStats:
     overlong_frac: float  # share of responses cut at max_new_tokens without an end-of-sequence token
     timings: Timings
     toy: ToyDiagnostics | None = None  # exact collapse measures of the toy policy (toy tier only)
+    heldout: dict[str, float] | None = None  # eval/ metrics (trainer.eval_every), on the steps that evaluate
 
 
 class LossStatsMean:

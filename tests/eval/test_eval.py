@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
+from rlvrlab.algorithms.passk import avg_at_n, diversity_of_correct, maj_at_k, pass_at_k
 from rlvrlab.data.problems import Problem
 from rlvrlab.errors import RlvrlabError
-from rlvrlab.eval.passk import avg_at_n, diversity_of_correct, maj_at_k, pass_at_k
 from rlvrlab.eval.run import aggregate, answer_classes, check_ks, evaluate, metric_key, mlflow_metrics, problem_record
 from rlvrlab.rewards.base import Verdict
 from rlvrlab.rollout.base import Generation

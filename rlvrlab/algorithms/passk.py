@@ -152,3 +152,55 @@ def mean(values: Sequence[float | None]) -> float | None:
     """Mean of the values that are not None; None when there are none."""
     kept = [v for v in values if v is not None and not math.isnan(v)]
     return sum(kept) / len(kept) if kept else None
+
+
+# Exact metrics of a task whose correct responses can all be listed (rlvrlab.data.answer_space): from the policy's
+# probability p_c of every correct response c of one problem (C its correct set), with Z = sum_c p_c:
+#   pass@k         1 - (1 - Z)^k                        (k independent samples; pass@1 = Z)
+#   q              p_c / Z, the policy restricted to the correct set (UCPO paper §3.2)
+#   H(q)           -sum_c q_c log q_c, in nats; uniformity H(q) / log|C| (1 = uniform, 0 = one answer; |C| >= 2)
+#   max q          the share of the likeliest correct response
+#   coverage@k     the expected share of C seen among k samples: mean_c 1 - (1 - p_c)^k
+#   signal         P(a group of G samples has mixed rewards) = 1 - Z^G - (1 - Z)^G, for 0/1 rewards: the chance
+#                  that a group-normalised estimator (GRPO, UCPO) gets any gradient from this problem
+# The sampled estimators above converge to these as n grows (tests/algorithms/test_passk_exact.py).
+
+
+def exact_problem_metrics(p_correct: Sequence[float] | np.ndarray, ks: Sequence[int],
+                          group_size: int) -> dict[str, float]:
+    """The exact metrics of one problem from the probabilities of its correct responses (see above). Uniformity is
+    NaN for a one-answer problem, H(q), uniformity and max q are NaN when Z = 0."""
+    p = np.clip(np.asarray(p_correct, dtype=np.float64), 0.0, 1.0)
+    if p.ndim != 1 or p.size == 0:
+        raise ValueError("exact metrics need the probabilities of at least one correct response")
+    z = float(min(p.sum(), 1.0))
+    out: dict[str, float] = {"pass_at_1": z}
+    for k in ks:
+        out[f"pass_at_{k}"] = 1.0 - (1.0 - z) ** k
+        out[f"coverage_at_{k}"] = float(np.mean(1.0 - (1.0 - p) ** k))
+    out["signal"] = 1.0 - z**group_size - (1.0 - z) ** group_size
+    if z > 0:
+        q = p / p.sum()
+        nz = q[q > 0]
+        entropy = float(-(nz * np.log(nz)).sum())
+        out["correct_entropy"] = entropy
+        out["uniformity"] = entropy / math.log(p.size) if p.size >= 2 else float("nan")
+        out["max_q"] = float(q.max())
+    else:
+        out["correct_entropy"] = out["uniformity"] = out["max_q"] = float("nan")
+    return out
+
+
+def exact_metrics(p_correct: Sequence[Sequence[float] | np.ndarray], ks: Sequence[int],
+                  group_size: int) -> dict[str, float]:
+    """Unweighted means over problems of `exact_problem_metrics` (NaNs skipped: a one-answer problem has no
+    uniformity); NaN where no problem defines a metric."""
+    rows = [exact_problem_metrics(p, ks, group_size) for p in p_correct]
+    if not rows:
+        raise ValueError("exact metrics need at least one problem")
+    out = {}
+    for key in rows[0]:
+        values = np.array([r[key] for r in rows], dtype=np.float64)
+        finite = values[np.isfinite(values)]
+        out[key] = float(finite.mean()) if finite.size else float("nan")
+    return out
