@@ -132,7 +132,7 @@ def protocol(path: Path, run_commits: tuple[str, ...], first_run_start_ms: int) 
     reason = ""
     if dirty:
         reason = "the file has uncommitted changes"
-    elif changed >= start:
+    elif changed.timestamp() + 1 > start.timestamp():  # commit times are whole seconds: a tie is not "before"
         reason = (f"its last change ({last_sha[:7]}, {changed.isoformat()}) is not before the first run started "
                   f"({start.isoformat()})")
     else:

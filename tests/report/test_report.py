@@ -288,3 +288,39 @@ def test_report_of_tiny_runs_with_evaluations(tmp_path: Path) -> None:
     records = collect.eval_records(client, collect.select(f"sqlite:///{runs / 'mlflow.db'}", experiment="tinyexp"))
     matrix = records.matrices[("ucpo", "countdown", "pass@4")]
     assert matrix.shape == (3, 6) and float(ucpo["pass@4"]["mean"]) == pytest.approx(matrix.mean(), abs=1e-12)
+
+
+@pytest.mark.slow
+def test_report_events_auc_and_protocol_of_a_toy_sweep(toy_study: Path) -> None:
+    """--event rates and exact tests, --reduce auc and --protocol, end to end, on the toy sweep's records."""
+    protocol = toy_study / "protocol.md"  # not in a git repository: never pre-registered
+    protocol.write_text("the question\n")
+    result = _cli("report", "--study", "grid", "--baseline", "ucpo tau=0.0 staleness=0", "--no-plots",
+                  "--metric", "policy/toy_correct_uniformity:auc:10,policy/toy_correct_mass",
+                  "--event", "reach: policy/toy_correct_mass >= 0.5", "--event", "never: train/reward > 2",
+                  "--compare", "ucpo tau=1.0 staleness=0:ucpo tau=0.0 staleness=1",
+                  "--protocol", str(protocol), "--out", "elsewhere", cwd=toy_study)
+    assert result.returncode == 0, result.stderr
+    table = (toy_study / "elsewhere" / "table.md").read_text()
+    assert "### Event `reach: policy/toy_correct_mass >= 0.5`" in table and "McNemar exact" in table
+    assert "NOT pre-registered: the file is not committed" in table
+    sources = json.loads((toy_study / "elsewhere" / "sources.json").read_text())
+    assert sources["protocol"]["pre_registered"] is False
+    never = next(e for e in sources["events"] if e["event"].startswith("never"))
+    assert all(run["step"] is None for runs in never["groups"].values() for run in runs)
+    assert all(c["p"] == 1.0 for c in never["comparisons"])  # no event anywhere: nothing to tell apart
+    reach = next(e for e in sources["events"] if e["event"].startswith("reach"))
+    assert len(reach["comparisons"]) == 4  # 3 groups vs the baseline, and the --compare pair
+    # the auc cell is the seed mean of each run's trapezoid mean over its last 10 logged steps
+    client = collect.client_for(f"sqlite:///{toy_study / 'runs' / 'mlflow.db'}")
+    group = sources["groups"][0]
+    per_run = []
+    for run in group["runs"]:
+        series = collect.metric_series(client, run["run_id"], "policy/toy_correct_uniformity")
+        steps = sorted(series)[-10:]
+        per_run.append(np.trapezoid([series[s] for s in steps], steps) / (steps[-1] - steps[0]))
+        assert collect.area_per_step(np.array(steps, float), np.array([series[s] for s in steps])) == \
+            pytest.approx(per_run[-1])
+    rows = list(csv.DictReader((toy_study / "elsewhere" / "table.csv").open()))
+    cell = next(r for r in rows if r["group"] == group["label"] and r["metric"] == "policy/toy_correct_uniformity:auc:10")
+    assert float(cell["mean"]) == pytest.approx(np.mean(per_run))
