@@ -261,7 +261,7 @@ BAD_OVERRIDES = [
     (["rollout.engine=sglang"], "unknown rollout.engine 'sglang'; available: hf, vllm"),
     (["trainer.engine=fsdp"], "unknown trainer.engine 'fsdp'; available: deepspeed, torch"),
     (["dataset.name=countdwn"], "unknown synthetic dataset.name 'countdwn'; did you mean 'countdown'? available: "
-     "arith, countdown, toy; a file's data needs dataset.format=jsonl or parquet and dataset.path"),
+     "arith, countdown, pairs, toy; a file's data needs dataset.format=jsonl or parquet and dataset.path"),
     (["model.tier=real"], "model.tier=real needs model.path"),
     (["model.path=/models/qwen"], "model.path has no effect with model.tier 'tiny'"),
     (["dataset.format=jsonl"], "dataset.format=jsonl needs dataset.path"),

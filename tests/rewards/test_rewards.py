@@ -135,8 +135,9 @@ def test_same_answer(math_pool: RewardPool) -> None:
 
 
 def test_registry() -> None:
-    assert set(VERIFIERS) == {"exact", "countdown", "math"}
+    assert set(VERIFIERS) == {"exact", "countdown", "math", "pairs"}
     assert VERIFIERS["math"].isolated and not VERIFIERS["exact"].isolated and not VERIFIERS["countdown"].isolated
+    assert not VERIFIERS["pairs"].isolated
     assert VERIFIERS["exact"].check("  b ", "a|b") == Verdict(1.0, "correct", "b")
     assert VERIFIERS["exact"].check("", "a").reason == "no_answer"
     with pytest.raises(KeyError):
