@@ -13,6 +13,8 @@ from rlvrlab.data import answer_space, load_problems
 from rlvrlab.policy.exact import response_logprobs, single_tokenization
 from rlvrlab.rewards.pairs import pairs
 
+pytestmark = pytest.mark.slow  # builds and warm-starts a tiny model
+
 OVERRIDES = ["dataset=pairs", "model.tiny_layers=1", "model.tiny_hidden=32", "model.tiny_heads=2",
              "model.warmstart_steps=150", "rollout.max_new_tokens=6"]
 

@@ -27,6 +27,7 @@ def test_toy_runs_log_the_exact_table_metrics_at_the_evaluated_steps(tmp_path, m
     assert "eval/heldout/pass_at_1" not in history  # the toy tier trains on every problem
 
 
+@pytest.mark.slow
 def test_pairs_runs_log_exact_heldout_metrics_of_the_policy_at_that_step(tmp_path, mlflow_history) -> None:
     from mlflow.tracking import MlflowClient
 
@@ -59,6 +60,7 @@ def test_pairs_runs_log_exact_heldout_metrics_of_the_policy_at_that_step(tmp_pat
     assert history["eval/heldout/pass_at_1"][3] != history["eval/heldout/pass_at_1"][0]  # the policy moved
 
 
+@pytest.mark.slow
 def test_sampled_evaluation_where_answers_cannot_be_listed(tmp_path, mlflow_history) -> None:
     cfg = compose("default", [f"output_dir={tmp_path}", "steps=1", "trainer.eval_every=1", "trainer.eval_problems=3",
                               "trainer.eval_n=4", "rollout.prompts_per_step=2", "rollout.group_size=2",
