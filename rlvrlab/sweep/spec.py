@@ -338,12 +338,12 @@ def _launcher(body: Any, slurm_body: Any, where: str, kind: Optional[str], nproc
         ranks = gpus or (jobs.gpus_per_node if kind == "slurm" else 0) or 1
     if ranks < 1:
         raise ConfigError(f"launcher.nproc in {where} must be at least 1")
-    if kind == "inprocess" and ranks > 1:
-        raise ConfigError(f"launcher nproc {ranks} in {where} needs launcher process or slurm (a run of several "
-                          "ranks is its own torchrun job); e.g. --launcher process")
     if kind == "inprocess" and gpus > 1:
         raise ConfigError(f"--gpus-per-run {gpus} in {where} needs --launcher process (a run inside the worker "
                           "uses one GPU)")
+    if kind == "inprocess" and ranks > 1:
+        raise ConfigError(f"launcher nproc {ranks} in {where} needs launcher process or slurm (a run of several "
+                          "ranks is its own torchrun job); e.g. --launcher process")
     if gpus and ranks != gpus:
         raise ConfigError(f"launcher nproc {ranks} and gpus_per_run {gpus} in {where} differ; a run has one rank "
                           "per GPU (leave nproc out)")

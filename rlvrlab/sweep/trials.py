@@ -409,6 +409,8 @@ def _seed_run(sweep: Sweep, client, trial, params: dict, seed: int, position: in
         if reason is None and run_id is None:
             reason = "the seed run's process ended without an MLflow run under its trial"
         if reason is not None:
+            if run_id is not None and client.get_run(run_id).info.status == "RUNNING":  # killed: it could not
+                client.set_terminated(run_id, status="FAILED")
             return run_id, None, reason
         assert run_id is not None
         value = objective_of(client, run_id, metric, window)
