@@ -14,7 +14,8 @@ import os
 import signal
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -99,7 +100,7 @@ def train(cfg: RunConfig, *, resume: str | None = None, on_step: OnStep | None =
                 lock.release()
             raise
     try:
-        with stop_at_safe_points():  # the first Ctrl-C or SIGTERM is acted on between steps (rlvrlab.procs)
+        with stop_at_safe_points(), _toy_threads(cfg):  # the first Ctrl-C or SIGTERM: between steps (rlvrlab.procs)
             run = build(cfg, run_id=resume, tags=tags)
             if rank == 0 and lock is None:
                 lock = outputs.RunLock(run.run_dir, run.tracker.run_id).acquire()
@@ -154,6 +155,21 @@ def _run_steps(run: Run, cfg: RunConfig, folder: Path | None, on_step, progress)
         finally:
             run.verifier.close()
     return run.tracker.run_id
+
+
+@contextmanager
+def _toy_threads(cfg: RunConfig) -> Iterator[None]:
+    """The toy tier's tensors are a few hundred numbers: one torch thread. More threads only wake and spin for every
+    op, 2-100x slower per op, worst on a loaded machine (bench/README.md, toy-tier sweeps)."""
+    if cfg.model.tier != "toy" or torch.get_num_threads() == 1:
+        yield
+        return
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
 
 
 def _stderr_warning(message: str) -> None:
