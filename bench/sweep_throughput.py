@@ -1,6 +1,13 @@
 """Side by side in one run, toy tier on this machine: what the sweep machinery costs on top of training.
 
     .venv/bin/python bench/sweep_throughput.py [SEEDS] [STEPS] [--no-cli]      (SEEDS = 3, STEPS = the file's 200)
+    .venv/bin/python bench/sweep_throughput.py --grid [SEEDS] [STEPS]           (the full grid: 5 seeds, 200 steps)
+
+--grid: the wall time of sweeps/tau_eps_staleness_grid.yaml (27 cells x SEEDS seeds x STEPS steps), one worker in
+this process through the library, and where it goes: per seed run, setup (`build`: config, MLflow run,
+provenance), the steps themselves (`train_step`), MLflow writes waited for (tracker flush/finish), checkpoints,
+and outside `train` the sweep's own Optuna, MLflow and compose calls. Run it against another checkout for a
+before/after pair: `PYTHONPATH=/path/to/other/checkout .venv/bin/python bench/sweep_throughput.py --grid ...`.
 
 sweeps/ucpo_tau.yaml (5 grid points) with SEEDS seeds per trial, in a fresh temp dir each time (~2.3 min on 2 cores):
 1. In process, 1 worker, through the library (load_sweep / open_sweep / work / finish_study_run): trial-seeds per
@@ -19,6 +26,7 @@ One untimed train call of the same length first warms up imports, so neither sid
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import inspect
 import os
@@ -168,8 +176,75 @@ def cli(workers: int, seeds: int, overrides: list[str]) -> tuple[float, float, i
     return seconds, cpu, int(finished.split("/")[0]) if finished[0].isdigit() else -1
 
 
+def grid(seeds: int, overrides: list[str]) -> None:
+    """The full three-way grid, one worker in this process, with the time split described at the top."""
+    import optuna
+    from mlflow.tracking import MlflowClient
+
+    import rlvrlab
+    import rlvrlab.config
+    import rlvrlab.train.loop as loop
+    from rlvrlab.sweep.spec import load_sweep
+    from rlvrlab.sweep.trials import finish_study_run, open_sweep, work
+    from rlvrlab.tracking.mlflow_tracker import MlflowTracker
+    from rlvrlab.train import checkpoint
+
+    path = REPO / "sweeps" / "tau_eps_staleness_grid.yaml"
+    root = Path(tempfile.mkdtemp(prefix="sweep_grid_"))
+    home = Path.cwd()
+    os.chdir(root)
+    load = os.getloadavg()[0]
+    spec = load_sweep(str(path), overrides, seeds=seeds)
+    warm = rlvrlab.config.compose(spec.experiment, spec.overrides_for(spec.grid()[0], 0))
+    loop.train(dataclasses.replace(warm, output_dir=str(root / "warm")))  # imports and first calls, not timed
+
+    outer, inner = Clock(), Clock()
+    loop.train = outer.wrap("train", loop.train)
+    import rlvrlab.sweep.trials as trials
+
+    trials.compose = outer.wrap("compose/config_hash", trials.compose)  # imported by name there
+    trials.config_hash = outer.wrap("compose/config_hash", trials.config_hash)
+    clock_class = outer.wrap_class
+    clock_class("Optuna storage", optuna.storages.JournalStorage)
+    clock_class("MLflow client", MlflowClient)
+    loop.build = inner.wrap("setup (build)", loop.build)
+    loop.train_step = inner.wrap("steps (train_step)", loop.train_step)
+    MlflowTracker.flush = inner.wrap("MLflow writes waited for", MlflowTracker.flush)
+    MlflowTracker.finish = inner.wrap("MLflow writes waited for", MlflowTracker.finish)
+    checkpoint.save = inner.wrap("checkpoints", checkpoint.save)
+    outer.active = inner.active = True
+    tic, cpu = time.perf_counter(), time.process_time()
+    sweep = open_sweep(spec)
+    report = work(sweep)
+    finish_study_run(sweep)
+    wall, cpu = time.perf_counter() - tic, time.process_time() - cpu
+    os.chdir(home)
+    shutil.rmtree(root, ignore_errors=True)
+    runs = len(report.outcomes) * seeds
+    print(f"{path.name} {' '.join(overrides)}: {len(report.outcomes)} cells x {seeds} seeds = {runs} seed runs "
+          f"({', '.join(sorted({o.state for o in report.outcomes}))}), one worker in process; rlvrlab from "
+          f"{Path(rlvrlab.__file__).parent.parent}; {os.cpu_count()} cores, load average {load:.2f} at start, "
+          f"{os.getloadavg()[0]:.2f} at end")
+    print(f"wall {wall:.1f} s ({cpu:.1f} s CPU) = {runs / wall * 60:.1f} seed runs/min, {wall / runs * 1000:.0f} ms "
+          "per seed run")
+    train_s = outer.seconds["train"]
+    print(f"  {'where the time goes':28s} {'wall s':>8s} {'share':>6s} {'per seed run':>13s}")
+    rows = [(name, inner.seconds[name]) for name in ("setup (build)", "steps (train_step)", "MLflow writes waited for",
+                                                       "checkpoints")]
+    rows.append(("rest of train()", train_s - sum(v for _, v in rows)))
+    rows += [(f"sweep: {name}", outer.seconds[name]) for name in ("Optuna storage", "MLflow client",
+                                                                    "compose/config_hash")]
+    rows.append(("sweep: other", wall - sum(outer.seconds.values())))
+    for name, seconds in rows:
+        print(f"  {name:28s} {seconds:8.2f} {seconds / wall:6.1%} {seconds / runs * 1000:10.0f} ms")
+
+
 def main(argv: list[str]) -> None:
     flags = [a for a in argv if a.startswith("--")]
+    if "--grid" in flags:
+        numbers = [int(a) for a in argv if not a.startswith("--")]
+        grid(numbers[0] if numbers else 5, [f"steps={numbers[1]}"] if len(numbers) > 1 else [])
+        return
     numbers = [int(a) for a in argv if not a.startswith("--")]
     seeds = numbers[0] if numbers else 3
     overrides = [f"steps={numbers[1]}"] if len(numbers) > 1 else []

@@ -2,6 +2,8 @@
 
     .venv/bin/pip install -e '.[dev,bench]'                        # trl==1.16.0 (the bench extra)
     .venv/bin/python bench/trl_compare.py [--steps 10] [--warmup 3] [--rounds 4] [--threads 1]    # ~2.5 min
+    .venv/bin/python bench/trl_compare.py --model models/SmolLM2-135M-Instruct --steps 2 --warmup 1 --rounds 1
+        # the same comparison on a real model folder (model=smollm2 model.path=PATH; `rlvrlab model import smollm2`)
 
 Each measurement is a fresh subprocess (DeepSpeed, accelerate and TRL keep process-wide state) that trains
 `--warmup` + `--steps` steps; only the last `--steps` count. The three sides run in turn, `--rounds` times, in
@@ -66,6 +68,7 @@ from pathlib import Path
 
 MARK = "BENCH_RESULT "
 SIDES = ("rlvrlab-torch", "rlvrlab-deepspeed", "trl")
+MODEL: str | None = None  # --model PATH: a Hugging Face folder instead of the tiny tier's model
 
 
 def tiny_setup():
@@ -83,7 +86,8 @@ def tiny_setup():
 
 
 def overrides(engine: str, steps: int, out: str) -> list[str]:
-    return [f"steps={steps}", "trainer.checkpoint_every=0", f"output_dir={out}", f"trainer.engine={engine}",
+    model = ["model=smollm2", f"model.path={Path(MODEL).resolve()}"] if MODEL else []
+    return [*model, f"steps={steps}", "trainer.checkpoint_every=0", f"output_dir={out}", f"trainer.engine={engine}",
             "algorithm=grpo", "algorithm.kl_coef=0"]
 
 
@@ -216,7 +220,7 @@ def measure(side: str, warmup: int, steps: int, threads: int) -> dict:
     env = {**os.environ, "RLVRLAB_NO_PROGRESS": "1", "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false",
            "PYTHONWARNINGS": "ignore"}
     cmd = [sys.executable, __file__, "--worker", side, "--steps", str(steps), "--warmup", str(warmup), "--threads",
-           str(threads)]
+           str(threads), *(["--model", MODEL] if MODEL else [])]
     tic = time.perf_counter()
     proc = subprocess.run(cmd, check=False, capture_output=True, text=True, env=env)
     lines = [line for line in proc.stdout.splitlines() if line.startswith(MARK)]
@@ -259,8 +263,12 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=4, help="times each side runs (order reversed every other round)")
     parser.add_argument("--threads", type=int, default=1, help="torch.set_num_threads in each run; 0: torch's "
                                                                  "default (one per core)")
+    parser.add_argument("--model", help="a Hugging Face model folder (e.g. SmolLM2-135M-Instruct) instead of the tiny "
+                        "tier's; both sides train it")
     parser.add_argument("--worker", choices=SIDES, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    global MODEL
+    MODEL = args.model
     if args.warmup < 1 or args.steps < 1:
         parser.error("--warmup and --steps must be at least 1 (a step is timed from the end of the one before)")
     import importlib.util
@@ -280,7 +288,7 @@ def main() -> None:
     packages = ("torch", "transformers", "trl", "deepspeed", "accelerate", "datasets")
     print(f"machine: {os.cpu_count()} cores, load average {os.getloadavg()[0]:.2f} at start; "
           + ", ".join(f"{name} {version(name)}" for name in packages))
-    print(f"tiny tier, {r.prompts_per_step} prompts x {r.group_size} completions, <= {r.max_new_tokens} new tokens, "
+    print(f"{MODEL or 'tiny tier'}, {r.prompts_per_step} prompts x {r.group_size} completions, <= {r.max_new_tokens} new tokens, "
           f"T={r.temperature}; {args.warmup} warm-up + {args.steps} measured steps per run, {args.rounds} round(s), "
           f"torch threads {args.threads or 'default'}", flush=True)
     runs: dict[str, list[dict]] = {side: [] for side in SIDES}

@@ -21,16 +21,33 @@ NameOpt = Annotated[Optional[str], typer.Option("--name", help="Study name (defa
 SeedsOpt = Annotated[Optional[int], typer.Option("--seeds", min=1, help="Seeds per trial (default: the file's seeds:).",
                                                  show_default=False)]
 StatusOpt = Annotated[bool, typer.Option("--status", help="Show the study's trials and best config; run nothing.")]
+LauncherOpt = Annotated[Optional[str], typer.Option(
+    "--launcher", help="How seed runs run: inprocess (the toy default), process (a child `rlvrlab train`; torchrun "
+    "with --nproc ranks), slurm (--workers jobs through submitit). Default: the file's launcher:.",
+    show_default=False)]
+NprocOpt = Annotated[Optional[int], typer.Option(
+    "--nproc", min=1, help="Ranks per seed run (process, slurm); default: --gpus-per-run, else 1.",
+    show_default=False)]
+GpusOpt = Annotated[Optional[int], typer.Option(
+    "--gpus-per-run", min=1, help="GPUs each worker owns (disjoint CUDA_VISIBLE_DEVICES sets of this machine).",
+    show_default=False)]
+SlurmOpt = Annotated[Optional[list[str]], typer.Option(
+    "--slurm", help="KEY=VALUE over the file's slurm: block (partition, time, gpus_per_node, cpus_per_task, "
+    "account, nodes, cluster); repeatable.", show_default=False)]
 
 
 def sweep(sweep_file: SweepArg, overrides: OverridesArg = None, workers: WorkersOpt = 1, storage: StorageOpt = None,
-          name: NameOpt = None, seeds: SeedsOpt = None, status: StatusOpt = False) -> None:
+          name: NameOpt = None, seeds: SeedsOpt = None, status: StatusOpt = False, launcher: LauncherOpt = None,
+          nproc: NprocOpt = None, gpus_per_run: GpusOpt = None, slurm: SlurmOpt = None) -> None:
     """Run (or continue) an Optuna study: each trial trains every seed and scores the objective from MLflow.
 
     [dim]rlvrlab sweep sweeps/ucpo_tau.yaml                      # toy tier, 5 seeds per value of tau
     rlvrlab sweep sweeps/tau_eps_staleness_grid.yaml --workers 2
     rlvrlab sweep sweeps/ucpo_tau.yaml --status             # the table so far, nothing runs
-    rlvrlab sweep sweeps/ucpo_tau.yaml --storage postgresql://user:pw@db/optuna   # on every machine[/dim]
+    rlvrlab sweep sweeps/ucpo_tau.yaml --storage postgresql://user:pw@db/optuna   # on every machine
+    rlvrlab sweep sweeps/up_stability.yaml --launcher process --workers 4 --gpus-per-run 2
+    rlvrlab sweep sweeps/up_stability.yaml --launcher slurm --workers 8 --slurm partition=gpu --slurm time=240 \\
+        --storage postgresql://user:pw@db/optuna tracking.uri=http://mlflow:5000[/dim]
 
     Re-running the same command continues the study: finished trials are kept, trials of a worker that died
     are re-run. KEY=VALUE overrides change the base config (and so the study's fingerprint).
@@ -38,7 +55,8 @@ def sweep(sweep_file: SweepArg, overrides: OverridesArg = None, workers: Workers
     from rlvrlab.sweep.spec import load_sweep
     from rlvrlab.sweep.workers import check_locations, run_sweep
 
-    spec = load_sweep(sweep_file, overrides or [], seeds=seeds, study=name)
+    spec = load_sweep(sweep_file, overrides or [], seeds=seeds, study=name, launcher=launcher, nproc=nproc,
+                      gpus_per_run=gpus_per_run, slurm=slurm or [])
     check_locations(spec, storage, status_only=status)  # before the progress bar: a bad folder is one line
     err = Console(stderr=True)
     progress = Progress(TextColumn("[bold]sweep[/]"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),

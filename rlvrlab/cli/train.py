@@ -21,8 +21,15 @@ ResumeOpt = Annotated[
                  "output_dir=, tracking.uri= and steps= may be given).", show_default=False),
 ]
 
+TagOpt = Annotated[
+    Optional[list[str]],
+    typer.Option("--tag", help="KEY=VALUE: an MLflow tag on the new run (repeatable; a sweep nests its seed runs "
+                 "under their trial with mlflow.parentRunId=...).", show_default=False),
+]
 
-def train(experiment: ExperimentArg = None, overrides: OverridesArg = None, resume: ResumeOpt = None) -> None:
+
+def train(experiment: ExperimentArg = None, overrides: OverridesArg = None, resume: ResumeOpt = None,
+          tag: TagOpt = None) -> None:
     """Train a policy: rollouts -> verifier -> advantages -> policy update, recorded in MLflow.
 
     [dim]rlvrlab train                                   # the default experiment (tiny model, Countdown, GRPO)
@@ -34,6 +41,7 @@ def train(experiment: ExperimentArg = None, overrides: OverridesArg = None, resu
     from rlvrlab.train.setup import run_config
 
     experiment, overrides = split_experiment(experiment, overrides)
+    tags = parse_tags(tag or [])
     cfg = run_config(experiment, overrides, resume=resume)
     progress = _progress_bar(Console(stderr=True), cfg)  # shown from the first step: setup errors stay one line
     task = progress.add_task("train", total=cfg.steps, status="", start=False)
@@ -45,7 +53,7 @@ def train(experiment: ExperimentArg = None, overrides: OverridesArg = None, resu
         progress.update(task, completed=step + 1, status=f"reward {stats.reward:.3f} entropy {stats.entropy:.3f}")
 
     try:
-        run_id = run_training(cfg, resume=resume, progress=show,
+        run_id = run_training(cfg, resume=resume, progress=show, tags=tags,
                               warn=lambda message: Console(stderr=True, soft_wrap=True).print(
                                   f"warning: {message}", style="yellow", markup=False, highlight=False))
     except RunInterrupted as stopped:  # Ctrl-C or SIGTERM
@@ -64,6 +72,17 @@ def train(experiment: ExperimentArg = None, overrides: OverridesArg = None, resu
     finally:
         progress.stop()
     _print_done(cfg, run_id)
+
+
+def parse_tags(pairs: list[str]) -> dict[str, str]:
+    """`--tag KEY=VALUE` options as a dict; a malformed one is a one-line error."""
+    tags = {}
+    for pair in pairs:
+        key, equals, value = pair.partition("=")
+        if not equals or not key.strip():
+            raise RlvrlabError(f"--tag {pair}: give KEY=VALUE, e.g. --tag team=rl")
+        tags[key.strip()] = value
+    return tags
 
 
 def resume_command(cfg: RunConfig, run_id: str) -> str:

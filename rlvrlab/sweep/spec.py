@@ -21,6 +21,10 @@ before any storage is opened or run started; every mistake is one ConfigError li
       aggregate: mean                          # over seeds: mean | lcb95 (maximize) | ucb95 (minimize)
     budget: {trials: null, timeout: null}      # trials (samplers; grid: every point) and seconds per invocation
     pruner: {type: none}                       # none | median | hyperband; warmup_steps, startup_trials
+    launcher: inprocess                        # how a seed run runs (not part of the study's fingerprint):
+                                               # inprocess | process | slurm, or {type: process, nproc: 2,
+                                               # gpus_per_run: 2} (nproc > 1: torchrun with that many ranks)
+    slurm: {partition: gpu, time: 240, gpus_per_node: 8, account: lab}   # launcher slurm: each worker a job
 """
 
 from __future__ import annotations
@@ -46,7 +50,10 @@ PRUNERS = ("none", "median", "hyperband")
 AGGREGATES = {"mean": None, "lcb95": "maximize", "ucb95": "minimize"}  # value: the direction it fits
 DIRECTIONS = ("maximize", "minimize")
 TOP_KEYS = ("name", "experiment", "overrides", "variants", "sampler", "sampler_seed", "seeds", "space", "objective",
-            "budget", "pruner")
+            "budget", "pruner", "launcher", "slurm")
+LAUNCHERS = ("inprocess", "process", "slurm")
+SLURM_KEYS = ("partition", "nodes", "gpus_per_node", "cpus_per_task", "time", "account", "cluster")
+SLURM_CLUSTERS = ("slurm", "local")  # local: submitit's local executor, the same job path on this machine
 VARIANT = "variant"  # the space key of `variants:`
 _FIXED_KEYS = ("seed", "experiment")  # set by the sweep: seeds from `seeds:`, the MLflow experiment from the name
 _NOT_SCIENCE = ("output_dir=", "tracking.")  # overrides that move records, not results (not in the fingerprint)
@@ -109,6 +116,36 @@ class Pruner:
 
 
 @dataclasses.dataclass(frozen=True)
+class Slurm:
+    """`slurm:` of a sweep file (or `--slurm KEY=VALUE`): the job each sweep worker runs in (submitit)."""
+
+    partition: Optional[str] = None
+    nodes: int = 1  # nodes per worker job (one, until a seed run spans a job's nodes)
+    gpus_per_node: int = 0
+    cpus_per_task: Optional[int] = None
+    time: int = 60  # minutes per worker job; a job that runs out is a dead worker (its trial is retried)
+    account: Optional[str] = None
+    cluster: str = "slurm"  # slurm | local (submitit's local executor: the same pickled job path, no sbatch)
+
+
+@dataclasses.dataclass(frozen=True)
+class Launcher:
+    """How each seed run runs: in the worker's process (the toy default), as a child `rlvrlab train` process
+    (`torchrun` with `nproc` ranks when nproc > 1), or (slurm) as such a child inside worker jobs on a cluster.
+    gpus_per_run: each worker of one machine owns that many GPUs (rlvrlab.sweep.placement); 0: no placement."""
+
+    type: str = "inprocess"
+    nproc: int = 1
+    gpus_per_run: int = 0
+    slurm: Slurm = dataclasses.field(default_factory=Slurm)
+
+    @property
+    def child(self) -> bool:
+        """Seed runs are child processes (process, and slurm's workers)."""
+        return self.type != "inprocess"
+
+
+@dataclasses.dataclass(frozen=True)
 class SweepSpec:
     name: str
     file: Path
@@ -124,6 +161,7 @@ class SweepSpec:
     pruner: Pruner
     variants: dict[str, tuple[str, ...]] = dataclasses.field(default_factory=dict)  # name -> overrides
     adaptive: Optional[AdaptiveSeeds] = None  # seeds: {initial, max, halfwidth}; then seeds = 0..initial-1
+    launcher: Launcher = dataclasses.field(default_factory=Launcher)  # not in the fingerprint: how, not what
 
     @property
     def max_seeds(self) -> int:
@@ -193,9 +231,11 @@ def sweep_file(name: str) -> Path:
 
 
 def load_sweep(name: str, overrides: Sequence[str] = (), *, seeds: Optional[int] = None,
-               study: Optional[str] = None) -> SweepSpec:
+               study: Optional[str] = None, launcher: Optional[str] = None, nproc: Optional[int] = None,
+               gpus_per_run: Optional[int] = None, slurm: Sequence[str] = ()) -> SweepSpec:
     """Parse and validate a sweep file (+ base-config overrides from the command line) and compose every grid
-    point (or both ends of every range) so that a bad key or value fails here, not in trial 17."""
+    point (or both ends of every range) so that a bad key or value fails here, not in trial 17.
+    launcher, nproc, gpus_per_run, slurm (KEY=VALUE): the command line's, over the file's `launcher:`/`slurm:`."""
     path = sweep_file(name)
     where = str(path)
     try:
@@ -253,10 +293,79 @@ def load_sweep(name: str, overrides: Sequence[str] = (), *, seeds: Optional[int]
     if experiment is not None and not experiment.endswith((".yaml", ".yml")) and os.sep in experiment:
         experiment = str((path.parent / experiment).resolve())
     sampler_seed = int(_optional_number(body.get("sampler_seed", 0), "sampler_seed", where, integer=True))
+    launch = _launcher(body.get("launcher"), body.get("slurm"), where, launcher, nproc, gpus_per_run, slurm)
     spec = SweepSpec(sweep_name, path, experiment, tuple(all_overrides), space, sampler, sampler_seed, seed_list,
-                     objective, trials, timeout, pruner, variants, adaptive)
+                     objective, trials, timeout, pruner, variants, adaptive, launch)
     _check_composes(spec, where)
+    _check_launcher(spec, where)
     return spec
+
+
+def _launcher(body: Any, slurm_body: Any, where: str, kind: Optional[str], nproc: Optional[int],
+              gpus_per_run: Optional[int], slurm: Sequence[str]) -> Launcher:
+    example = "launcher: process, or launcher: {type: process, nproc: 2}"
+    fields = {"type": body} if isinstance(body, str) else _mapping(body, ("type", "nproc", "gpus_per_run"),
+                                                                    "launcher", where)
+    kind = _choice(kind or fields.get("type", "inprocess"), LAUNCHERS, "launcher", where)
+    ranks, gpus = nproc if nproc is not None else fields.get("nproc"), gpus_per_run if gpus_per_run is not None \
+        else fields.get("gpus_per_run", 0)
+    for name, value in (("nproc", ranks), ("gpus_per_run", gpus)):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
+            raise ConfigError(f"launcher.{name} in {where} must be an integer >= {1 if name == 'nproc' else 0}, "
+                              f"e.g. {example}")
+    settings = dict(_mapping(slurm_body, SLURM_KEYS, "slurm", where))
+    for text in slurm:
+        key, equals, value = text.partition("=")
+        if not equals or key.strip() not in SLURM_KEYS:
+            raise ConfigError(f"--slurm {text}: give KEY=VALUE with KEY one of {', '.join(SLURM_KEYS)}")
+        settings[key.strip()] = yaml.safe_load(value) if value.strip() else None
+    for key in ("nodes", "gpus_per_node", "cpus_per_task", "time"):
+        value = settings.get(key)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
+            raise ConfigError(f"slurm.{key} in {where} must be an integer >= 0 (time: minutes per worker job)")
+    if settings.get("cluster") is not None:
+        _choice(settings["cluster"], SLURM_CLUSTERS, "slurm.cluster", where)
+    for key in ("partition", "account"):
+        if settings.get(key) is not None:
+            settings[key] = str(settings[key])
+    jobs = Slurm(**{k: v for k, v in settings.items() if v is not None})
+    if jobs.nodes != 1:
+        raise ConfigError(f"slurm.nodes {jobs.nodes} in {where}: a sweep worker job runs on one node (a seed run "
+                          "across nodes: docs/scaling.md); set slurm.nodes: 1 and use more --workers")
+    if jobs.time < 1:
+        raise ConfigError(f"slurm.time in {where} must be at least 1 (minutes per worker job)")
+    if ranks is None:  # one rank per GPU of the run (or of the job's node)
+        ranks = gpus or (jobs.gpus_per_node if kind == "slurm" else 0) or 1
+    if ranks < 1:
+        raise ConfigError(f"launcher.nproc in {where} must be at least 1")
+    if kind == "inprocess" and gpus > 1:
+        raise ConfigError(f"--gpus-per-run {gpus} in {where} needs --launcher process (a run inside the worker "
+                          "uses one GPU)")
+    if kind == "inprocess" and ranks > 1:
+        raise ConfigError(f"launcher nproc {ranks} in {where} needs launcher process or slurm (a run of several "
+                          "ranks is its own torchrun job); e.g. --launcher process")
+    if gpus and ranks != gpus:
+        raise ConfigError(f"launcher nproc {ranks} and gpus_per_run {gpus} in {where} differ; a run has one rank "
+                          "per GPU (leave nproc out)")
+    if kind == "slurm" and jobs.gpus_per_node and ranks > jobs.gpus_per_node:
+        raise ConfigError(f"launcher nproc {ranks} in {where} is more than slurm.gpus_per_node "
+                          f"{jobs.gpus_per_node}; a seed run has one rank per GPU of its worker's job")
+    return Launcher(kind, ranks, gpus, jobs)
+
+
+def _check_launcher(spec: SweepSpec, where: str) -> None:
+    """What a launcher needs of the runs: pruning reads each step in the worker; several ranks need DeepSpeed."""
+    from rlvrlab.config import compose
+
+    launch = spec.launcher
+    if launch.child and spec.pruner.type != "none":
+        raise ConfigError(f"pruner {spec.pruner.type} in {where} needs launcher inprocess (a seed run in its own "
+                          "process reports no steps to the worker's pruner); drop the pruner or the launcher")
+    if launch.nproc > 1:
+        base = compose(spec.experiment, spec.overrides_for({}, spec.seeds[0]))
+        if base.trainer.engine != "deepspeed":
+            raise ConfigError(f"launcher nproc {launch.nproc} in {where}: several ranks train data parallel through "
+                              "DeepSpeed; add trainer.engine=deepspeed to overrides")
 
 
 def _check_composes(spec: SweepSpec, where: str) -> None:

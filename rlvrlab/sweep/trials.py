@@ -33,6 +33,7 @@ from rlvrlab.config import compose, config_hash
 from rlvrlab.errors import RlvrlabError
 from rlvrlab.procs import raise_if_stop_requested, stop_at_safe_points
 from rlvrlab.report.stats import seeds_for_halfwidth, t_interval
+from rlvrlab.sweep.launch import run_seed_process
 from rlvrlab.sweep.liveness import Heartbeat, close_runs, fail_and_retry, recover_stale, trial_id
 from rlvrlab.sweep.mismatch import mismatch_message
 from rlvrlab.sweep.spec import SweepSpec, format_value
@@ -289,6 +290,8 @@ def run_trial(sweep: Sweep, trial, *, on_seed: Optional[OnSeed] = None) -> Trial
         chash = config_hash(cfg)
         trial_run = _trial_run(sweep, client, trial, params, chash)
         trial.set_user_attr(T.MLFLOW_RUN_ID, trial_run)
+        if os.environ.get("CUDA_VISIBLE_DEVICES") is not None:  # the worker's GPUs, which its seed runs see
+            trial.set_user_attr(T.DEVICES, os.environ["CUDA_VISIBLE_DEVICES"])
         trial.set_user_attr(T.TRIAL_CONFIG_HASH, chash)
         values: dict[int, float] = {}
         run_ids: dict[int, str] = {}
@@ -400,6 +403,19 @@ def _seed_run(sweep: Sweep, client, trial, params: dict, seed: int, position: in
 
     tags = {T.PARENT: trial_run, T.ROLE: "seed", T.STUDY: spec.name,
             T.TRIAL: str(trial.number)}
+    if spec.launcher.child:  # its own process (torchrun with several ranks): no per-step callback, no pruning
+        reason = run_seed_process(spec, spec.overrides_for(params, seed), tags)
+        run_id = _last_run_of(client, sweep, trial_run, seed)
+        if reason is None and run_id is None:
+            reason = "the seed run's process ended without an MLflow run under its trial"
+        if reason is not None:
+            if run_id is not None and client.get_run(run_id).info.status == "RUNNING":  # killed: it could not
+                client.set_terminated(run_id, status="FAILED")
+            return run_id, None, reason
+        assert run_id is not None
+        value = objective_of(client, run_id, metric, window)
+        client.set_tag(run_id, T.OBJECTIVE, format_value(value))
+        return run_id, value, None
     try:
         run_id = train(cfg, on_step=report, tags=tags)
     except RunStopped:

@@ -1,5 +1,6 @@
 """Running a sweep: its trials claimed by this process, or by N spawned worker processes sharing the study's
-storage, until the study is done, its budget is used or its timeout passes.
+storage, or (launcher slurm) by N worker jobs submitted with submitit, until the study is done, its budget is used
+or its timeout passes. With --gpus-per-run k each worker of this machine owns k GPUs (rlvrlab.sweep.placement).
 
 Stops are safe: the first Ctrl-C or SIGTERM stops each worker at the end of its current step (its trial is
 re-enqueued, its MLflow runs end KILLED); a second stops them at once.
@@ -11,13 +12,15 @@ import os
 import signal
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Optional
 
 from rlvrlab import outputs
 from rlvrlab.errors import RlvrlabError
 from rlvrlab.procs import signal_name, stop_at_safe_points, stop_requested
+from rlvrlab.sweep.placement import assign, visible_devices
 from rlvrlab.sweep.spec import SweepSpec
 from rlvrlab.sweep.summary import summarize
 from rlvrlab.sweep.trials import Sweep, finish_study_run, open_sweep, work
@@ -29,8 +32,10 @@ OnProgress = Callable[[int, Optional[int], str], None]
 
 
 def run_sweep(spec: SweepSpec, storage: Optional[str] = None, *, workers: int = 1, status_only: bool = False,
-              on_progress: Optional[OnProgress] = None, warn: Callable[[str], None] = lambda message: None) -> Sweep:
-    """Open (or create) the study and run it to its end; with status_only, open it and run nothing."""
+              on_progress: Optional[OnProgress] = None, warn: Callable[[str], None] = lambda message: None,
+              devices: Optional[Sequence[str]] = None) -> Sweep:
+    """Open (or create) the study and run it to its end; with status_only, open it and run nothing.
+    devices: the GPUs that spec.launcher.gpus_per_run places workers on (default: the ones this machine shows)."""
     if workers > 1 and (storage or "").startswith("sqlite"):
         raise RlvrlabError("--storage sqlite:// can hand one trial to two workers (sqlite ignores SELECT ... FOR "
                            "UPDATE; bench/sweep_storage.py); with --workers use the default journal file or "
@@ -39,6 +44,12 @@ def run_sweep(spec: SweepSpec, storage: Optional[str] = None, *, workers: int = 
         warn("with sqlite storage run one worker at a time (two processes can claim the same trial); the default "
              "journal file is safe for several")
     check_locations(spec, storage, status_only=status_only)
+    launch = spec.launcher
+    placed = None
+    if not status_only and launch.gpus_per_run and launch.type != "slurm":  # Slurm gives each job its GPUs
+        placed = assign(workers, launch.gpus_per_run, visible_devices() if devices is None else list(devices))
+    if not status_only and launch.type == "slurm":
+        check_slurm(spec, storage, warn)
     opened = open_sweep(spec, storage, create=not status_only)
     if status_only:
         return opened
@@ -46,10 +57,13 @@ def run_sweep(spec: SweepSpec, storage: Optional[str] = None, *, workers: int = 
     deadline = time.time() + spec.timeout if spec.timeout else None
     report = on_progress or (lambda done, total, status: None)
     try:
-        if workers == 1:
-            _run_here(opened, deadline, report)
+        if launch.type == "slurm":
+            _run_jobs(opened, workers, storage, deadline, report, warn)
+        elif workers == 1:
+            with _devices(placed[0] if placed else None):
+                _run_here(opened, deadline, report)
         else:
-            _run_workers(opened, workers, storage, deadline, report, warn)
+            _run_workers(opened, workers, storage, deadline, report, warn, placed)
     except KeyboardInterrupt:  # Ctrl-C or SIGTERM; the interrupted trials are re-enqueued
         _study_run_status(opened, "KILLED")
         raise RlvrlabError(f"sweep stopped by {signal_name(stop_requested() or signal.SIGINT)} before the study was "
@@ -106,14 +120,32 @@ def _run_here(opened: Sweep, deadline: Optional[float], report: OnProgress) -> N
     work(opened, deadline=deadline, on_seed=on_seed)
 
 
+@contextmanager
+def _devices(visible: Optional[str]) -> Iterator[None]:
+    """CUDA_VISIBLE_DEVICES of this process (and the seed runs it starts) while its worker runs."""
+    if visible is None:
+        yield
+        return
+    before = os.environ.get("CUDA_VISIBLE_DEVICES")
+    os.environ["CUDA_VISIBLE_DEVICES"] = visible
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop("CUDA_VISIBLE_DEVICES", None)
+        else:
+            os.environ["CUDA_VISIBLE_DEVICES"] = before
+
+
 def _run_workers(opened: Sweep, workers: int, storage: Optional[str], deadline: Optional[float], report: OnProgress,
-                 warn: Callable[[str], None]) -> None:
+                 warn: Callable[[str], None], placed: Optional[list[str]] = None) -> None:
     """Spawned processes, each a full worker on the same storage; progress polls the study."""
     import multiprocessing
 
     threads = max(1, (os.cpu_count() or 1) // workers)
     context = multiprocessing.get_context("spawn")
-    procs = [context.Process(target=_worker_main, args=(opened.spec, storage, deadline, threads, index),
+    procs = [context.Process(target=_worker_main, args=(opened.spec, storage, deadline, threads, index,
+                                                        placed[index] if placed else None),
                              daemon=False) for index in range(workers)]
     total = opened.spec.total_trials()
     status = f"{workers} workers"
@@ -158,7 +190,11 @@ def _stop_workers(procs, *, pass_on: bool) -> None:
         proc.join(timeout=STOP_GRACE_SECONDS)
 
 
-def _worker_main(spec, storage: Optional[str], deadline, threads: int, index: int) -> None:
+def _worker_main(spec, storage: Optional[str], deadline, threads: int, index: int,
+                 visible: Optional[str] = None) -> None:
+    if visible is not None:  # before anything initialises CUDA: this worker and its seed runs see only these
+        os.environ["CUDA_VISIBLE_DEVICES"] = visible
+    os.environ["OMP_NUM_THREADS"] = str(threads)  # the seed runs it starts as processes share them too
     import torch
 
     from rlvrlab.procs import die_with_parent, install_stop_handlers
@@ -173,3 +209,101 @@ def _worker_main(spec, storage: Optional[str], deadline, threads: int, index: in
         raise SystemExit(1) from None
     except KeyboardInterrupt:  # its trial is already re-enqueued and its runs closed KILLED (run_trial)
         raise SystemExit(130) from None
+
+
+# ------------------------------------------------------------------------------------------------- Slurm workers
+def check_slurm(spec: SweepSpec, storage: Optional[str], warn: Callable[[str], None]) -> None:
+    """Before anything is opened: submitit is there, and so is sbatch (cluster slurm); workers on other machines
+    need a shared storage and MLflow store."""
+    try:
+        import submitit  # noqa: F401
+    except ImportError:
+        raise RlvrlabError("--launcher slurm needs submitit; pip install submitit") from None
+    jobs = spec.launcher.slurm
+    if jobs.cluster == "slurm":
+        import shutil
+
+        if shutil.which("sbatch") is None:
+            raise RlvrlabError("--launcher slurm: sbatch is not on PATH; run on a Slurm login node (or set "
+                               "slurm.cluster: local to run the same worker jobs on this machine)")
+        from rlvrlab.config import compose
+
+        base = compose(spec.experiment, spec.overrides_for({}, spec.seeds[0]))
+        if not base.tracking.uri:
+            warn("--launcher slurm with the default sqlite MLflow store: every node writes one file; point "
+                 "tracking.uri= at a shared mlflow server (docs/scaling.md)")
+        if not storage:
+            warn("--launcher slurm with the default journal file: it must be on a file system every node shares; "
+                 "PostgreSQL (--storage postgresql://...) is the robust choice (docs/scaling.md)")
+
+
+def _run_jobs(opened: Sweep, workers: int, storage: Optional[str], deadline: Optional[float], report: OnProgress,
+              warn: Callable[[str], None]) -> None:
+    """N worker jobs through submitit (sbatch, or its local executor); each claims trials from the shared storage
+    and runs its seed runs as child processes. A job that is preempted or runs out of time is a dead worker: its
+    trial is failed and retried by the liveness check (rlvrlab.sweep.liveness). Progress polls the study; a stop
+    cancels the jobs (their workers stop at the end of the step and re-enqueue their trials)."""
+    import submitit
+
+    spec, jobs = opened.spec, opened.spec.launcher.slurm
+    folder = opened.output_dir / "slurm" / spec.name
+    executor = submitit.AutoExecutor(folder=folder, cluster=jobs.cluster)
+    options: dict = dict(name=f"rlvrlab-{spec.name}", timeout_min=jobs.time, nodes=1, tasks_per_node=1,
+                         gpus_per_node=jobs.gpus_per_node)
+    if jobs.cpus_per_task:
+        options["cpus_per_task"] = jobs.cpus_per_task
+    if jobs.partition:
+        options["slurm_partition"] = jobs.partition
+    if jobs.account:
+        options["slurm_account"] = jobs.account
+    executor.update_parameters(**options)
+    try:
+        submitted = [executor.submit(slurm_worker, spec, storage, deadline, index) for index in range(workers)]
+    except Exception as error:  # sbatch refused (partition, account, limits): its own message
+        first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        raise RlvrlabError(f"--launcher slurm: submitting the worker jobs failed: {first}") from None
+    total = spec.total_trials()
+    status = f"{workers} jobs ({', '.join(job.job_id for job in submitted)})"
+    report(0, total, status)
+    try:
+        with stop_at_safe_points():
+            while not all(job.done() for job in submitted):
+                time.sleep(2.0)
+                if stop_requested() is not None:
+                    raise KeyboardInterrupt
+                report(summarize(opened).finished, total, status)
+            report(summarize(opened).finished, total, status)
+    except KeyboardInterrupt:
+        for job in submitted:
+            if not job.done():
+                job.cancel(check=False)
+        end = time.monotonic() + STOP_GRACE_SECONDS
+        while not all(job.done() for job in submitted) and time.monotonic() < end:
+            time.sleep(1.0)
+        raise
+    failed = [f"{job.job_id}: {_job_error(job)}" for job in submitted if job.exception() is not None]
+    if not failed:
+        return
+    message = f"{len(failed)} of {workers} worker jobs failed ({'; '.join(failed)[:2000]}; logs in {folder})"
+    if any(row.state in ("WAITING", "RUNNING") for row in summarize(opened).rows):
+        raise RlvrlabError(f"{message}; re-run the same command to continue the study")
+    warn(f"{message}; the other workers re-ran their trials")
+
+
+def _job_error(job) -> str:
+    error = job.exception()
+    lines = [line for line in str(error).strip().splitlines() if line.strip()]
+    return lines[-1].strip() if lines else type(error).__name__
+
+
+def slurm_worker(spec: SweepSpec, storage: Optional[str], deadline: Optional[float], index: int) -> int:
+    """One worker job (pickled by submitit, run on a cluster node): claim and run trials until none is left.
+    SIGTERM (scancel) stops it at the end of the step with its trial re-enqueued; submitit's own signal for a
+    time limit or preemption ends the job, and its trial is retried as a dead worker's. Returns the trials run."""
+    from rlvrlab.procs import install_stop_handlers
+
+    install_stop_handlers(announce=False)
+    try:
+        return len(work(open_sweep(spec, storage, create=False, worker=index), deadline=deadline).outcomes)
+    except KeyboardInterrupt:  # its trial is already re-enqueued and its runs closed KILLED (run_trial)
+        raise RlvrlabError("stopped by a signal; its trial was re-enqueued") from None

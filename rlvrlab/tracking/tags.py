@@ -52,6 +52,7 @@ TRIAL_CONFIG_HASH = attr("config_hash")
 FAILURE = attr("failure")  # why a trial failed: "run" (its seed runs), "worker" (died; retried), "pruned"
 WORKER = attr("worker")  # host:pid:start of the worker running a trial
 HEARTBEAT = attr("heartbeat")
+DEVICES = attr("devices")  # CUDA_VISIBLE_DEVICES of the worker that ran a trial (--gpus-per-run placement)
 
 # evaluations (rlvrlab.eval)
 KIND = attr("kind")  # "eval" on evaluation runs

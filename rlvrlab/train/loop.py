@@ -14,7 +14,8 @@ import os
 import signal
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -99,7 +100,7 @@ def train(cfg: RunConfig, *, resume: str | None = None, on_step: OnStep | None =
                 lock.release()
             raise
     try:
-        with stop_at_safe_points():  # the first Ctrl-C or SIGTERM is acted on between steps (rlvrlab.procs)
+        with stop_at_safe_points(), _toy_threads(cfg):  # the first Ctrl-C or SIGTERM: between steps (rlvrlab.procs)
             run = build(cfg, run_id=resume, tags=tags)
             if rank == 0 and lock is None:
                 lock = outputs.RunLock(run.run_dir, run.tracker.run_id).acquire()
@@ -177,6 +178,21 @@ def _evaluate(run: Run, step: int) -> dict[str, float] | None:
             run.left_regime = True
             run.tracker.set_tags({T.LEFT_REGIME_STEP: str(step)})
     return metrics
+
+
+@contextmanager
+def _toy_threads(cfg: RunConfig) -> Iterator[None]:
+    """The toy tier's tensors are a few hundred numbers: one torch thread. More threads only wake and spin for every
+    op, 2-100x slower per op, worst on a loaded machine (bench/README.md, toy-tier sweeps)."""
+    if cfg.model.tier != "toy" or torch.get_num_threads() == 1:
+        yield
+        return
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
 
 
 def _stderr_warning(message: str) -> None:

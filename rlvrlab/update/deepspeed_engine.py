@@ -36,6 +36,8 @@ class DeepSpeedEngine:
         }
         optimizer = torch.optim.AdamW(module.parameters(), lr=lr, weight_decay=weight_decay, betas=betas)
         self.engine, _, _, _ = deepspeed.initialize(model=module, optimizer=optimizer, config=config)
+        if world_size == 1 and zero_stage == 0:  # averaging over one rank: a copy to a flat buffer and back, per step
+            self.engine.enable_backward_allreduce = False
         self.module = self.engine.module
         self._norm = float("nan")
 

@@ -8,6 +8,7 @@ them the PostgreSQL tests skip, or fail where RLVRLAB_REQUIRE_SERVICES=1 (CI: .c
 
 import json
 import os
+import pickle
 import shutil
 import subprocess
 import sys
@@ -206,3 +207,62 @@ def test_an_unreachable_storage_is_one_error_line(tmp_path: Path, url: str, show
     assert len(lines) == 1 and lines[0].startswith("error:") and shown in lines[0], err
     assert "Traceback" not in out + err and "s3cret" not in out + err
     assert not (tmp_path / "runs" / "mlflow.db").exists()  # nothing was started
+
+
+@pytest.mark.slow
+@pytest.mark.heavy
+def test_slurm_launcher_workers_share_postgres_and_an_mlflow_server(postgres_url: str, tmp_path: Path) -> None:
+    """`rlvrlab sweep --launcher slurm --workers 2` through submitit's local executor (the same pickled job path as
+    sbatch, on this machine): two worker jobs claim the trials from one PostgreSQL study and log to an `mlflow
+    server` this test starts; each seed run is a child `rlvrlab train` of 2 gloo ranks (torchrun, DeepSpeed)."""
+    import optuna
+    from mlflow.tracking import MlflowClient
+
+    name = f"slurm_{uuid.uuid4().hex[:8]}"
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(f"name: {name}\nexperiment: toy\noverrides: [algorithm=ucpo, steps=6, trainer.engine=deepspeed, "
+                    "trainer.checkpoint_every=6]\nsampler: grid\nseeds: 1\nspace:\n  algorithm.tau: [0.0, 1.0]\n"
+                    "objective: {metric: policy/toy_correct_uniformity, direction: maximize, window: 3}\n"
+                    "launcher: {type: slurm, nproc: 2}\nslurm: {cluster: local, time: 20}\n")
+    port = free_port()
+    server = subprocess.Popen(
+        [sys.executable, "-m", "mlflow", "server", "--host", "127.0.0.1", "--port", str(port), "--workers", "1",
+         "--backend-store-uri", f"sqlite:///{tmp_path / 'server.db'}", "--artifacts-destination",
+         str(tmp_path / "server-artifacts")], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    uri = f"http://127.0.0.1:{port}"
+    try:
+        _wait_for(f"{uri}/health", server, timeout=120)
+        code, out, err = _finish(_sweep(str(path), "--workers", "2", "--storage", postgres_url,
+                                        f"tracking.uri={uri}", "output_dir=out", cwd=tmp_path), timeout=900)
+        assert code == 0, f"exit {code}\nstdout: {out[-3000:]}\nstderr: {err[-3000:]}"
+        assert "2/2 trials done" in out
+
+        study = optuna.load_study(study_name=name, storage=postgres_url)
+        trials = study.get_trials(deepcopy=False)
+        assert [t.state.name for t in trials] == ["COMPLETE", "COMPLETE"]
+        assert sorted(t.params["algorithm.tau"] for t in trials) == [0.0, 1.0]
+        jobs = tmp_path / "out" / "slurm" / name
+        assert len(list(jobs.glob("*_result.pkl"))) == 2, sorted(p.name for p in jobs.iterdir())
+        results = [pickle.loads(p.read_bytes()) for p in jobs.glob("*_result.pkl")]
+        assert [outcome for outcome, _ in results] == ["success", "success"], results
+        assert sum(ran for _, ran in results) == 2  # the jobs' workers ran the two trials between them
+
+        client = MlflowClient(uri)
+        experiment = client.get_experiment_by_name(name)
+        runs = client.search_runs([experiment.experiment_id], max_results=100)
+        role = defaultdict(list)
+        for run in runs:
+            role[run.data.tags.get("rlvrlab.role")].append(run)
+        assert {k: len(v) for k, v in role.items()} == {"study": 1, "trial": 2, "seed": 2}
+        trial_ids = {run.info.run_id for run in role["trial"]}
+        for run in role["seed"]:
+            assert run.info.status == "FINISHED" and run.data.tags[T.PARENT] in trial_ids
+            history = client.get_metric_history(run.info.run_id, "train/reward")
+            assert sorted(m.step for m in history) == list(range(6))  # rank 0 alone logs
+            checkpoint = tmp_path / "out" / run.info.run_id / "checkpoints" / "step_000006"
+            assert {p.name for p in checkpoint.glob("state_rank*.pt")} == {"state_rank0.pt", "state_rank1.pt"}
+        assert not (tmp_path / "out" / "mlflow.db").exists()  # every record went to the server
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+
