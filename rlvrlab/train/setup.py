@@ -96,7 +96,8 @@ class Run:
     world_size: int
     pad_id: int
     run_dir: Path  # <output_dir>/<run id>: resolved config, checkpoints
-    save_model: Callable[[torch.nn.Module, Path], None]  # weights as safetensors (+ tokenizer): a loadable folder
+    # weights as safetensors (+ tokenizer): a loadable folder; the state dict when the module's own is sharded (ZeRO-3)
+    save_model: Callable[[torch.nn.Module, Path, dict | None], None]
     toy_diagnostics: Callable[[], ToyDiagnostics] | None  # exact toy-policy collapse measures
     algorithm: BoundAlgorithm  # estimator, loss and loss terms with their knobs bound once from cfg.algorithm
     eos_id: int | None = None  # the tokenizer's end of sequence (None: the toy tier, whose responses are complete)
@@ -151,7 +152,7 @@ class _Parts:
     rollout: RolloutEngine
     prompt_ids: Callable[[Problem], list[int]]
     pad_id: int
-    save_model: Callable[[torch.nn.Module, Path], None]
+    save_model: Callable[[torch.nn.Module, Path, dict | None], None]
     reference: torch.nn.Module | None
     toy_diagnostics: Callable[[], ToyDiagnostics] | None
     eos_id: int | None = None
@@ -169,9 +170,10 @@ def _toy_parts(cfg: RunConfig, problems: list[Problem], world_size: int):
     update = components.update_engine(cfg, policy, world_size)
     engine = ToyEngine(policy.logits, temperature=cfg.rollout.temperature, top_p=cfg.rollout.top_p)
 
-    def save_model(module: torch.nn.Module, folder: Path) -> None:
+    def save_model(module: torch.nn.Module, folder: Path, state: dict | None = None) -> None:
         folder.mkdir(parents=True, exist_ok=True)
-        save_file({k: v.contiguous() for k, v in module.state_dict().items()}, str(folder / "model.safetensors"))
+        save_file({k: v.contiguous() for k, v in (state or module.state_dict()).items()},
+                  str(folder / "model.safetensors"))
 
     return _Parts(update, engine, lambda p: [int(p.prompt)], 0, save_model, reference,
                   lambda: diagnostics(update.module, problems))
@@ -195,8 +197,8 @@ def _hf_parts(cfg: RunConfig, folder: Path, placement: Placement, problems: list
     if reference is not None:
         reference.to(next(update.module.parameters()).device)
 
-    def save_model(module: torch.nn.Module, out: Path) -> None:
-        module.save_pretrained(out, safe_serialization=True)
+    def save_model(module: torch.nn.Module, out: Path, state: dict | None = None) -> None:
+        module.save_pretrained(out, safe_serialization=True, state_dict=state)
         tokenizer.save_pretrained(out)
 
     return _Parts(update, engine, prompt_ids, pad_id, save_model, reference, None, tokenizer.eos_token_id)

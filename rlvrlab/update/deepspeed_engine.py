@@ -61,6 +61,11 @@ class DeepSpeedEngine:
 
     def backward(self, loss: torch.Tensor) -> None:
         self.engine.backward(loss, scale_wrt_gas=False)
+        if self.zero_stage == 3 and not self.engine.is_gradient_accumulation_boundary():
+            # ZeRO-3 counts micro-batches in DeepSpeedEngine.forward, which rlvrlab bypasses (it calls the module
+            # itself, with logits_to_keep): without this each micro-batch's gradient replaced the last one's instead
+            # of adding to it (measured: the gradient norm of the last micro-batch alone)
+            self.engine.optimizer.clear_backward_seen_flag()
         if self.engine.is_gradient_accumulation_boundary():
             # ZeRO-0 in fp32 clips without keeping the norm; its gradients are whole here, so measure them
             grads = [p.grad for p in self.module.parameters() if p.grad is not None]  # empty under ZeRO-1/2
@@ -79,13 +84,17 @@ class DeepSpeedEngine:
         return self._gathered()
 
     def _gathered(self) -> Iterable[tuple[str, torch.Tensor]]:
-        """ZeRO-3: every parameter gathered in turn on every rank (each rank has its own rollout engine), copied out
-        of the gathered buffer, which is re-partitioned when the context closes."""
+        """ZeRO-3: the state dict's entries (tied ones included, as under ZeRO 0-2), each sharded parameter gathered
+        in turn on every rank (each rank has its own rollout engine) and copied out of the gathered buffer, which
+        is re-partitioned when the context closes."""
         import deepspeed
 
-        for name, param in self.module.named_parameters():
-            with deepspeed.zero.GatheredParameters([param], modifier_rank=None):
-                yield name, param.detach().clone()
+        for name, tensor in self.module.state_dict(keep_vars=True).items():
+            if hasattr(tensor, "ds_id"):  # a ZeRO-3 partitioned parameter
+                with deepspeed.zero.GatheredParameters([tensor], modifier_rank=None):
+                    yield name, tensor.detach().clone()
+            else:
+                yield name, tensor.detach()
 
     def save(self, folder: Path) -> None:
         self.engine.save_checkpoint(str(folder / "deepspeed"), tag="latest", save_latest=False)
