@@ -16,6 +16,8 @@ from typing import Any
 
 import torch
 
+from rlvrlab.config import memory
+from rlvrlab.config.memory import DS_BUCKET_ELEMENTS, sequence_tokens
 from rlvrlab.config.rules import CHOICES
 from rlvrlab.config.schema import DatasetConfig, RunConfig
 from rlvrlab.data import warm_start_targets
@@ -24,6 +26,7 @@ from rlvrlab.errors import RlvrlabError
 from rlvrlab.rewards.pool import RewardPool, default_workers
 from rlvrlab.rollout.base import RolloutEngine
 from rlvrlab.update.base import UpdateEngine
+from rlvrlab.update.dist import Placement
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}  # model.dtype -> torch
 
@@ -102,27 +105,36 @@ class Sampling:
     dtype: str = "float32"  # float32 | bfloat16
     gpu_memory_utilization: float = 0.3  # vllm only
     batch_prompts: int | None = None  # evaluation: prompts per generate call; None: about 256 (hf) / 8192 (vllm) / n
+    max_model_len: int | None = None  # vllm: longest prompt + max_new_tokens; None: the model's own context
+    sleep_mode: bool = False  # vllm on a GPU: sleep while the trainer updates (training's engine)
 
     @classmethod
     def of(cls, cfg: RunConfig) -> Sampling:
+        """Training's sampling: vLLM sized for the rollout lengths (rlvrlab.config.memory.sequence_tokens) and
+        in sleep mode."""
         r = cfg.rollout
         return cls(engine=r.engine, temperature=r.temperature, top_p=r.top_p, max_new_tokens=r.max_new_tokens,
-                   dtype=cfg.model.dtype, gpu_memory_utilization=r.vllm_gpu_memory_utilization)
+                   dtype=cfg.model.dtype, gpu_memory_utilization=r.vllm_gpu_memory_utilization,
+                   max_model_len=sequence_tokens(cfg), sleep_mode=True)
 
 
 ROLLOUT_ENGINES = CHOICES["rollout.engine"]
 
 
 def rollout_engine(sampling: Sampling, folder: Path, tokenizer, *, seed: int,
-                   model: torch.nn.Module | None = None) -> RolloutEngine:
+                   model: torch.nn.Module | None = None, device: torch.device | None = None,
+                   world_size: int = 1) -> RolloutEngine:
     """The rollout engine over the model in `folder`. hf: a copy of `model` (the trainer's, when given) in the
-    sampling dtype on this process's device; vllm: vLLM loads the folder itself (weights are synced later)."""
+    sampling dtype on `device` (default: the current CUDA device, else the CPU); vllm: vLLM loads the folder
+    itself (weights are synced later), one engine per rank through vLLM's external launcher when world_size > 1."""
     if sampling.engine == "vllm":
         from rlvrlab.rollout.vllm_engine import VLLMEngine
 
         return VLLMEngine(model_path=str(folder), temperature=sampling.temperature, top_p=sampling.top_p,
                           max_new_tokens=sampling.max_new_tokens,
-                          gpu_memory_utilization=sampling.gpu_memory_utilization, dtype=sampling.dtype, seed=seed)
+                          gpu_memory_utilization=sampling.gpu_memory_utilization, dtype=sampling.dtype, seed=seed,
+                          max_model_len=_within_context(sampling.max_model_len, folder), sleep_mode=sampling.sleep_mode,
+                          external_launcher=world_size > 1)
     if sampling.engine != "hf":
         raise RlvrlabError(f"rollout engine {sampling.engine!r} is unknown; expected one of "
                            f"{', '.join(ROLLOUT_ENGINES)}")
@@ -130,15 +142,30 @@ def rollout_engine(sampling: Sampling, folder: Path, tokenizer, *, seed: int,
 
     dtype = torch_dtype(sampling.dtype)
     sampler = copy.deepcopy(model).to(dtype) if model is not None else load_model(folder, dtype)
-    device = "cuda" if torch.cuda.is_available() else "cpu"
+    if device is None:
+        device = torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else \
+            torch.device("cpu")
     return HFEngine(sampler.to(device), tokenizer, temperature=sampling.temperature, top_p=sampling.top_p,
                     max_new_tokens=sampling.max_new_tokens)
+
+
+def _within_context(length: int | None, folder: Path) -> int | None:
+    """vLLM's max_model_len: the rollout lengths, at most the model's own context (vLLM refuses more)."""
+    import json
+
+    if length is None:
+        return None
+    config = json.loads((folder / "config.json").read_text())
+    context = config.get("max_position_embeddings")
+    return min(length, int(context)) if context else length
 
 
 def update_engine(cfg: RunConfig, model: torch.nn.Module, world_size: int) -> UpdateEngine:
     """trainer.engine over `model`: DeepSpeed (ZeRO, bf16, data parallel) or plain torch AdamW."""
     t = cfg.trainer
     common: dict[str, Any] = dict(lr=t.lr, weight_decay=t.weight_decay, betas=tuple(t.betas), grad_clip=t.grad_clip)
+    if t.gradient_checkpointing:
+        enable_gradient_checkpointing(model)
     if t.engine == "torch":
         from rlvrlab.update.torch_engine import TorchEngine
 
@@ -149,7 +176,36 @@ def update_engine(cfg: RunConfig, model: torch.nn.Module, world_size: int) -> Up
     micro = min(t.micro_batch_size, rows_per_mini)
     return DeepSpeedEngine(model, **common, zero_stage=t.zero_stage, bf16=cfg.model.dtype == "bfloat16",
                            micro_batch_size=micro, accumulation_steps=-(-rows_per_mini // micro),
-                           world_size=world_size)
+                           world_size=world_size, offload_optimizer=t.offload_optimizer,
+                           grad_accum_fp32=t.grad_accum_fp32 and cfg.model.dtype == "bfloat16",
+                           bucket_elements=DS_BUCKET_ELEMENTS)
+
+
+def enable_gradient_checkpointing(model: torch.nn.Module) -> None:
+    """transformers' gradient checkpointing (non-reentrant). It acts only in train mode, which changes nothing else
+    for a model without active dropout; a model with dropout is refused (behaviour and current log-probs of one
+    set of weights must agree)."""
+    dropouts = [name for name, m in model.named_modules() if isinstance(m, torch.nn.Dropout) and m.p > 0]
+    dropouts += [key for key in ("attention_dropout", "hidden_dropout", "dropout")
+                 if float(getattr(getattr(model, "config", None), key, 0.0) or 0.0) > 0]
+    if dropouts:
+        raise RlvrlabError(f"trainer.gradient_checkpointing trains in train mode, and this model has dropout "
+                           f"({dropouts[0]}); set its dropout to 0 in config.json or turn checkpointing off")
+    model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    model.train()
+
+
+def check_memory(cfg: RunConfig, folder: Path, placement: Placement) -> None:
+    """At launch on GPUs: the memory estimate (rlvrlab.config.memory) with the model's own config.json, the
+    launch's world size and this device's total memory; a one-line ConfigError when it does not fit. On CPU the
+    estimate is not checked (host memory is not what it sizes)."""
+    if placement.device.type != "cuda":
+        return
+    import json
+
+    arch = memory.Architecture.from_hf(json.loads((folder / "config.json").read_text()))
+    total = torch.cuda.get_device_properties(placement.device).total_memory
+    memory.check_fits(cfg, arch, world_size=placement.world_size, device_bytes=total)
 
 
 def reward_pool(dataset: DatasetConfig, world_size: int = 1) -> RewardPool:

@@ -1,6 +1,7 @@
 """`rlvrlab config show|validate`: look at the composed configuration before anything runs."""
 
 import sys
+from typing import Annotated
 
 import typer
 from rich.console import Console
@@ -13,20 +14,40 @@ from rlvrlab.config import check_files, compose, config_hash, experiments_dir, t
 config_app = typer.Typer(help="Compose, show and check experiment configurations.", no_args_is_help=True)
 
 @config_app.command()
-def show(experiment: ExperimentArg = None, overrides: OverridesArg = None) -> None:
-    """Print the resolved configuration as YAML, ending with its hash.
+def show(experiment: ExperimentArg = None, overrides: OverridesArg = None,
+         memory: Annotated[bool, typer.Option("--memory", help="Also print the per-GPU memory estimate of "
+                                              "trainer.world_size GPUs of trainer.device_memory_gib.")] = False
+         ) -> None:
+    """Print the resolved configuration as YAML, ending with its hash (and with --memory, its per-GPU memory).
 
     [dim]rlvrlab config show algorithm=up_dapo
-    rlvrlab config show experiments/toy.yaml algorithm=ucpo algorithm.tau=0.3 seed=3[/dim]
+    rlvrlab config show experiments/toy.yaml algorithm=ucpo algorithm.tau=0.3 seed=3
+    rlvrlab config show up_grpo_qwen3_8b --memory[/dim]
     """
     experiment, overrides = split_experiment(experiment, overrides or [])
     cfg = compose(experiment, overrides)
     text = f"{to_yaml(cfg)}# config hash (without seed): {config_hash(cfg)}\n"
+    if memory:
+        text += memory_lines(cfg)
     console = Console()
     if console.is_terminal:
         console.print(Syntax(text.rstrip("\n"), "yaml", background_color="default"))
     else:
         sys.stdout.write(text)
+
+
+def memory_lines(cfg) -> str:
+    """The memory estimate as YAML comments (rlvrlab.config.memory), or why there is none."""
+    from rlvrlab.config import memory as mem
+
+    arch = mem.architecture(cfg)
+    if arch is None:
+        return ("# memory: no estimate (the toy tier, or model.path has no config.json here and "
+                "model.architecture is not given)\n")
+    found = mem.estimate(cfg, arch, world_size=mem.planned_world_size(cfg),
+                         device_bytes=int(cfg.trainer.device_memory_gib * mem.GIB))
+    rows = "".join(f"#   {name:<31} {gib:9.2f} GiB\n" for name, gib in found.rows())
+    return f"# memory per GPU ({arch.params / 1e9:.3f}B parameters): {found.summary()}\n{rows}"
 
 
 @config_app.command()

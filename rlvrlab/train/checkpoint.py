@@ -44,8 +44,10 @@ def save(run, state: TrainState) -> Path:
     rng = {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
     torch.save({"step": state.step, "next_batch": state.next_batch, "queue": list(state.queue), "rng": rng},
                tmp / f"state_rank{run.rank}.pt")
+    # ZeRO-3 shards every weight: all ranks take part in gathering them; rank 0 writes the full tensors
+    full = {k: v.cpu() for k, v in run.update.weights()} if getattr(run.update, "zero_stage", 0) == 3 else None
     if run.rank == 0:
-        run.save_model(run.update.module, tmp / rundir.MODEL)
+        run.save_model(run.update.module, tmp / rundir.MODEL, full)
     _barrier()
     if run.rank == 0:
         rundir.write_complete(tmp, state.step)  # the step and the sha256 of every file, written last

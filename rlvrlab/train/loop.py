@@ -352,7 +352,8 @@ def update_policy(run: Run, batch: RolloutBatch, step: int) -> UpdateResult:
                               loss_scale_factor=cfg.algorithm.loss_scale_factor)
             for micro_rows in split_rows(len(mini), cfg.trainer.micro_batch_size):
                 x = mini.rows(micro_rows)
-                logp, entropy = logp_and_entropy(run.update.module, x, temperature=cfg.rollout.temperature)
+                logp, entropy = logp_and_entropy(run.update.module, x, temperature=cfg.rollout.temperature,
+                                                 entropy_grad=algo.entropy_bonus is not None)
                 old_logp = x.old_logp
                 if old_logp is None:  # reuse_update_logp: the weights that sampled the batch are these, unchanged
                     old_logp = logp.detach()
@@ -434,6 +435,7 @@ def generate(run: Run, state: TrainState, *, version: int, timings: Timings) -> 
     batch.generate_seconds = timings.generate - seconds_before
     batch.generated_batches, batch.filled_groups = state.next_batch - first, filled
 
+    run.rollout.sleep()  # vLLM on a GPU gives the device back before the trainer's log-prob pass and update
     tic = time.perf_counter()
     temperature, old, raw, ref, ent = cfg.rollout.temperature, [], [], [], []
     reuse = reuse_update_logp(cfg)

@@ -29,7 +29,7 @@ from rlvrlab.tracking.store import store
 from rlvrlab.train import heldout
 from rlvrlab.train.heldout import HeldOut
 from rlvrlab.update.base import UpdateEngine
-from rlvrlab.update.dist import world
+from rlvrlab.update.dist import Placement, barrier, setup_distributed
 
 RESUMABLE_OVERRIDES = ("output_dir=", "tracking.", "steps=")
 
@@ -99,7 +99,8 @@ class Run:
     world_size: int
     pad_id: int
     run_dir: Path  # <output_dir>/<run id>: resolved config, checkpoints
-    save_model: Callable[[torch.nn.Module, Path], None]  # weights as safetensors (+ tokenizer): a loadable folder
+    # weights as safetensors (+ tokenizer): a loadable folder; the state dict when the module's own is sharded (ZeRO-3)
+    save_model: Callable[[torch.nn.Module, Path, dict | None], None]
     toy_diagnostics: Callable[[], ToyDiagnostics] | None  # exact toy-policy collapse measures
     algorithm: BoundAlgorithm  # estimator, loss and loss terms with their knobs bound once from cfg.algorithm
     eos_id: int | None = None  # the tokenizer's end of sequence (None: the toy tier, whose responses are complete)
@@ -110,8 +111,16 @@ class Run:
 
 def build(cfg: RunConfig, *, run_id: str | None = None, tags: Mapping[str, str] | None = None) -> Run:
     """Wire a run. run_id: continue that MLflow run (resume) instead of creating one. tags: extra MLflow tags of a
-    new run (a sweep nests its seed runs with mlflow.parentRunId)."""
-    rank, world_size = world()
+    new run (a sweep nests its seed runs with mlflow.parentRunId).
+
+    Order (rlvrlab.update.dist): this rank's device and the full process group first, then the rollout engine
+    (vLLM joins the group through its external launcher), then the update engine, then a barrier."""
+    placement = setup_distributed()
+    rank, world_size = placement.rank, placement.world_size
+    if cfg.trainer.world_size is not None and cfg.trainer.world_size != world_size:
+        raise RlvrlabError(f"trainer.world_size={cfg.trainer.world_size} but this launch has {world_size} "
+                           f"process(es); launch {cfg.trainer.world_size} ranks (torchrun --nproc_per_node "
+                           f"{cfg.trainer.world_size} ...) or set trainer.world_size={world_size}")
     per_rank, rest = divmod(cfg.rollout.prompts_per_step, world_size)
     if rest:
         raise RlvrlabError(f"rollout.prompts_per_step ({cfg.rollout.prompts_per_step}) must be divisible by the "
@@ -126,7 +135,7 @@ def build(cfg: RunConfig, *, run_id: str | None = None, tags: Mapping[str, str] 
     if cfg.model.tier == "toy":
         parts = _toy_parts(cfg, problems, world_size)
     else:
-        parts = _hf_parts(cfg, components.model_folder(cfg, problems), world_size)
+        parts = _hf_parts(cfg, components.model_folder(cfg, problems), placement, problems)
 
     output_dir = Path(cfg.output_dir).expanduser().resolve()
     tracker = _tracker(cfg, output_dir, run_id, rank, tags or {})
@@ -138,6 +147,7 @@ def build(cfg: RunConfig, *, run_id: str | None = None, tags: Mapping[str, str] 
     evaluation = _heldout(cfg, parts)
     if rank == 0 and evaluation is not None:
         tracker.set_tags({T.EVAL_METHOD: evaluation.method})
+    barrier()  # every rank's engines are built before any rank starts sampling
     return Run(cfg, problems, parts.prompt_ids, components.reward_pool(cfg.dataset, world_size), parts.update,
                parts.rollout, parts.reference, tracker, rank, world_size, parts.pad_id, run_folder, parts.save_model,
                parts.toy_diagnostics, algorithm=bind_algorithm(cfg.algorithm), eos_id=parts.eos_id,
@@ -166,7 +176,7 @@ class _Parts:
     rollout: RolloutEngine
     prompt_ids: Callable[[Problem], list[int]]
     pad_id: int
-    save_model: Callable[[torch.nn.Module, Path], None]
+    save_model: Callable[[torch.nn.Module, Path, dict | None], None]
     reference: torch.nn.Module | None
     toy_diagnostics: Callable[[], ToyDiagnostics] | None
     eos_id: int | None = None
@@ -185,33 +195,48 @@ def _toy_parts(cfg: RunConfig, problems: list[Problem], world_size: int):
     update = components.update_engine(cfg, policy, world_size)
     engine = ToyEngine(policy.logits, temperature=cfg.rollout.temperature, top_p=cfg.rollout.top_p)
 
-    def save_model(module: torch.nn.Module, folder: Path) -> None:
+    def save_model(module: torch.nn.Module, folder: Path, state: dict | None = None) -> None:
         folder.mkdir(parents=True, exist_ok=True)
-        save_file({k: v.contiguous() for k, v in module.state_dict().items()}, str(folder / "model.safetensors"))
+        save_file({k: v.contiguous() for k, v in (state or module.state_dict()).items()},
+                  str(folder / "model.safetensors"))
 
     return _Parts(update, engine, lambda p: [int(p.prompt)], 0, save_model, reference,
                   lambda: diagnostics(update.module, problems))
 
 
-def _hf_parts(cfg: RunConfig, folder: Path, world_size: int) -> _Parts:
+def _hf_parts(cfg: RunConfig, folder: Path, placement: Placement, problems: list[Problem]) -> _Parts:
+    world_size = placement.world_size
     tokenizer = components.load_tokenizer(folder)
+    prompt_ids = components.prompt_renderer(cfg.dataset, tokenizer)
+    _check_prompt_lengths(cfg, problems, prompt_ids)
+    components.check_memory(cfg, folder, placement)
     torch.manual_seed(cfg.seed)
     # the trainer keeps fp32 weights (DeepSpeed bf16 computes in bf16 from fp32 masters)
     model = components.load_model(folder, torch.float32)
     pad_id = tokenizer.pad_token_id
     dtype = components.torch_dtype(cfg.model.dtype)
     reference = copy.deepcopy(model).to(dtype).requires_grad_(False) if cfg.algorithm.kl_coef > 0 else None
-    engine = components.rollout_engine(components.Sampling.of(cfg), folder, tokenizer, seed=cfg.seed, model=model)
+    engine = components.rollout_engine(components.Sampling.of(cfg), folder, tokenizer, seed=cfg.seed, model=model,
+                                       device=placement.device, world_size=world_size)
     update = components.update_engine(cfg, model, world_size)
     if reference is not None:
         reference.to(next(update.module.parameters()).device)
 
-    def save_model(module: torch.nn.Module, out: Path) -> None:
-        module.save_pretrained(out, safe_serialization=True)
+    def save_model(module: torch.nn.Module, out: Path, state: dict | None = None) -> None:
+        module.save_pretrained(out, safe_serialization=True, state_dict=state)
         tokenizer.save_pretrained(out)
 
-    return _Parts(update, engine, components.prompt_renderer(cfg.dataset, tokenizer), pad_id, save_model, reference,
-                  None, tokenizer.eos_token_id, tokenizer)
+    return _Parts(update, engine, prompt_ids, pad_id, save_model, reference, None, tokenizer.eos_token_id, tokenizer)
+
+
+def _check_prompt_lengths(cfg: RunConfig, problems: list[Problem], prompt_ids: Callable[[Problem], list[int]]) -> None:
+    """Every training prompt fits rollout.max_prompt_tokens (vLLM's max_model_len and the memory estimate count on
+    it); else one line naming the longest."""
+    longest = max(problems, key=lambda p: len(prompt_ids(p)), default=None)
+    if longest is not None and len(prompt_ids(longest)) > cfg.rollout.max_prompt_tokens:
+        raise ConfigError(f"problem {longest.id}'s prompt has {len(prompt_ids(longest))} tokens, more than "
+                          f"rollout.max_prompt_tokens={cfg.rollout.max_prompt_tokens}; raise it or shorten the "
+                          "prompts (template, few-shot examples)")
 
 
 def _tracker(cfg: RunConfig, output_dir: Path, run_id: str | None, rank: int, tags: Mapping[str, str]) -> Tracker:

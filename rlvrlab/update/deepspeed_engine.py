@@ -1,9 +1,13 @@
-"""DeepSpeed as the update engine: ZeRO 0-2, AdamW, gradient clipping, fp32/bf16, CPU or GPU.
+"""DeepSpeed as the update engine: ZeRO 0-3, AdamW (optionally offloaded), gradient clipping, fp32/bf16 (with fp32
+gradient accumulation as an option), CPU or GPU.
 
 The optimizer is a plain torch AdamW handed to DeepSpeed: DeepSpeed's own fused/CPU Adam would compile an
 extension first (~2 min on CPU, docs/platform.md). Losses arrive normalised by global token/sequence counts,
 so `backward(scale_wrt_gas=False)`; DeepSpeed only averages gradients over data-parallel ranks, which the
-aggregation undoes with dp_size.
+aggregation undoes with dp_size. Under ZeRO-3 each rank holds a shard of every weight: `weights()` gathers them
+one parameter at a time (deepspeed.zero.GatheredParameters) for the rollout engine's sync, as verl and TRL do.
+With offload_optimizer the plain torch AdamW steps on the CPU copies (zero_force_ds_cpu_optimizer off: DeepSpeed's
+CPUAdam would be faster but compiles an extension first).
 """
 
 from __future__ import annotations
@@ -17,7 +21,8 @@ import torch
 class DeepSpeedEngine:
     def __init__(self, module: torch.nn.Module, *, lr: float, weight_decay: float, betas: tuple[float, float],
                  grad_clip: float, zero_stage: int, bf16: bool, micro_batch_size: int,
-                 accumulation_steps: int, world_size: int):
+                 accumulation_steps: int, world_size: int, offload_optimizer: bool = False,
+                 grad_accum_fp32: bool = False, bucket_elements: int | None = None):
         from rlvrlab.update.dist import init_process_group
 
         init_process_group()
@@ -29,20 +34,40 @@ class DeepSpeedEngine:
             "train_batch_size": micro_batch_size * accumulation_steps * world_size,
             # clipping at a huge norm still measures it; 0 would switch the measurement off too
             "gradient_clipping": grad_clip if grad_clip > 0 else 1e30,
-            "zero_optimization": {"stage": zero_stage},
+            "zero_optimization": self.zero_config(zero_stage, offload_optimizer, bucket_elements),
             "bf16": {"enabled": bf16},  # bf16 compute, fp32 master weights in the optimizer
             "steps_per_print": 10**9,
             "wall_clock_breakdown": False,
         }
+        if grad_accum_fp32:
+            config["data_types"] = {"grad_accum_dtype": "fp32"}
+        if offload_optimizer:
+            config["zero_force_ds_cpu_optimizer"] = False
         optimizer = torch.optim.AdamW(module.parameters(), lr=lr, weight_decay=weight_decay, betas=betas)
         self.engine, _, _, _ = deepspeed.initialize(model=module, optimizer=optimizer, config=config)
         if world_size == 1 and zero_stage == 0:  # averaging over one rank: a copy to a flat buffer and back, per step
             self.engine.enable_backward_allreduce = False
         self.module = self.engine.module
+        self.zero_stage = zero_stage
         self._norm = float("nan")
+
+    @staticmethod
+    def zero_config(stage: int, offload_optimizer: bool, bucket_elements: int | None) -> dict:
+        """DeepSpeed's zero_optimization section (bucket sizes explicit: the memory estimate counts them)."""
+        zero: dict = {"stage": stage}
+        if bucket_elements is not None and stage in (1, 2):
+            zero.update(reduce_bucket_size=bucket_elements, allgather_bucket_size=bucket_elements)
+        if offload_optimizer:
+            zero["offload_optimizer"] = {"device": "cpu"}
+        return zero
 
     def backward(self, loss: torch.Tensor) -> None:
         self.engine.backward(loss, scale_wrt_gas=False)
+        if self.zero_stage == 3 and not self.engine.is_gradient_accumulation_boundary():
+            # ZeRO-3 counts micro-batches in DeepSpeedEngine.forward, which rlvrlab bypasses (it calls the module
+            # itself, with logits_to_keep): without this each micro-batch's gradient replaced the last one's instead
+            # of adding to it (measured: the gradient norm of the last micro-batch alone)
+            self.engine.optimizer.clear_backward_seen_flag()
         if self.engine.is_gradient_accumulation_boundary():
             # ZeRO-0 in fp32 clips without keeping the norm; its gradients are whole here, so measure them
             grads = [p.grad for p in self.module.parameters() if p.grad is not None]  # empty under ZeRO-1/2
@@ -56,7 +81,22 @@ class DeepSpeedEngine:
         return float(norm) if norm is not None else self._norm
 
     def weights(self) -> Iterable[tuple[str, torch.Tensor]]:
-        return self.module.state_dict().items()  # ZeRO 0-2 keep full fp32 weights on every rank
+        if self.zero_stage < 3:
+            return self.module.state_dict().items()  # ZeRO 0-2 keep full weights on every rank
+        return self._gathered()
+
+    def _gathered(self) -> Iterable[tuple[str, torch.Tensor]]:
+        """ZeRO-3: the state dict's entries (tied ones included, as under ZeRO 0-2), each sharded parameter gathered
+        in turn on every rank (each rank has its own rollout engine) and copied out of the gathered buffer, which
+        is re-partitioned when the context closes."""
+        import deepspeed
+
+        for name, tensor in self.module.state_dict(keep_vars=True).items():
+            if hasattr(tensor, "ds_id"):  # a ZeRO-3 partitioned parameter
+                with deepspeed.zero.GatheredParameters([tensor], modifier_rank=None):
+                    yield name, tensor.detach().clone()
+            else:
+                yield name, tensor.detach()
 
     def save(self, folder: Path) -> None:
         self.engine.save_checkpoint(str(folder / "deepspeed"), tag="latest", save_latest=False)

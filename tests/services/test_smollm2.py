@@ -142,3 +142,21 @@ def test_rl_steps_with_vllm_cpu(smollm2: Path, tmp_path: Path) -> None:
                   "rollout.vllm_gpu_memory_utilization=0.05", f"output_dir={out}", cwd=REPO, executable=str(python))
     assert result.returncode == 0, result.stderr[-3000:]
     _check_training(out, smollm2, gap_tolerance=1e-3)
+
+
+@pytest.mark.parametrize("shape", [("64", "64", "2"), ("128", "256", "4")])
+def test_the_memory_estimate_against_the_measured_peak_on_smollm2(smollm2: Path, tmp_path: Path, shape) -> None:
+    """rlvrlab.config.memory's update estimate against the peak RSS of a steady-state step
+    (tests/services/memory_check.py): measured / estimate in [0.70, 1.10], as for the tiny model
+    (tests/config/test_memory.py; measured 0.75 and 0.85)."""
+    prompt, new, micro = shape
+    out = tmp_path / "memory.json"
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO)}
+    result = subprocess.run([sys.executable, str(REPO / "tests" / "services" / "memory_check.py"), str(out),
+                             "model=smollm2", f"model.path={smollm2}", f"rollout.max_prompt_tokens={prompt}",
+                             f"rollout.max_new_tokens={new}", f"trainer.micro_batch_size={micro}"],
+                            cwd=REPO, env=env, capture_output=True, text=True, timeout=900)
+    assert result.returncode == 0, result.stderr[-3000:]
+    found = json.loads(out.read_text())
+    assert found["params"] == 134_515_008
+    assert 0.70 <= found["measured"] / found["estimate"] <= 1.10, found
