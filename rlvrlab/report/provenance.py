@@ -104,8 +104,10 @@ class Protocol:
 
     def note(self) -> str:
         where = f"{self.path} (committed {self.first_commit[:7]}" if self.first_commit else f"{self.path} (uncommitted"
+        if self.last_commit and self.last_commit != self.first_commit:
+            where += f", last changed {self.last_commit[:7]}"
         if self.pre_registered:
-            return f"protocol: {where}, unchanged since; pre-registered: its last change precedes the first run)"
+            return f"protocol: {where}; pre-registered: its last change precedes the first run)"
         return f"protocol: {where}); NOT pre-registered: {self.reason}"
 
 
