@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 
 from rlvrlab.config import memory
@@ -107,6 +108,7 @@ class Sampling:
     batch_prompts: int | None = None  # evaluation: prompts per generate call; None: about 256 (hf) / 8192 (vllm) / n
     max_model_len: int | None = None  # vllm: longest prompt + max_new_tokens; None: the model's own context
     sleep_mode: bool = False  # vllm on a GPU: sleep while the trainer updates (training's engine)
+    seeding: str = "request"  # vllm: request (a seed per prompt) | engine (one generator per rank)
 
     @classmethod
     def of(cls, cfg: RunConfig) -> Sampling:
@@ -115,7 +117,7 @@ class Sampling:
         r = cfg.rollout
         return cls(engine=r.engine, temperature=r.temperature, top_p=r.top_p, max_new_tokens=r.max_new_tokens,
                    dtype=cfg.model.dtype, gpu_memory_utilization=r.vllm_gpu_memory_utilization,
-                   max_model_len=sequence_tokens(cfg), sleep_mode=True)
+                   max_model_len=sequence_tokens(cfg), sleep_mode=True, seeding=r.vllm_seeding)
 
 
 ROLLOUT_ENGINES = CHOICES["rollout.engine"]
@@ -123,18 +125,23 @@ ROLLOUT_ENGINES = CHOICES["rollout.engine"]
 
 def rollout_engine(sampling: Sampling, folder: Path, tokenizer, *, seed: int,
                    model: torch.nn.Module | None = None, device: torch.device | None = None,
-                   world_size: int = 1) -> RolloutEngine:
+                   world_size: int = 1, rank: int = 0) -> RolloutEngine:
     """The rollout engine over the model in `folder`. hf: a copy of `model` (the trainer's, when given) in the
     sampling dtype on `device` (default: the current CUDA device, else the CPU); vllm: vLLM loads the folder
-    itself (weights are synced later), one engine per rank through vLLM's external launcher when world_size > 1."""
+    itself (weights are synced later), one engine per rank through vLLM's external launcher when world_size > 1,
+    its generator seeded from (seed, rank)."""
     if sampling.engine == "vllm":
         from rlvrlab.rollout.vllm_engine import VLLMEngine
 
+        if sampling.seeding not in ("request", "engine"):
+            raise RlvrlabError(f"vllm seeding {sampling.seeding!r} is unknown; expected request or engine")
+        engine_seed = seed if world_size == 1 else int(np.random.SeedSequence([seed, rank]).generate_state(1)[0])
         return VLLMEngine(model_path=str(folder), temperature=sampling.temperature, top_p=sampling.top_p,
                           max_new_tokens=sampling.max_new_tokens,
-                          gpu_memory_utilization=sampling.gpu_memory_utilization, dtype=sampling.dtype, seed=seed,
-                          max_model_len=_within_context(sampling.max_model_len, folder), sleep_mode=sampling.sleep_mode,
-                          external_launcher=world_size > 1)
+                          gpu_memory_utilization=sampling.gpu_memory_utilization, dtype=sampling.dtype,
+                          seed=engine_seed, max_model_len=_within_context(sampling.max_model_len, folder),
+                          sleep_mode=sampling.sleep_mode, external_launcher=world_size > 1,
+                          per_request_seeds=sampling.seeding == "request")
     if sampling.engine != "hf":
         raise RlvrlabError(f"rollout engine {sampling.engine!r} is unknown; expected one of "
                            f"{', '.join(ROLLOUT_ENGINES)}")

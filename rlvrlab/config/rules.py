@@ -26,6 +26,7 @@ CHOICES: dict[str, tuple[Any, ...]] = {
     "dataset.math_extraction": ("boxed", "mathverify", "any"),  # rlvrlab.rewards.math.EXTRACTIONS
     "dataset.split": ("train", "eval", "all"),
     "rollout.engine": ("hf", "vllm"),
+    "rollout.vllm_seeding": ("request", "engine"),
     "trainer.engine": ("deepspeed", "torch"),
     "trainer.zero_stage": (0, 1, 2, 3),
     "algorithm.tis_level": ("none", "token", "sequence"),
@@ -159,6 +160,7 @@ KNOB_READERS: dict[str, tuple[str, tuple[Any, ...]]] = {
     "dataset.expected_rows": ("dataset.format", ("jsonl", "parquet")),
     "dataset.provide": ("dataset.format", ("jsonl", "parquet")),
     "rollout.vllm_gpu_memory_utilization": ("rollout.engine", ("vllm",)),
+    "rollout.vllm_seeding": ("rollout.engine", ("vllm",)),
     "trainer.zero_stage": ("trainer.engine", ("deepspeed",)),
     "trainer.offload_optimizer": ("trainer.engine", ("deepspeed",)),
     "trainer.grad_accum_fp32": ("model.dtype", ("bfloat16",)),

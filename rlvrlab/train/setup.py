@@ -217,7 +217,7 @@ def _hf_parts(cfg: RunConfig, folder: Path, placement: Placement, problems: list
     dtype = components.torch_dtype(cfg.model.dtype)
     reference = copy.deepcopy(model).to(dtype).requires_grad_(False) if cfg.algorithm.kl_coef > 0 else None
     engine = components.rollout_engine(components.Sampling.of(cfg), folder, tokenizer, seed=cfg.seed, model=model,
-                                       device=placement.device, world_size=world_size)
+                                       device=placement.device, world_size=world_size, rank=placement.rank)
     update = components.update_engine(cfg, model, world_size)
     if reference is not None:
         reference.to(next(update.module.parameters()).device)

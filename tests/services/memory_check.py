@@ -10,7 +10,9 @@ optimizer step runs through rlvrlab.train.batch.logp_and_entropy. measured = pea
 before the first: what the update adds on top of the weights in the steady state (gradients, AdamW states,
 activations, logits). estimate = the same parts of memory.update_parts, with the model's own config.json. Run in
 a fresh process with MALLOC_MMAP_THRESHOLD_ fixed (glibc then returns every large freed block at once instead of
-keeping it in the heap): nothing else may allocate while it measures.
+keeping it in the heap): nothing else may allocate while it measures. The tiny model is therefore built (warm start,
+into a cold cache) by a child process first: built here, its freed training memory would be reused by the measured
+step and the measure would come out low.
 """
 
 import json
@@ -24,6 +26,16 @@ def _rss_kib(field: str) -> int:
         if line.startswith(field + ":"):
             return int(line.split()[1])
     raise RuntimeError(f"/proc/self/status has no {field}")
+
+
+def build(overrides: list[str]) -> None:
+    """The model folder the measure will load, built and cached (nothing is measured in this process)."""
+    from rlvrlab import components
+    from rlvrlab.config import compose
+    from rlvrlab.data import load_split
+
+    cfg = compose(None, overrides)
+    components.model_folder(cfg, load_split(cfg.dataset, cfg.model))
 
 
 def main(out: str, overrides: list[str]) -> None:
@@ -71,6 +83,12 @@ def main(out: str, overrides: list[str]) -> None:
 
 if __name__ == "__main__":
     os.environ.setdefault("OMP_NUM_THREADS", "1")
-    if "MALLOC_MMAP_THRESHOLD_" not in os.environ:  # read by glibc at start: run again with it set
+    if sys.argv[1] == "--build":
+        build(sys.argv[2:])
+        sys.exit(0)
+    if "MALLOC_MMAP_THRESHOLD_" not in os.environ:  # read by glibc at start: build, then run again with it set
+        import subprocess
+
+        subprocess.run([sys.executable, __file__, "--build", *sys.argv[2:]], check=True)
         os.execve(sys.executable, [sys.executable, *sys.argv], {**os.environ, "MALLOC_MMAP_THRESHOLD_": "131072"})
     main(sys.argv[1], sys.argv[2:])

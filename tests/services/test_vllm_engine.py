@@ -79,6 +79,10 @@ def test_vllm_engine_fp32_sampling_logprobs_and_weight_sync(workdir: Path) -> No
     assert r["gap_after_sync_old_weights"] > OLD_WEIGHTS_MIN_GAP
     assert r["samples_changed_after_sync"]
     assert r["sync_back_restores_samples"] and r["gap_after_sync_back"] < FP32_TOL
+    # (d) rollout.vllm_seeding=engine: one stream per engine, seeded once; the trainer's generator untouched
+    assert r["engine_seeding_shape_ok"] and r["engine_seeding_trainer_rng_untouched"]
+    assert r["engine_seeding_stream_moves_on"] and r["engine_seeding_restarts_from_its_seed"]
+    assert r["engine_seeding_gap"] < FP32_TOL
 
 
 def test_vllm_engine_bf16(workdir: Path) -> None:

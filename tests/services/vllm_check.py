@@ -14,7 +14,10 @@
    eos: responses that stopped end with exactly one eos and carry its log-prob; the others have max_new_tokens;
    (c) after adding noise to every weight of the transformers model and sync_weights(model.named_parameters()),
        the new samples match the perturbed model (small gap) and not the old one (large gap); syncing the old
-       weights back restores the first samples exactly.
+       weights back restores the first samples exactly;
+   (d) engine seeding (no request seeds, rollout.vllm_seeding=engine): the engine's own stream moves on from
+       call to call, restarts from its seed, leaves the trainer's global generator where it was, and the
+       log-probs are still the raw ones.
 The script only measures; tests/services/test_vllm_engine.py holds the thresholds.
 """
 
@@ -205,6 +208,20 @@ def main() -> None:
     e = engine.generate(prompts, n=N, seed=SEED)
     res["sync_back_restores_samples"] = [g.response_ids for g in flat(e)] == [g.response_ids for g in fa]
     res["gap_after_sync_back"] = max_gap(flat(e), teacher_logps(old_model, flat(e)))
+
+    # (d) engine seeding: the same engine switched to one stream of its own
+    engine.per_request_seeds = False
+    probe_state = torch.get_rng_state()
+    first = flat(engine.generate(prompts, n=N, seed=SEED))
+    second = flat(engine.generate(prompts, n=N, seed=SEED))
+    res["engine_seeding_trainer_rng_untouched"] = torch.equal(torch.get_rng_state(), probe_state)
+    engine._stream = None  # as a new engine with the same seed
+    again = flat(engine.generate(prompts, n=N, seed=SEED + 5))
+    res["engine_seeding_shape_ok"] = len(first) == len(fa) and all(len(g.logp) == len(g.response_ids) for g in first)
+    res["engine_seeding_stream_moves_on"] = [g.response_ids for g in first] != [g.response_ids for g in second]
+    res["engine_seeding_restarts_from_its_seed"] = [g.response_ids for g in again] == [g.response_ids for g in first]
+    res["engine_seeding_gap"] = max_gap(first, teacher_logps(old_model, first))
+    engine.per_request_seeds = True
 
     engine.sleep()  # no-ops on CPU
     engine.wake_up()
