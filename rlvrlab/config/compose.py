@@ -111,7 +111,7 @@ def to_yaml(cfg: RunConfig) -> str:
 
 
 def yaml_and_tree(cfg: RunConfig) -> tuple[str, dict]:
-    """(to_yaml(cfg), the same config as nested plain dicts), from one OmegaConf.structured call (~0.15 s each,
+    """(to_yaml(cfg), the same config as nested plain dicts), from one OmegaConf.structured call (~20 ms each,
     three per toy run before: bench/README.md, "The full toy grid")."""
     conf = OmegaConf.structured(cfg)
     tree = OmegaConf.to_container(conf, resolve=True)

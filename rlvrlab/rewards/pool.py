@@ -50,7 +50,7 @@ Key = bytes | tuple[str, str]
 
 
 def _key(response: str, truth: str) -> Key:
-    """The pair itself when short (it costs the cache no more than its hash, and ~15x less time: a toy-tier step
+    """The pair itself when short (it costs the cache no more than its hash and takes no hashing: a toy-tier step
     scores 64 pairs), else a 16-byte hash of it."""
     if len(response) + len(truth) <= _SHORT:
         return response, truth

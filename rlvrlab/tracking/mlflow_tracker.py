@@ -3,7 +3,7 @@ with log_metric calls and 2.3 s with log_batch). Even batched, sqlite takes ~50 
 for one step's ~30 metrics, 1% of a tiny-model step), so flushes run on one background thread; the training
 thread only appends to a list. `flush(wait=True)` (checkpoints, the end of a run) waits until all is written.
 A local sqlite store gets the same rows with one INSERT instead (`rlvrlab.tracking.sql_metrics`: log_batch's ORM
-objects cost ~140 us of CPU per point, more than a toy-tier step).
+objects cost ~140 us of CPU per point, ~6 ms for one toy step's 44 metrics, about half of the step itself).
 
 Where the store is: `rlvrlab.tracking.store`.
 """

@@ -1,11 +1,11 @@
 """Metric points into MLflow's SQL store with one multi-row INSERT, the rows `log_batch` would write.
 
 MLflow's SqlAlchemyStore.log_batch builds an ORM object per metric point and per latest-value update: ~140 us
-of CPU per point on sqlite (mlflow 3.17), 1.2 s for the 8,600 points of a 200-step toy run, more than the run's
-own steps (bench/README.md, "The full toy grid"). Here the points go in through SQLAlchemy Core on the store's own
-tables and session, in one transaction: the same `metrics` rows (NaN stored as value 0 with is_nan, +-inf as
-+-max float, exact duplicates skipped as log_batch skips them) and the same `latest_metrics` rows (per key the
-point with the largest (step, timestamp, value)). tests/train/test_train_toy.py compares both stores row by row.
+of CPU per point on sqlite (mlflow 3.17), 1.2 s for the ~8,800 points of a 200-step toy run, almost a quarter of
+the run (bench/README.md, "The full toy grid"); here it is 15-30 us. The points go in through SQLAlchemy Core on
+the store's own tables and session, in one transaction: the same `metrics` rows (NaN stored as value 0 with
+is_nan, +-inf as +-max float, exact duplicates skipped as log_batch skips them) and the same `latest_metrics` rows
+(per key the point with the largest (step, timestamp, value)). tests/test_faults.py compares both paths row by row.
 
 Only for a local sqlite store (`writer_for`); any other store, or a store this cannot write, goes through
 log_batch.
