@@ -2,12 +2,16 @@
 
     .venv/bin/python bench/sweep_throughput.py [SEEDS] [STEPS] [--no-cli]      (SEEDS = 3, STEPS = the file's 200)
     .venv/bin/python bench/sweep_throughput.py --grid [SEEDS] [STEPS]           (the full grid: 5 seeds, 200 steps)
+    .venv/bin/python bench/sweep_throughput.py --grid --workers=2 [SEEDS] [STEPS]   (the same grid through the CLI)
 
 --grid: the wall time of sweeps/tau_eps_staleness_grid.yaml (27 cells x SEEDS seeds x STEPS steps), one worker in
 this process through the library, and where it goes: per seed run, setup (`build`: config, MLflow run,
 provenance), the steps themselves (`train_step`), MLflow writes waited for (tracker flush/finish), checkpoints,
 and outside `train` the sweep's own Optuna, MLflow and compose calls. Run it against another checkout for a
 before/after pair: `PYTHONPATH=/path/to/other/checkout .venv/bin/python bench/sweep_throughput.py --grid ...`.
+--grid --workers=N: the same grid as `rlvrlab sweep ... --workers N` in a subprocess (N worker processes sharing
+the journal storage), timed as a whole (wall and CPU of the command and its workers); the subprocess imports
+rlvrlab as this process does (PYTHONPATH is passed on).
 
 sweeps/ucpo_tau.yaml (5 grid points) with SEEDS seeds per trial, in a fresh temp dir each time (~2.3 min on 2 cores):
 1. In process, 1 worker, through the library (load_sweep / open_sweep / work / finish_study_run): trial-seeds per
@@ -239,11 +243,41 @@ def grid(seeds: int, overrides: list[str]) -> None:
         print(f"  {name:28s} {seconds:8.2f} {seconds / wall:6.1%} {seconds / runs * 1000:10.0f} ms")
 
 
+def grid_cli(seeds: int, overrides: list[str], workers: int) -> None:
+    """The same grid through `rlvrlab sweep --workers N` (N processes, the journal storage): wall and CPU only."""
+    import rlvrlab
+
+    path = REPO / "sweeps" / "tau_eps_staleness_grid.yaml"
+    root = Path(tempfile.mkdtemp(prefix=f"sweep_grid{workers}_"))
+    command = [sys.executable, "-m", "rlvrlab.cli.main", "sweep", str(path), *overrides, "--seeds", str(seeds),
+               "--workers", str(workers)]
+    load = os.getloadavg()[0]
+    cpu, tic = _children_cpu(), time.perf_counter()
+    done = subprocess.run(command, check=False, cwd=root, capture_output=True, text=True)
+    seconds, cpu = time.perf_counter() - tic, _children_cpu() - cpu
+    shutil.rmtree(root, ignore_errors=True)
+    if done.returncode:
+        sys.exit(f"{' '.join(command)} failed ({done.returncode}):\n{done.stderr[-3000:]}")
+    finished = next((line for line in done.stdout.splitlines() if "trials done" in line), "?")
+    runs = 27 * seeds
+    print(f"{path.name} {' '.join(overrides)}: 27 cells x {seeds} seeds = {runs} seed runs ({finished}), "
+          f"`rlvrlab sweep --workers {workers}` (process start-up included); rlvrlab from "
+          f"{Path(rlvrlab.__file__).parent.parent}; {os.cpu_count()} cores, load average {load:.2f} at start, "
+          f"{os.getloadavg()[0]:.2f} at end")
+    print(f"wall {seconds:.1f} s ({cpu:.1f} s CPU of the command and its workers) = {runs / seconds * 60:.1f} seed "
+          f"runs/min, {seconds / runs * 1000:.0f} ms per seed run")
+
+
 def main(argv: list[str]) -> None:
     flags = [a for a in argv if a.startswith("--")]
     if "--grid" in flags:
+        workers = next((int(a.split("=", 1)[1]) for a in flags if a.startswith("--workers=")), 1)
         numbers = [int(a) for a in argv if not a.startswith("--")]
-        grid(numbers[0] if numbers else 5, [f"steps={numbers[1]}"] if len(numbers) > 1 else [])
+        seeds, overrides = numbers[0] if numbers else 5, [f"steps={numbers[1]}"] if len(numbers) > 1 else []
+        if workers > 1:
+            grid_cli(seeds, overrides, workers)
+        else:
+            grid(seeds, overrides)
         return
     numbers = [int(a) for a in argv if not a.startswith("--")]
     seeds = numbers[0] if numbers else 3

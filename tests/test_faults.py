@@ -483,3 +483,44 @@ def test_a_long_param_is_kept_whole_as_an_artifact(tmp_path: Path) -> None:
 
     full = mlflow.artifacts.load_text(f"{run.info.artifact_uri}/params/dataset.template.txt")
     assert full == value
+
+
+def test_sqlite_metric_writes_store_the_rows_log_batch_stores(tmp_path: Path) -> None:
+    """rlvrlab.tracking.sql_metrics writes a local sqlite store with one INSERT: its `metrics` and `latest_metrics`
+    rows must be log_batch's, NaN, infinities, a key logged twice at one step, an exact duplicate and later flushes
+    with older steps included."""
+    import math
+    import sqlite3
+
+    from mlflow.entities import Metric
+
+    from rlvrlab.tracking.mlflow_tracker import MlflowTracker
+    from rlvrlab.tracking.sql_metrics import writer_for
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    fast = MlflowTracker(uri, "rows", artifact_root=tmp_path / "art")
+    slow = MlflowTracker(uri, "rows", artifact_root=tmp_path / "art")
+    assert fast._sql_write is not None
+    slow._sql_write = None  # log_batch
+    flushes = [
+        [Metric("a", 0.5, 1000, 0), Metric("b", math.nan, 1000, 0), Metric("c", math.inf, 1000, 0),
+         Metric("a", 0.25, 1001, 1), Metric("a", 0.75, 1001, 1), Metric("a", 0.75, 1001, 1)],
+        [Metric("a", 0.1, 1002, 0), Metric("b", 2.0, 1003, 2), Metric("c", -math.inf, 999, 5), Metric("d", 1.0, 5, 0)],
+        [Metric("b", 1.0, 1003, 2), Metric("d", 0.0, 4, 0), Metric("a", 0.75, 1001, 1)],
+    ]
+    for metrics in flushes:
+        for tracker in (fast, slow):
+            tracker._write(metrics)
+            assert tracker._error is None
+    assert fast._sql_write is not None  # it did not fall back to log_batch
+    db = sqlite3.connect(tmp_path / "mlflow.db")
+
+    def rows(table: str, run_id: str) -> list[tuple]:
+        return sorted(db.execute(f"select key, value, timestamp, step, is_nan from {table} where run_uuid = ?",
+                                 (run_id,)).fetchall())
+
+    for table in ("metrics", "latest_metrics"):
+        assert rows(table, fast.run_id) == rows(table, slow.run_id) != []
+    mlflow_client = fast.client
+    assert mlflow_client.get_run(fast.run_id).data.metrics == mlflow_client.get_run(slow.run_id).data.metrics
+    assert writer_for(mlflow_client, "http://localhost:5000") is None

@@ -20,7 +20,7 @@ import math
 
 import torch
 
-from .masked import group_count, group_index, group_sum, masked_whiten
+from .masked import group_count, group_index, group_rows, group_sum, masked_whiten
 from .registry import Estimator
 from .types import AdvantageInputs, AdvantageOutput, CorrectSetStats
 
@@ -216,6 +216,13 @@ def mean_token_logp(old_logp: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     return total / m.sum(-1).clamp(min=1)
 
 
+def _correct_and_wrong(scores: torch.Tensor, gidx: torch.Tensor) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """Per group (in group order): its rows with reward > 0 and those with reward <= 0, LongTensors in batch order."""
+    positive, nonpositive = (scores > 0).tolist(), (scores <= 0).tolist()
+    return [(torch.tensor([r for r in rows if positive[r]], dtype=torch.long),
+             torch.tensor([r for r in rows if nonpositive[r]], dtype=torch.long)) for rows in group_rows(gidx)]
+
+
 def ucpo(inp: AdvantageInputs, *, tau: float, alpha: float, adv_eps: float) -> AdvantageOutput:
     """UCPO (Lochab et al. 2026; the UCPO repo's ``iq`` estimator, docs/references.md, "UCPO code" §1).
 
@@ -233,9 +240,7 @@ def ucpo(inp: AdvantageInputs, *, tau: float, alpha: float, adv_eps: float) -> A
     mean, std, _ = _group_mean_std(scores, gidx)
     adv = (scores - mean) / (std + adv_eps)  # [B] A0
     mu = mean_token_logp(inp.old_logp, inp.mask)  # [B]
-    for g in range(int(gidx.max().item()) + 1):
-        rows = torch.nonzero(gidx == g).flatten()  # batch order
-        correct, wrong = rows[scores[rows] > 0], rows[scores[rows] <= 0]
+    for correct, wrong in _correct_and_wrong(scores, gidx):
         if correct.numel() >= 2:
             q = torch.softmax(mu[correct], dim=0).clamp(min=1e-6)
             target = (1.0 / q) / (1.0 / q).sum()
@@ -318,21 +323,22 @@ def correct_set_stats(inp: AdvantageInputs) -> CorrectSetStats:
     gidx = group_index(inp.group_ids)
     mu = mean_token_logp(inp.old_logp, inp.mask)  # [B]
     h_c, max_q, n_c, h_i, n_i = [], [], [], [], []
-    for g in range(int(gidx.max().item()) + 1):
-        rows = torch.nonzero(gidx == g).flatten()
-        correct, wrong = rows[scores[rows] > 0], rows[scores[rows] <= 0]
+    for correct, wrong in _correct_and_wrong(scores, gidx):
         if correct.numel() >= 2:
             logq = torch.log_softmax(mu[correct], dim=0)
-            h_c.append(-(logq.exp() * logq).sum())
-            max_q.append(logq.exp().max())
+            q = logq.exp()
+            h_c.append(-(q * logq).sum())
+            max_q.append(q.max())
             n_c.append(float(correct.numel()))
         if wrong.numel() >= 2:
             logp = torch.log_softmax(mu[wrong], dim=0)
             h_i.append(-(logp.exp() * logp).sum())
             n_i.append(float(wrong.numel()))
 
-    def vec(values: list) -> torch.Tensor:
-        return torch.tensor([float(v) for v in values], dtype=torch.float64)
+    def vec(values: list) -> torch.Tensor:  # 0-d float64 tensors or floats -> [n] float64, no .item() each
+        if values and isinstance(values[0], torch.Tensor):
+            return torch.stack(values).to(torch.float64)
+        return torch.tensor(values, dtype=torch.float64)
 
     return CorrectSetStats(vec(h_c), vec(max_q), vec(n_c), vec(h_i), vec(n_i))
 

@@ -37,6 +37,14 @@ def group_index(group_ids: Sequence[Hashable] | np.ndarray | torch.Tensor) -> to
     return torch.as_tensor(inverse.reshape(-1), dtype=torch.long)
 
 
+def group_rows(gidx: torch.Tensor) -> list[list[int]]:
+    """[B] group index -> each group's rows, in batch order (group g at position g)."""
+    rows: list[list[int]] = [[] for _ in range(int(gidx.max()) + 1)] if gidx.numel() else []
+    for row, g in enumerate(gidx.tolist()):
+        rows[g].append(row)
+    return rows
+
+
 def group_sum(values: torch.Tensor, gidx: torch.Tensor) -> torch.Tensor:
     """[B] -> [G] per-group sums."""
     num_groups = int(gidx.max().item()) + 1

@@ -81,17 +81,18 @@ def diagnostics(policy: ToyPolicy, problems: list[Problem]) -> ToyDiagnostics:
     Problems with a single correct response count in every mean but uniformity (undefined there)."""
     with torch.no_grad():
         logp = torch.log_softmax(policy.logits.double(), dim=-1)  # [P, M]
-        rows: list[tuple[float, float, float, float]] = []  # (Z, H(q), max q, coverage)
-        uniformity = []
+        parts, sizes = [], []
         for row, problem in enumerate(problems):
             correct = correct_indices(problem)
             p = logp[row, correct].exp()  # [|C|]
             q = p / p.sum()
-            entropy = float(-(q * q.clamp_min(1e-300).log()).sum())
-            coverage = float((1 - (1 - p) ** COVERAGE_DRAWS).mean())
-            rows.append((float(p.sum()), entropy, float(q.max()), coverage))
-            if len(correct) > 1:
-                uniformity.append(entropy / math.log(len(correct)))
+            entropy = -(q * q.clamp_min(1e-300).log()).sum()
+            coverage = (1 - (1 - p) ** COVERAGE_DRAWS).mean()
+            parts.append(torch.stack([p.sum(), entropy, q.max(), coverage]))
+            sizes.append(len(correct))
+        # (Z, H(q), max q, coverage) per problem, as floats in one conversion
+        rows: list[tuple[float, ...]] = [tuple(r) for r in torch.stack(parts).tolist()] if parts else []
+    uniformity = [r[1] / math.log(n) for r, n in zip(rows, sizes) if n > 1]
     z, h, max_q, coverage = (float(np.mean(column)) for column in zip(*rows))
     pass_at = {k: float(np.mean([1 - (1 - r[0]) ** k for r in rows])) for k in TOY_KS}
     return ToyDiagnostics(correct_mass=z, uniformity=float(np.mean(uniformity)) if uniformity else float("nan"),

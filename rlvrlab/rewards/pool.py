@@ -15,7 +15,8 @@ a time to whichever worker is free, so a batch of 1,000 uses every worker.
 Non-isolated verifiers (``exact``, ``countdown``) run in-process, without a timeout; an exception gives "error".
 
 Verdicts of repeated (response, truth) pairs come from an LRU cache keyed by a 16-byte hash of the pair (a long
-response is not kept alive by the cache). "timeout" and "error" verdicts are not cached: they may be transient.
+response is not kept alive by the cache), or by the pair itself when it is short. "timeout" and "error" verdicts are
+not cached: they may be transient.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from rlvrlab.procs import die_with_parent
 from rlvrlab.rewards.base import Verdict, VerifierSpec
 
 TIMEOUT = Verdict(0.0, "timeout")
+_SHORT = 64  # characters of response + truth up to which a cache key is the pair itself
 ERROR = Verdict(0.0, "error")
 
 
@@ -44,7 +46,14 @@ def default_workers() -> int:
         return os.cpu_count() or 1
 
 
-def _key(response: str, truth: str) -> bytes:
+Key = bytes | tuple[str, str]
+
+
+def _key(response: str, truth: str) -> Key:
+    """The pair itself when short (it costs the cache no more than its hash and takes no hashing: a toy-tier step
+    scores 64 pairs), else a 16-byte hash of it."""
+    if len(response) + len(truth) <= _SHORT:
+        return response, truth
     h = hashlib.blake2b(digest_size=16)
     for part in (response, truth):
         data = part.encode("utf-8", "surrogatepass")
@@ -128,7 +137,7 @@ class RewardPool:
         self.workers = workers or default_workers()
         self.timeout_s = float(timeout_s)
         self.cache_size = cache_size
-        self._cache: OrderedDict[bytes, Verdict] = OrderedDict()
+        self._cache: OrderedDict[Key, Verdict] = OrderedDict()
         self._pool: list[_Worker] = []
         self._ctx = mp.get_context("fork" if "fork" in mp.get_all_start_methods() else "spawn")
         self._closed = False
@@ -145,7 +154,7 @@ class RewardPool:
         out: list[Verdict | None] = [None] * n
         seconds = [0.0] * n
         todo: list[int] = []
-        first_of: dict[bytes, int] = {}  # duplicates within the batch are verified once
+        first_of: dict[Key, int] = {}  # duplicates within the batch are verified once
         duplicates: list[tuple[int, int]] = []
         keys = [_key(r, t) if isinstance(r, str) and isinstance(t, str) else None for r, t in zip(responses, truths)]
         for i, key in enumerate(keys):
@@ -199,7 +208,7 @@ class RewardPool:
 
     # ------------------------------------------------------------------ internals
 
-    def _cache_get(self, key: bytes | None) -> Verdict | None:
+    def _cache_get(self, key: Key | None) -> Verdict | None:
         if key is None or not self.cache_size:
             return None
         verdict = self._cache.get(key)
@@ -207,7 +216,7 @@ class RewardPool:
             self._cache.move_to_end(key)
         return verdict
 
-    def _cache_put(self, key: bytes | None, verdict: Verdict) -> None:
+    def _cache_put(self, key: Key | None, verdict: Verdict) -> None:
         if key is None or not self.cache_size:
             return
         self._cache[key] = verdict

@@ -20,13 +20,13 @@ class ToyEngine:
         generator = torch.Generator().manual_seed(seed)
         result = []
         for prompt in prompts:
-            raw = torch.log_softmax(self.logits[prompt[0]].double(), dim=-1)  # [M]
-            probs = torch.softmax(self.logits[prompt[0]].double() / self.temperature, dim=-1)
+            row = self.logits[prompt[0]].double()  # [M]
+            raw = torch.log_softmax(row, dim=-1)
+            probs = torch.softmax(row / self.temperature, dim=-1)
             probs = _nucleus(probs, self.top_p)
-            picks = torch.multinomial(probs, n, replacement=True, generator=generator)  # [n]
-            result.append([
-                Generation(tuple(prompt), (int(j),), response_text(int(j)), (float(raw[j]),)) for j in picks
-            ])
+            picks = torch.multinomial(probs, n, replacement=True, generator=generator).tolist()  # [n]
+            raw_list, ids = raw.tolist(), tuple(prompt)
+            result.append([Generation(ids, (j,), response_text(j), (raw_list[j],)) for j in picks])
         return result
 
     def sync_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> None:

@@ -7,27 +7,28 @@ import functools
 import subprocess
 from pathlib import Path
 
-from rlvrlab.config.compose import config_hash, to_yaml
+from rlvrlab.config.compose import config_hash, yaml_and_tree
 from rlvrlab.config.schema import RunConfig
 from rlvrlab.tracking import tags as T
 from rlvrlab.tracking.base import Tracker
 
 
-def record_run(tracker: Tracker, cfg: RunConfig) -> None:
-    """Params, tags and artifacts of a new training run (config hash without seed)."""
-    from omegaconf import OmegaConf
-
-    tracker.log_params(flatten(OmegaConf.to_container(OmegaConf.structured(cfg), resolve=True)))
+def record_run(tracker: Tracker, cfg: RunConfig) -> str:
+    """Params, tags and artifacts of a new training run (config hash without seed); returns the resolved config
+    as YAML (rlvrlab.config.compose.to_yaml), which the run folder keeps too."""
+    text, tree = yaml_and_tree(cfg)
+    tracker.log_params(flatten(tree))
     sha, dirty, diff = git_state()
     tracker.set_tags({
         T.ALGORITHM: cfg.algorithm.name, T.MODEL: cfg.model.path or cfg.model.tier, T.DATASET: cfg.dataset.name,
         T.CONFIG_HASH: config_hash(cfg), T.SEED: str(cfg.seed), T.GIT_SHA: sha, T.GIT_DIRTY: str(dirty).lower(),
         T.TIER: cfg.model.tier,
     })
-    tracker.log_text(to_yaml(cfg), "config.yaml")
+    tracker.log_text(text, "config.yaml")
     tracker.log_text(packages(), "packages.txt")
     if dirty:
         tracker.log_text(diff, "git.diff")
+    return text
 
 
 def flatten(tree: dict, prefix: str = "") -> dict[str, object]:

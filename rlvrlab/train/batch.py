@@ -49,7 +49,10 @@ class RolloutBatch:
         return [tuple(row[:n]) for row, n in zip(ids, lengths)]
 
     def rows(self, index: torch.Tensor | slice) -> RolloutBatch:
-        """The sub-batch of the given rows (micro- and mini-batches)."""
+        """The sub-batch of the given rows (micro- and mini-batches); the batch itself for a slice of all its rows."""
+        if isinstance(index, slice) and range(len(self))[index] == range(len(self)):
+            return self
+
         def pick(t: torch.Tensor | None) -> torch.Tensor | None:
             return None if t is None else t[index]
 
@@ -102,25 +105,21 @@ def collate(groups: list[list[Generation]], group_ids: list[str], rewards: list[
     ids = [gid for gid, group in zip(group_ids, groups) for _ in group]
     width_p = max(len(g.prompt_ids) for g in flat)
     width_t = max(max(len(g.response_ids) for g in flat), 1)
-    input_ids = torch.full((len(flat), width_p + width_t), pad_id, dtype=torch.long)
-    attention = torch.zeros_like(input_ids)
-    mask = torch.zeros(len(flat), width_t)
-    engine_logp = torch.zeros(len(flat), width_t)
-    for row, g in enumerate(flat):
+    tokens, attention, mask, engine_logp = [], [], [], []  # padded rows as lists: one tensor each, not 5 per row
+    for g in flat:
         p, t = len(g.prompt_ids), len(g.response_ids)
-        input_ids[row, width_p - p : width_p] = torch.tensor(g.prompt_ids)
-        input_ids[row, width_p : width_p + t] = torch.tensor(g.response_ids, dtype=torch.long)
-        attention[row, width_p - p : width_p + t] = 1
-        mask[row, :t] = 1
-        engine_logp[row, :t] = torch.tensor(g.logp)
+        tokens.append([pad_id] * (width_p - p) + [*g.prompt_ids, *g.response_ids] + [pad_id] * (width_t - t))
+        attention.append([0] * (width_p - p) + [1] * (p + t) + [0] * (width_t - t))
+        mask.append([1.0] * t + [0.0] * (width_t - t))
+        engine_logp.append([*g.logp] + [0.0] * (width_t - t))
     return RolloutBatch(
-        input_ids=input_ids,
-        attention_mask=attention,
-        mask=mask,
+        input_ids=torch.tensor(tokens, dtype=torch.long),
+        attention_mask=torch.tensor(attention, dtype=torch.long),
+        mask=torch.tensor(mask, dtype=torch.float32),
         prompt_width=width_p,
         group_ids=ids,
         rewards=torch.tensor(rewards, dtype=torch.float32),
-        engine_logp=engine_logp,
+        engine_logp=torch.tensor(engine_logp, dtype=torch.float32),
         texts=[g.text for g in flat],
         version=version,
         batch_index=batch_index,

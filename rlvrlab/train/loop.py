@@ -341,8 +341,11 @@ def update_policy(run: Run, batch: RolloutBatch, step: int) -> UpdateResult:
     so the update does not depend on how rows are split into micro-batches or processes."""
     cfg, algo, result = run.cfg, run.algorithm, UpdateResult()
     for epoch in range(cfg.trainer.ppo_epochs):
-        order = shuffled_rows(len(batch), seed=(cfg.seed, step, epoch)) if cfg.trainer.mini_batches > 1 else None
-        for rows in (order if order is not None else torch.arange(len(batch))).chunk(cfg.trainer.mini_batches):
+        if cfg.trainer.mini_batches > 1:
+            minis = list(shuffled_rows(len(batch), seed=(cfg.seed, step, epoch)).chunk(cfg.trainer.mini_batches))
+        else:
+            minis = [slice(0, len(batch))]  # the whole batch, no copy
+        for rows in minis:
             mini = batch.rows(rows)
             mini_mask = mini.loss_mask(drop_truncated=cfg.algorithm.overlong_filter)
             counts = all_sum(torch.tensor([mini_mask.sum(), (mini_mask.sum(-1) > 0).sum(), len(mini)],
@@ -475,9 +478,9 @@ def _sample_groups(run: Run, batch_index: int, timings: Timings) -> list[_Group]
     for problem, gens in zip(problems, groups):
         scores = [v.score for v in verdicts[position:position + len(gens)]]
         position += len(gens)
-        lengths = torch.tensor([len(g.response_ids) for g in gens])
         rewards = torch.tensor(scores, dtype=torch.float32)
         if buffer > 0:
+            lengths = torch.tensor([len(g.response_ids) for g in gens])
             rewards = rewards + overlong_penalty(lengths, max_len=r.max_new_tokens, buffer_len=buffer,
                                                  factor=a.overlong_penalty)
         truncated = [run.eos_id is not None and len(g.response_ids) >= r.max_new_tokens

@@ -138,12 +138,12 @@ def build(cfg: RunConfig, *, run_id: str | None = None, tags: Mapping[str, str] 
         parts = _hf_parts(cfg, components.model_folder(cfg, problems), placement, problems)
 
     output_dir = Path(cfg.output_dir).expanduser().resolve()
-    tracker = _tracker(cfg, output_dir, run_id, rank, tags or {})
+    tracker, resolved = _tracker(cfg, output_dir, run_id, rank, tags or {})
     run_id = _broadcast(tracker.run_id if rank == 0 else None)
     run_folder = rundir.run_dir(output_dir, run_id)
     if rank == 0:
         run_folder.mkdir(parents=True, exist_ok=True)
-        rundir.config_file(run_folder).write_text(to_yaml(cfg))
+        rundir.config_file(run_folder).write_text(resolved if resolved is not None else to_yaml(cfg))
     evaluation = _heldout(cfg, parts)
     if rank == 0 and evaluation is not None:
         tracker.set_tags({T.EVAL_METHOD: evaluation.method})
@@ -239,9 +239,11 @@ def _check_prompt_lengths(cfg: RunConfig, problems: list[Problem], prompt_ids: C
                           "prompts (template, few-shot examples)")
 
 
-def _tracker(cfg: RunConfig, output_dir: Path, run_id: str | None, rank: int, tags: Mapping[str, str]) -> Tracker:
+def _tracker(cfg: RunConfig, output_dir: Path, run_id: str | None, rank: int,
+             tags: Mapping[str, str]) -> tuple[Tracker, str | None]:
+    """This rank's tracker, and for a new run on rank 0 the resolved config YAML it recorded (else None)."""
     if rank != 0:
-        return NullTracker(run_id or "")
+        return NullTracker(run_id or ""), None
     from rlvrlab.tracking.mlflow_tracker import MlflowTracker
 
     output_dir.mkdir(parents=True, exist_ok=True)
@@ -249,9 +251,7 @@ def _tracker(cfg: RunConfig, output_dir: Path, run_id: str | None, rank: int, ta
     name = f"{cfg.algorithm.name}-{cfg.model.tier}-{cfg.dataset.name}-s{cfg.seed}"
     tracker = MlflowTracker(where.uri, cfg.experiment, artifact_root=where.artifact_root, run_id=run_id, run_name=name,
                             tags=tags)
-    if run_id is None:
-        record_run(tracker, cfg)
-    return tracker
+    return tracker, record_run(tracker, cfg) if run_id is None else None
 
 
 def _broadcast(value: str | None) -> str:
