@@ -166,17 +166,23 @@ def _children_cpu() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-def cli(workers: int, seeds: int, overrides: list[str]) -> tuple[float, float, int]:
-    """(wall s, CPU s of the command and its workers, trials done) of one CLI sweep in a fresh directory."""
-    root = Path(tempfile.mkdtemp(prefix=f"sweep_cli{workers}_"))
-    command = [str(RLVRLAB), "sweep", str(SWEEP), *overrides, "--seeds", str(seeds), "--workers", str(workers)]
+def _timed_sweep(command: list[str], prefix: str) -> tuple[float, float, str]:
+    """(wall s, CPU s of the command and its workers, its "N/M trials done" line) of one CLI sweep in a fresh
+    directory; exits with the command's stderr when it fails."""
+    root = Path(tempfile.mkdtemp(prefix=prefix))
     cpu, tic = _children_cpu(), time.perf_counter()
     done = subprocess.run(command, check=False, cwd=root, capture_output=True, text=True)
     seconds, cpu = time.perf_counter() - tic, _children_cpu() - cpu
     shutil.rmtree(root, ignore_errors=True)
     if done.returncode:
         sys.exit(f"{' '.join(command)} failed ({done.returncode}):\n{done.stderr[-3000:]}")
-    finished = next((line for line in done.stdout.splitlines() if "trials done" in line), "?")
+    return seconds, cpu, next((line for line in done.stdout.splitlines() if "trials done" in line), "?")
+
+
+def cli(workers: int, seeds: int, overrides: list[str]) -> tuple[float, float, int]:
+    """(wall s, CPU s of the command and its workers, trials done) of one CLI sweep in a fresh directory."""
+    command = [str(RLVRLAB), "sweep", str(SWEEP), *overrides, "--seeds", str(seeds), "--workers", str(workers)]
+    seconds, cpu, finished = _timed_sweep(command, f"sweep_cli{workers}_")
     return seconds, cpu, int(finished.split("/")[0]) if finished[0].isdigit() else -1
 
 
@@ -248,17 +254,10 @@ def grid_cli(seeds: int, overrides: list[str], workers: int) -> None:
     import rlvrlab
 
     path = REPO / "sweeps" / "tau_eps_staleness_grid.yaml"
-    root = Path(tempfile.mkdtemp(prefix=f"sweep_grid{workers}_"))
     command = [sys.executable, "-m", "rlvrlab.cli.main", "sweep", str(path), *overrides, "--seeds", str(seeds),
                "--workers", str(workers)]
     load = os.getloadavg()[0]
-    cpu, tic = _children_cpu(), time.perf_counter()
-    done = subprocess.run(command, check=False, cwd=root, capture_output=True, text=True)
-    seconds, cpu = time.perf_counter() - tic, _children_cpu() - cpu
-    shutil.rmtree(root, ignore_errors=True)
-    if done.returncode:
-        sys.exit(f"{' '.join(command)} failed ({done.returncode}):\n{done.stderr[-3000:]}")
-    finished = next((line for line in done.stdout.splitlines() if "trials done" in line), "?")
+    seconds, cpu, finished = _timed_sweep(command, f"sweep_grid{workers}_")
     runs = 27 * seeds
     print(f"{path.name} {' '.join(overrides)}: 27 cells x {seeds} seeds = {runs} seed runs ({finished}), "
           f"`rlvrlab sweep --workers {workers}` (process start-up included); rlvrlab from "
