@@ -524,3 +524,25 @@ def test_sqlite_metric_writes_store_the_rows_log_batch_stores(tmp_path: Path) ->
     mlflow_client = fast.client
     assert mlflow_client.get_run(fast.run_id).data.metrics == mlflow_client.get_run(slow.run_id).data.metrics
     assert writer_for(mlflow_client, "http://localhost:5000") is None
+
+
+@pytest.mark.parametrize("status, ended", [("KILLED", "KILLED"), ("FINISHED", "FAILED")])
+def test_a_run_whose_last_metrics_cannot_be_written_still_ends(tmp_path: Path, monkeypatch, status: str,
+                                                                ended: str) -> None:
+    """finish() writes the run's status even when its final flush fails: a run left RUNNING reads as alive to
+    `sweep status` and to the liveness checks. A FINISHED run whose metrics were lost is FAILED; the error is raised."""
+    from rlvrlab.tracking.mlflow_tracker import MlflowTracker
+
+    tracker = MlflowTracker(f"sqlite:///{tmp_path / 'mlflow.db'}", "ends", artifact_root=tmp_path / "art")
+
+    def broken(*args, **kwargs):
+        raise OSError("disk full")
+
+    tracker._sql_write = None
+    monkeypatch.setattr(tracker.client, "log_batch", broken)
+    tracker.log_metrics(0, {"a": 1.0})
+    with pytest.raises(OSError, match="disk full"):
+        tracker.finish(status)
+    monkeypatch.undo()
+    assert tracker.client.get_run(tracker.run_id).info.status == ended
+

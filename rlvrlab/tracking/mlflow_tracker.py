@@ -49,6 +49,7 @@ def quiet_client(uri: str):
     return client
 
 
+
 STORE_LOCK = ".mlflow.lock"
 
 
@@ -169,5 +170,12 @@ class MlflowTracker:
             raise error
 
     def finish(self, status: str) -> None:
-        self.flush(wait=True)
+        """Write every buffered metric, then end the run with `status`. The status is written even when the metrics
+        could not be (a run left RUNNING reads as alive to `sweep status` and to liveness checks): FINISHED turns
+        FAILED then, and the write's error is raised."""
+        try:
+            self.flush(wait=True)
+        except BaseException:
+            self.client.set_terminated(self.run_id, status="FAILED" if status == "FINISHED" else status)
+            raise
         self.client.set_terminated(self.run_id, status=status)

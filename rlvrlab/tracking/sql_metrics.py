@@ -35,7 +35,8 @@ def writer_for(client, uri: str) -> Callable[[str, Sequence], None] | None:
     def write(run_id: str, metrics: Sequence) -> None:
         from sqlalchemy import select
 
-        rows, latest = [], {}
+        rows: list[dict] = []
+        latest: dict[str, dict] = {}
         for m in metrics:
             is_nan, value = store.sanitize_metric_value(m.value)
             row = {"key": m.key, "value": value, "timestamp": m.timestamp, "step": m.step, "is_nan": is_nan,
