@@ -33,7 +33,8 @@ def report(
     compare: Annotated[Optional[list[str]], typer.Option("--compare", help="Extra comparisons A:B (group labels or "
                                                          "algorithm names; repeat or comma-separate); best:B compares "
                                                          "the best group (selected, adjusted over the candidates) "
-                                                         "with B. All comparisons of a report are one Holm family.",
+                                                         "with B; A:B[m1|m2] tests it on those columns only. All "
+                                                         "comparisons of a report are one Holm family.",
                                                          show_default=False)] = None,
     target_halfwidth: Annotated[Optional[float], typer.Option("--target-halfwidth", min=0.0, help="Print, per group "
                                                               "and metric, the seeds needed for a 95% interval of "

@@ -55,23 +55,33 @@ class Pair:
 
     a: str
     b: str
+    metrics: tuple[str, ...] = ()  # the columns (metric labels, eval stats) it is tested on; () = every column
 
 
 BEST = "best"
 
 
 def parse_pairs(entries: Sequence[str]) -> list[Pair]:
-    """`A:B` (group labels or algorithm names), comma-separated or repeated; `best:B` for the selected best cell."""
+    """`A:B` (group labels or algorithm names), comma-separated or repeated; `best:B` for the selected best cell.
+    `A:B[m1|m2]` tests the pair on those columns only (metric labels as given to --metric, eval stats such as
+    pass@1), so that a report's Holm family is exactly a protocol's list of comparisons."""
     pairs = []
     for entry in entries:
         for text in (t.strip() for t in entry.split(",")):
             if not text:
                 continue
+            metrics: tuple[str, ...] = ()
+            if text.endswith("]") and "[" in text:
+                text, _, listed = text[:-1].rpartition("[")
+                metrics = tuple(m.strip() for m in listed.split("|") if m.strip())
+                if not metrics:
+                    raise RlvrlabError(f"--compare {text}[]: name the columns to test it on, e.g. "
+                                       "\"up_dapo:dapo[train/reward|pass@1]\", or leave out the brackets for all")
             a, sep, b = text.partition(":")
             if not sep or not a.strip() or not b.strip():
                 raise RlvrlabError(f"--compare {text!r}: write A:B with two group labels (or algorithm names), e.g. "
                                    "--compare \"up_dapo:dapo eps_high=inf\", or best:B")
-            pairs.append(Pair(a.strip(), b.strip()))
+            pairs.append(Pair(a.strip(), b.strip(), metrics))
     return pairs
 
 
@@ -173,10 +183,15 @@ def build(client, selection: Selection, *, metrics: Sequence[MetricSpec], evals:
           target_halfwidth: Optional[float] = None) -> Report:
     groups = selection.groups
     base = find_group(groups, baseline)
+    columns_given = [m.label for m in metrics] + (list(eval_stats) if evals is not None else [])
     for pair in pairs:  # fail before any work
         find_group(groups, pair.b, "--compare")
         if pair.a != BEST:
             find_group(groups, pair.a, "--compare")
+        unknown = [m for m in pair.metrics if m not in columns_given]
+        if unknown:
+            raise RlvrlabError(f"--compare {pair.a}:{pair.b}[...]: {unknown[0]!r} is not a column of this report; "
+                               f"columns: {', '.join(columns_given)}")
     data: dict[tuple[str, str], dict[str, np.ndarray]] = {}  # (section, metric) -> group label -> [S] or [S, P]
     sections, columns = [], {}
     if metrics:
@@ -203,6 +218,8 @@ def build(client, selection: Selection, *, metrics: Sequence[MetricSpec], evals:
         if base is not None:
             wanted += [(g, base, None) for g in groups if g is not base]
         for pair in pairs:
+            if pair.metrics and metric not in pair.metrics:
+                continue
             ref = find_group(groups, pair.b, "--compare")
             if pair.a == BEST:
                 candidates = [g for g in groups if g is not ref]

@@ -177,6 +177,29 @@ def test_report_metric_specs_pairs_selection_and_seeds_needed(toy_study: Path) -
 
 
 @pytest.mark.slow
+def test_a_pair_named_with_its_columns_is_tested_on_those_only(toy_study: Path) -> None:
+    """A protocol lists each comparison with its endpoint; A:B[m1|m2] makes the report's Holm family exactly that
+    list, not every pair on every column."""
+    uniformity, grad = "policy/toy_correct_uniformity:mean:3", "loss/grad_norm:max:10"
+    result = _cli("report", "--study", "grid", "--no-plots", "--metric", f"{uniformity},{grad}",
+                  "--compare", f"ucpo tau=1.0 staleness=0:ucpo tau=0.0 staleness=0[{uniformity}],"
+                               f"ucpo tau=1.0 staleness=1:ucpo tau=1.0 staleness=0[{grad} | {uniformity}]",
+                  "--out", "named", cwd=toy_study)
+    assert result.returncode == 0, result.stderr
+    comparisons = list(csv.DictReader((toy_study / "named" / "comparisons.csv").open()))
+    assert sorted((r["a"], r["metric"]) for r in comparisons) == [
+        ("ucpo tau=1.0 staleness=0", uniformity), ("ucpo tau=1.0 staleness=1", grad),
+        ("ucpo tau=1.0 staleness=1", uniformity)]
+    p = [float(r["p_family"]) for r in comparisons]
+    assert [float(r["p_holm"]) for r in comparisons] == pytest.approx(stats.holm(p), abs=1e-12)
+    _one_line_error(_cli("report", "--study", "grid", "--no-plots", "--metric", uniformity, "--compare",
+                         "ucpo tau=1.0 staleness=0:ucpo tau=0.0 staleness=0[train/reward]", cwd=toy_study),
+                    "'train/reward' is not a column of this report")
+    _one_line_error(_cli("report", "--study", "grid", "--compare", "ucpo tau=1.0 staleness=0:ucpo tau=0.0 "
+                         "staleness=0[]", cwd=toy_study), "name the columns")
+
+
+@pytest.mark.slow
 def test_report_refuses_dirty_or_mixed_runs_in_results(toy_study: Path, tmp_path: Path) -> None:
     """Runs tagged git_dirty=true or from two commits: writing into results/ is refused in one line unless the
     author allows it; the table then says so. Elsewhere (--out) it is not checked."""
