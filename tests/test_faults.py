@@ -546,3 +546,28 @@ def test_a_run_whose_last_metrics_cannot_be_written_still_ends(tmp_path: Path, m
     monkeypatch.undo()
     assert tracker.client.get_run(tracker.run_id).info.status == ended
 
+
+def test_a_locked_sqlite_store_is_tried_again_not_given_up(monkeypatch) -> None:
+    """sqlite answers "database is locked" at once when two transactions would wait for each other (MLflow's 20 s
+    busy wait does not apply then): the writes that end a run try again; any other error is raised at once."""
+    import sqlite3
+
+    from rlvrlab.tracking import mlflow_tracker
+
+    monkeypatch.setattr(mlflow_tracker, "LOCK_RETRIES", (0.0, 0.0, 0.0))
+    answers: list = []
+
+    def write():
+        answer = answers.pop(0)
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+    answers[:] = [sqlite3.OperationalError("database is locked")] * 2 + ["ok"]
+    assert mlflow_tracker.retry_locked(write) == "ok" and answers == []
+    answers[:] = [sqlite3.OperationalError("database is locked")] * 4
+    with pytest.raises(sqlite3.OperationalError, match="locked"):
+        mlflow_tracker.retry_locked(write)
+    answers[:] = [sqlite3.OperationalError("no such table: runs"), "ok"]
+    with pytest.raises(sqlite3.OperationalError, match="no such table"):
+        mlflow_tracker.retry_locked(write)

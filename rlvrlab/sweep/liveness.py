@@ -12,10 +12,12 @@ import os
 import socket
 import threading
 import time
+from functools import partial
 from pathlib import Path
 from typing import Any, Protocol
 
 from rlvrlab.tracking import tags as T
+from rlvrlab.tracking.mlflow_tracker import retry_locked
 
 
 class Sweep(Protocol):
@@ -156,6 +158,6 @@ def close_runs(client, trial_run_id: str, status: str) -> None:
                                   filter_string=f"tags.`{T.PARENT}` = '{trial_run_id}' and "
                                                 "attributes.status = 'RUNNING'")
     for child in children:
-        client.set_terminated(child.info.run_id, status=status)
+        retry_locked(partial(client.set_terminated, child.info.run_id, status=status))
     if run.info.status == "RUNNING":
-        client.set_terminated(trial_run_id, status=status)
+        retry_locked(partial(client.set_terminated, trial_run_id, status=status))

@@ -14,6 +14,7 @@ import math
 import threading
 import time
 from collections.abc import Mapping
+from functools import partial
 from pathlib import Path
 
 from rlvrlab.errors import RlvrlabError
@@ -152,12 +153,12 @@ class MlflowTracker:
         try:
             if self._sql_write is not None:
                 try:
-                    self._sql_write(self.run_id, metrics)
+                    retry_locked(partial(self._sql_write, self.run_id, metrics))
                     return
                 except Exception:  # noqa: BLE001 - whatever it was, log_batch writes them (or raises it)
                     self._sql_write = None
             for i in range(0, len(metrics), _BATCH):
-                self.client.log_batch(self.run_id, metrics=metrics[i : i + _BATCH])
+                retry_locked(partial(self.client.log_batch, self.run_id, metrics=metrics[i : i + _BATCH]))
         except BaseException as error:  # re-raised on the training thread by the next flush
             self._error = error
 
@@ -176,6 +177,24 @@ class MlflowTracker:
         try:
             self.flush(wait=True)
         except BaseException:
-            self.client.set_terminated(self.run_id, status="FAILED" if status == "FINISHED" else status)
+            retry_locked(partial(self.client.set_terminated, self.run_id,
+                                 status="FAILED" if status == "FINISHED" else status))
             raise
-        self.client.set_terminated(self.run_id, status=status)
+        retry_locked(partial(self.client.set_terminated, self.run_id, status=status))
+
+
+LOCK_RETRIES = (0.5, 1.0, 2.0, 4.0, 8.0)  # seconds between tries
+
+
+def retry_locked(write):
+    """`write()`, tried again while a sqlite store answers "database is locked". Several processes write one file:
+    a sweep's workers all end their runs at one signal, beside readers. MLflow's sessions wait 20 s for a lock,
+    but sqlite answers at once, without waiting, when two transactions would wait for each other; on a loaded
+    machine a stopping worker was seen to leave its run RUNNING that way (tests/sweep/test_sweep.py, killed)."""
+    for wait in (*LOCK_RETRIES, None):
+        try:
+            return write()
+        except Exception as error:
+            if wait is None or "database is locked" not in str(error):
+                raise
+            time.sleep(wait)
