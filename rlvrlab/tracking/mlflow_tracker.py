@@ -50,7 +50,6 @@ def quiet_client(uri: str):
     return client
 
 
-
 STORE_LOCK = ".mlflow.lock"
 
 
@@ -189,8 +188,9 @@ LOCK_RETRIES = (0.5, 1.0, 2.0, 4.0, 8.0)  # seconds between tries
 def retry_locked(write):
     """`write()`, tried again while a sqlite store answers "database is locked". Several processes write one file:
     a sweep's workers all end their runs at one signal, beside readers. MLflow's sessions wait 20 s for a lock,
-    but sqlite answers at once, without waiting, when two transactions would wait for each other; on a loaded
-    machine a stopping worker was seen to leave its run RUNNING that way (tests/sweep/test_sweep.py, killed)."""
+    which a loaded machine can outlast, and sqlite answers at once, without waiting, when two transactions would
+    wait for each other. In 1 of 14 runs of tests/sweep/test_sweep.py's killed-sweep test on 2 loaded cores, a
+    stopping worker logged this error and left its seed run RUNNING."""
     for wait in (*LOCK_RETRIES, None):
         try:
             return write()
