@@ -1,18 +1,27 @@
-"""Measured peak memory of one update micro-batch on the CPU against rlvrlab.config.memory's estimate.
+"""Measured peak memory of one optimizer step on the CPU against rlvrlab.config.memory's estimate.
 
     python tests/services/memory_check.py OUT.json [override ...]
 
-Composes the run config from the overrides (default experiment), builds the model and the update engine as
-training does (rlvrlab.components), and fills one micro-batch of full-length rows (rollout.max_prompt_tokens +
-rollout.max_new_tokens). The process's resident-set high-water mark is reset (Linux: "5" into
-/proc/self/clear_refs) after a first step (which creates the optimizer's states), then a second forward, backward and
-optimizer step runs through rlvrlab.train.batch.logp_and_entropy. measured = peak RSS of the second step - RSS
-before the first: what the update adds on top of the weights in the steady state (gradients, AdamW states,
-activations, logits). estimate = the same parts of memory.update_parts, with the model's own config.json. Run in
-a fresh process with MALLOC_MMAP_THRESHOLD_ fixed (glibc then returns every large freed block at once instead of
-keeping it in the heap): nothing else may allocate while it measures. The tiny model is therefore built (warm start,
-into a cold cache) by a child process first: built here, its freed training memory would be reused by the measured
-step and the measure would come out low.
+Composes the run config from the overrides (default experiment), with trainer.mini_batches set so that one
+mini-batch is one micro-batch (trainer.micro_batch_size rows): every backward is then an optimizer step, which is
+what the estimate sizes (gradients and AdamW states present while one micro-batch's activations are alive; more
+micro-batches per mini-batch accumulate into the same gradients). It builds the model and the update engine as
+training does (rlvrlab.components), copies the weights out of the memory-mapped safetensors file into anonymous
+memory (as they are on a GPU; left mapped, the first step would page them in and copy-on-write them, and the
+measure would count the weights it is not about), and fills one micro-batch of full-length rows
+(rollout.max_prompt_tokens + rollout.max_new_tokens). A first step creates the optimizer's states; the check fails
+if it did not change the weights (an optimizer that did not step would leave its states out of the measure). The
+resident-set high-water mark is then reset (Linux: "5" into /proc/self/clear_refs) and a second forward, backward
+and optimizer step runs through rlvrlab.train.batch.logp_and_entropy.
+
+measured = peak RSS of the second step - RSS before the first - the file-backed pages (RssFile) that appeared in
+between: what the update adds in anonymous memory on top of the weights (gradients, AdamW states, activations,
+logits); the first step pages in parts of libtorch's and DeepSpeed's libraries (13-27 MB by install), which are
+not what the estimate sizes. estimate = the same parts of memory.update_parts, with the model's own config.json.
+Run in a fresh process with MALLOC_MMAP_THRESHOLD_ fixed (glibc then returns every large freed block at once
+instead of keeping it in the heap): nothing else may allocate while it measures. The model folder is therefore
+built (a tiny model's warm start, into a cold cache) by a child process first: built here, its freed training
+memory would be reused by the measured step and the measure would come out low.
 """
 
 import json
@@ -26,6 +35,15 @@ def _rss_kib(field: str) -> int:
         if line.startswith(field + ":"):
             return int(line.split()[1])
     raise RuntimeError(f"/proc/self/status has no {field}")
+
+
+def one_micro_batch_per_step(overrides: list[str]) -> list[str]:
+    """The overrides plus trainer.mini_batches such that a mini-batch is one micro-batch (no accumulation)."""
+    from rlvrlab.config import compose, memory
+
+    cfg = compose(None, overrides)
+    rows = cfg.rollout.prompts_per_step * cfg.rollout.group_size
+    return [*overrides, f"trainer.mini_batches={rows // memory.micro_batch_rows(cfg, 1)}"]
 
 
 def build(overrides: list[str]) -> None:
@@ -49,10 +67,13 @@ def main(out: str, overrides: list[str]) -> None:
     from rlvrlab.train.batch import RolloutBatch, logp_and_entropy
 
     torch.set_num_threads(1)
-    cfg = compose(None, overrides)
+    cfg = compose(None, one_micro_batch_per_step(overrides))
     folder = components.model_folder(cfg, load_split(cfg.dataset, cfg.model))
     arch = memory.Architecture.from_hf(json.loads((folder / "config.json").read_text()))
     model = components.load_model(folder, torch.float32)
+    with torch.no_grad():
+        for parameter in model.parameters():  # tied weights are one Parameter: they stay tied
+            parameter.data = parameter.data.clone()
     update = components.update_engine(cfg, model, 1)
     rows, p, t = memory.micro_batch_rows(cfg, 1), cfg.rollout.max_prompt_tokens, cfg.rollout.max_new_tokens
     generator = torch.Generator().manual_seed(0)
@@ -66,17 +87,23 @@ def main(out: str, overrides: list[str]) -> None:
         update.step()
 
     gc.collect()
-    start = _rss_kib("VmRSS")
+    start, start_file = _rss_kib("VmRSS"), _rss_kib("RssFile")
+    probe = next(model.parameters()).detach().clone()
     one_step()  # the first step creates AdamW's states (and whatever else the engine keeps between steps)
+    if torch.equal(probe, next(update.module.parameters()).detach()):
+        raise SystemExit("the first step did not change the weights: the optimizer did not step, so its states "
+                         "would be left out of the measure")
     gc.collect()
     before = _rss_kib("VmRSS")
     Path("/proc/self/clear_refs").write_text("5")  # VmHWM := VmRSS
     one_step()  # a step in the steady state: its peak is the run's
     peak = _rss_kib("VmHWM")
+    paged_in = _rss_kib("RssFile") - start_file  # library pages the first step paged in (file-backed, not tensors)
     parts = memory.update_parts(cfg, arch, 1)
     expected = {k: parts[k] for k in ("gradients", "optimizer", "buffers", "activations", "logits")}
     kept = (before - start) * 1024  # what stays between steps
-    Path(out).write_text(json.dumps({"measured": (peak - start) * 1024, "kept": kept,
+    Path(out).write_text(json.dumps({"measured": (peak - start - paged_in) * 1024, "kept": kept,
+                                     "file_backed_paged_in": paged_in * 1024,
                                      "estimate": sum(expected.values()),
                                      "parts": expected, "params": arch.params, "rows": rows, "tokens": p + t}))
 

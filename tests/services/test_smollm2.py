@@ -144,11 +144,14 @@ def test_rl_steps_with_vllm_cpu(smollm2: Path, tmp_path: Path) -> None:
     _check_training(out, smollm2, gap_tolerance=1e-3)
 
 
+LOW, HIGH = 0.80, 1.10  # measured / estimate: the tiny model's bounds (tests/config/test_memory.py)
+
+
 @pytest.mark.parametrize("shape", [("64", "64", "2"), ("128", "256", "4")])
 def test_the_memory_estimate_against_the_measured_peak_on_smollm2(smollm2: Path, tmp_path: Path, shape) -> None:
     """rlvrlab.config.memory's update estimate against the peak RSS of a steady-state step
-    (tests/services/memory_check.py): measured / estimate in [0.70, 1.25], as for the tiny model
-    (tests/config/test_memory.py; measured 0.75 and 0.85)."""
+    (tests/services/memory_check.py): measured / estimate in the tiny model's bounds (tests/config/test_memory.py;
+    measured 0.94 and 0.88)."""
     prompt, new, micro = shape
     out = tmp_path / "memory.json"
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO)}
@@ -159,4 +162,4 @@ def test_the_memory_estimate_against_the_measured_peak_on_smollm2(smollm2: Path,
     assert result.returncode == 0, result.stderr[-3000:]
     found = json.loads(out.read_text())
     assert found["params"] == 134_515_008
-    assert 0.70 <= found["measured"] / found["estimate"] <= 1.25, found
+    assert LOW <= found["measured"] / found["estimate"] <= HIGH, found
