@@ -322,25 +322,27 @@ def correct_set_stats(inp: AdvantageInputs) -> CorrectSetStats:
     scores = _scores64(inp)
     gidx = group_index(inp.group_ids)
     mu = mean_token_logp(inp.old_logp, inp.mask)  # [B]
-    h_c, max_q, n_c, h_i, n_i = [], [], [], [], []
-    for correct, wrong in _correct_and_wrong(scores, gidx):
-        if correct.numel() >= 2:
-            logq = torch.log_softmax(mu[correct], dim=0)
-            q = logq.exp()
-            h_c.append(-(q * logq).sum())
-            max_q.append(q.max())
-            n_c.append(float(correct.numel()))
-        if wrong.numel() >= 2:
-            logp = torch.log_softmax(mu[wrong], dim=0)
-            h_i.append(-(logp.exp() * logp).sum())
-            n_i.append(float(wrong.numel()))
+    rows = group_rows(gidx)
+    if not rows:
+        empty = torch.zeros(0, dtype=torch.float64)
+        return CorrectSetStats(empty, empty, empty, empty, empty)
+    width = max(len(r) for r in rows)
+    index = torch.tensor([r + [r[0]] * (width - len(r)) for r in rows])  # [G, n]: each group's rows, padded
+    valid = torch.tensor([[True] * len(r) + [False] * (width - len(r)) for r in rows])
+    positive = scores[index] > 0
 
-    def vec(values: list) -> torch.Tensor:  # 0-d float64 tensors or floats -> [n] float64, no .item() each
-        if values and isinstance(values[0], torch.Tensor):
-            return torch.stack(values).to(torch.float64)
-        return torch.tensor(values, dtype=torch.float64)
+    def spread(members: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        """H and max of softmax(mu) over each group's members, for groups with >= 2 of them (in group order)."""
+        count = members.sum(-1)
+        keep = count >= 2
+        logp = torch.log_softmax(mu[index].masked_fill(~members, float("-inf")), dim=-1)[keep]
+        p = logp.exp()
+        entropy = -torch.where(members[keep], p * logp, torch.zeros((), dtype=p.dtype)).sum(-1)
+        return entropy, p.amax(-1), count[keep].to(torch.float64)
 
-    return CorrectSetStats(vec(h_c), vec(max_q), vec(n_c), vec(h_i), vec(n_i))
+    h_c, max_q, n_c = spread(valid & positive)
+    h_i, _, n_i = spread(valid & ~positive)
+    return CorrectSetStats(h_c, max_q, n_c, h_i, n_i)
 
 
 # The registry: name -> estimator and its traits (rlvrlab.algorithms.registry). per_group: the baseline is the

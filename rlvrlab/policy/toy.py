@@ -13,7 +13,6 @@ is the setting in which GRPO collapses onto it and UCPO should not.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -79,21 +78,23 @@ class ToyDiagnostics:
 def diagnostics(policy: ToyPolicy, problems: list[Problem]) -> ToyDiagnostics:
     """ToyDiagnostics of `policy`; rows of the table are problems in the order of `problems` (the training set).
     Problems with a single correct response count in every mean but uniformity (undefined there)."""
-    with torch.no_grad():
-        logp = torch.log_softmax(policy.logits.double(), dim=-1)  # [P, M]
-        parts, sizes = [], []
-        for row, problem in enumerate(problems):
-            correct = correct_indices(problem)
-            p = logp[row, correct].exp()  # [|C|]
-            q = p / p.sum()
-            entropy = -(q * q.clamp_min(1e-300).log()).sum()
-            coverage = (1 - (1 - p) ** COVERAGE_DRAWS).mean()
-            parts.append(torch.stack([p.sum(), entropy, q.max(), coverage]))
-            sizes.append(len(correct))
-        # (Z, H(q), max q, coverage) per problem, as floats in one conversion
-        rows: list[tuple[float, ...]] = [tuple(r) for r in torch.stack(parts).tolist()] if parts else []
-    uniformity = [r[1] / math.log(n) for r, n in zip(rows, sizes) if n > 1]
-    z, h, max_q, coverage = (float(np.mean(column)) for column in zip(*rows))
-    pass_at = {k: float(np.mean([1 - (1 - r[0]) ** k for r in rows])) for k in TOY_KS}
-    return ToyDiagnostics(correct_mass=z, uniformity=float(np.mean(uniformity)) if uniformity else float("nan"),
+    if not problems:
+        raise ValueError("toy diagnostics need at least one problem")
+    cells = [(row, i) for row, problem in enumerate(problems) for i in correct_indices(problem)]
+    members = torch.zeros(policy.logits.shape, dtype=torch.bool)  # [P, M]: response i of problem row is correct
+    members[tuple(torch.tensor(cells).T)] = True
+    with torch.no_grad():  # all problems at once: p is 0 outside C, so every sum below runs over C only
+        p = torch.log_softmax(policy.logits.double(), dim=-1).exp() * members  # [P, M]
+        mass = p.sum(-1)  # Z
+        q = p / mass.unsqueeze(-1)
+        entropy = -(q * q.clamp_min(1e-300).log()).sum(-1)
+        sizes = members.sum(-1)
+        coverage = (1 - (1 - p) ** COVERAGE_DRAWS).sum(-1) / sizes
+        # (Z, H(q), max q, coverage, |C|) per problem, as numpy in one conversion
+        z_, h_, max_q_, coverage_, n_ = torch.stack([mass, entropy, q.amax(-1), coverage, sizes.double()]).numpy()
+    several = n_ > 1
+    uniformity = h_[several] / np.log(n_[several])
+    z, h, max_q, coverage = (float(np.mean(column)) for column in (z_, h_, max_q_, coverage_))
+    pass_at = {k: float(np.mean(1 - (1 - z_) ** k)) for k in TOY_KS}
+    return ToyDiagnostics(correct_mass=z, uniformity=float(np.mean(uniformity)) if uniformity.size else float("nan"),
                           correct_entropy=h, max_q=max_q, coverage=coverage, pass_at=pass_at)
