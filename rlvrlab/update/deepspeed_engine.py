@@ -49,7 +49,9 @@ class DeepSpeedEngine:
             self.engine.enable_backward_allreduce = False
         self.module = self.engine.module
         self.zero_stage = zero_stage
+        self.accumulation_steps = accumulation_steps
         self._norm = float("nan")
+        self._stepped = False  # the last backward ended an accumulation, so DeepSpeed stepped the optimizer
 
     @staticmethod
     def zero_config(stage: int, offload_optimizer: bool, bucket_elements: int | None) -> dict:
@@ -68,7 +70,8 @@ class DeepSpeedEngine:
             # itself, with logits_to_keep): without this each micro-batch's gradient replaced the last one's instead
             # of adding to it (measured: the gradient norm of the last micro-batch alone)
             self.engine.optimizer.clear_backward_seen_flag()
-        if self.engine.is_gradient_accumulation_boundary():
+        self._stepped = self.engine.is_gradient_accumulation_boundary()
+        if self._stepped:
             # ZeRO-0 in fp32 clips without keeping the norm; its gradients are whole here, so measure them
             grads = [p.grad for p in self.module.parameters() if p.grad is not None]  # empty under ZeRO-1/2
             if grads:
@@ -76,7 +79,14 @@ class DeepSpeedEngine:
         self.engine.step()  # DeepSpeed steps the optimizer itself at the accumulation boundary
 
     def step(self) -> float:
-        """The optimizer step already happened in the last backward; report the gradient norm it used."""
+        """The optimizer step already happened in the last backward; report the gradient norm it used. Called
+        after fewer micro-batches than the accumulation DeepSpeed was configured with, the optimizer did not step:
+        an error, not a silent no-op."""
+        if not self._stepped:
+            raise RuntimeError(f"step() before the end of DeepSpeed's gradient accumulation of "
+                               f"{self.accumulation_steps} micro-batches: the optimizer did not step; give backward() "
+                               "exactly that many micro-batches per step")
+        self._stepped = False
         norm = self.engine.get_global_grad_norm()  # ZeRO-1/2 and bf16 keep it
         return float(norm) if norm is not None else self._norm
 
