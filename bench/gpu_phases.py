@@ -61,10 +61,10 @@ def main(overrides: list[str]) -> None:
         sleep(*args, **kwargs)
         boundary("logp")
 
-    def backward_marked(loss):
+    def backward_marked(loss, *, last):
         if current["phase"] != "update":
             boundary("update")
-        backward(loss)
+        backward(loss, last=last)
 
     def sync_marked(weights):
         boundary("sync")

@@ -184,12 +184,16 @@ def update_parts(cfg: RunConfig, arch: Architecture, world_size: int) -> dict[st
         buffers = min(DS_MAX_LIVE_PARAMETERS, psi) * param_bytes + min(DS_BUCKET_ELEMENTS, psi) * grad_bytes
     reference = psi * param_bytes if cfg.algorithm.kl_coef > 0 else 0
     rows, compute = micro_batch_rows(cfg, n), 2 if bf16 else 4
-    tokens = rows * sequence_tokens(cfg)
+    tokens, positions = rows * sequence_tokens(cfg), rows * (cfg.rollout.max_new_tokens + 1)
+    if t.micro_batch_tokens is not None:  # packed by length: the budget, or one row longer than it alone
+        rows_per_mini = cfg.rollout.prompts_per_step // n * cfg.rollout.group_size // t.mini_batches
+        tokens = max(t.micro_batch_tokens, sequence_tokens(cfg))
+        # each row keeps logits for its response width + 1 <= its padded width, so at most `tokens` positions
+        positions = min(tokens, max(1, rows_per_mini) * (cfg.rollout.max_new_tokens + 1))
     if t.gradient_checkpointing:  # one hidden state per layer, one layer recomputed at a time
         activations = tokens * compute * (arch.layers * arch.hidden + arch.layer_activation_elements())
     else:
         activations = tokens * compute * arch.layers * arch.layer_activation_elements()
-    positions = rows * (cfg.rollout.max_new_tokens + 1)
     # lm_head output; fp32 copy (bf16 only), / temperature, log_softmax (kept for backward), its gradient
     logits = positions * arch.vocab * (compute + (4 if bf16 else 0) + 3 * 4)
     return dict(weights=weights, master_weights=master, gradients=gradients, optimizer=optimizer, buffers=buffers,
@@ -230,5 +234,6 @@ def check_fits(cfg: RunConfig, arch: Architecture, *, world_size: int, device_by
         more = f"trainer.world_size={fewest} (and launch that many ranks)" if fewest else "more GPUs"
         raise ConfigError(f"this run does not fit: {found.summary()}; use {more}, trainer.zero_stage=3, "
                           "trainer.offload_optimizer=true, trainer.gradient_checkpointing=true or a smaller "
-                          "trainer.micro_batch_size (rlvrlab config show --memory itemises it)")
+                          "trainer.micro_batch_size or trainer.micro_batch_tokens (rlvrlab config show --memory "
+                          "itemises it)")
     return found

@@ -127,6 +127,7 @@ RANGES: dict[str, Range] = {
     "trainer.ppo_epochs": AT_LEAST_ONE,
     "trainer.mini_batches": AT_LEAST_ONE,
     "trainer.micro_batch_size": AT_LEAST_ONE,
+    "trainer.micro_batch_tokens": Range(1, null_is_off=True),
     "trainer.staleness": NON_NEGATIVE,
     "trainer.checkpoint_every": NON_NEGATIVE,
     "trainer.world_size": Range(1, null_is_off=True),
@@ -412,6 +413,17 @@ def _rollout_correction_fits_the_loss(cfg: RunConfig) -> None:
                           "terms; use another loss or algorithm.tis_level=none")
 
 
+def _token_budget_needs_an_exact_loss(cfg: RunConfig) -> None:
+    if cfg.trainer.micro_batch_tokens is None:
+        return
+    from rlvrlab.algorithms import POLICY_LOSSES  # lazily, as in _registry_choices
+
+    if not POLICY_LOSSES[cfg.algorithm.loss].micro_batch_exact:
+        raise ConfigError(f"trainer.micro_batch_tokens regroups rows into micro-batches by length, but "
+                          f"algorithm.loss {cfg.algorithm.loss!r} picks tokens within each micro-batch, so its "
+                          "update would change; use trainer.micro_batch_size instead (micro_batch_tokens=null)")
+
+
 def _dynamic_sampling_needs_groups(cfg: RunConfig) -> None:
     if cfg.algorithm.dynamic_sampling and cfg.rollout.group_size < 2:
         raise ConfigError("algorithm.dynamic_sampling keeps groups whose scores differ, which needs "
@@ -474,6 +486,7 @@ CROSS_FIELD_RULES: tuple[Callable[[RunConfig], None], ...] = (
     _betas_are_a_pair,
     _overlong_buffer_fits,
     _rollout_correction_fits_the_loss,
+    _token_budget_needs_an_exact_loss,
     _dynamic_sampling_needs_groups,
     _offload_needs_zero,
     _world_size_divides_prompts,

@@ -137,6 +137,9 @@ class TrainerConfig:
     ppo_epochs: int = 1  # passes over each rollout batch, >= 1
     mini_batches: int = 1  # optimizer steps per epoch, >= 1; divides prompts_per_step * group_size
     micro_batch_size: int = 8  # sequences per forward/backward, >= 1
+    # padded tokens (rows x their own longest row) per forward/backward instead of micro_batch_size rows: each
+    # mini-batch's rows sorted by length and packed up to this budget (verl's use_dynamic_bsz); >= 1, null = off
+    micro_batch_tokens: Optional[int] = None
     staleness: int = 0  # how many steps rollouts may lag the trained policy, >= 0
     checkpoint_every: int = 50  # steps between checkpoints, >= 0; 0 = off
     # evaluation during training (rlvrlab/train/heldout.py): the policy on held-out problems every eval_every

@@ -203,3 +203,53 @@ def shuffled_rows(size: int, *, seed: tuple[int, ...]) -> torch.Tensor:
 def split_rows(size: int, width: int) -> list[slice]:
     """Consecutive slices of at most `width` rows (micro-batches)."""
     return [slice(i, min(i + width, size)) for i in range(0, size, width)]
+
+
+def micro_batches(batch: RolloutBatch, *, rows: int, tokens: int | None) -> list[slice] | list[torch.Tensor]:
+    """The micro-batches of `batch` (one forward/backward each): consecutive slices of `rows` rows; or, with a
+    token budget (trainer.micro_batch_tokens), LongTensors of row indices: the rows sorted by length (prompt plus
+    response, stable) and packed in that order while rows x (their longest prompt + their longest response), the
+    padded size of the micro-batch cut to its own longest row (own_width), stays within `tokens`. A row longer than
+    the budget is a micro-batch of its own. As verl's use_dynamic_bsz: with losses normalised by the mini-batch's
+    counts (Aggregation) the sum over micro-batches is the same loss, whatever the grouping."""
+    if tokens is None:
+        return split_rows(len(batch), rows)
+    prompt = batch.attention_mask[:, :batch.prompt_width].sum(-1).tolist()
+    response = batch.mask.sum(-1).long().tolist()
+    order = sorted(range(len(batch)), key=lambda r: prompt[r] + response[r])
+    parts: list[list[int]] = []
+    width_p = width_t = 0
+    for r in order:
+        p, t = max(width_p, prompt[r]), max(width_t, response[r], 1)
+        if parts and (len(parts[-1]) + 1) * (p + t) <= tokens:
+            parts[-1].append(r)
+            width_p, width_t = p, t
+        else:
+            parts.append([r])
+            width_p, width_t = prompt[r], max(response[r], 1)
+    return [torch.tensor(part, dtype=torch.long) for part in parts]
+
+
+def split_to(parts: list[torch.Tensor], count: int) -> list[torch.Tensor]:
+    """`parts` split until there are `count` of them: the part with the most rows (the first of equals) into two
+    halves, in place, so each part keeps its rows' length order and stays within the budget it was packed to.
+    Ranks of one data-parallel step need the same number of backward passes (DeepSpeed reduces gradients in
+    them); count at most the number of rows."""
+    parts = list(parts)
+    if count > sum(len(part) for part in parts):
+        raise ValueError(f"cannot split {sum(len(part) for part in parts)} rows into {count} micro-batches")
+    while len(parts) < count:
+        widest = max(range(len(parts)), key=lambda i: (len(parts[i]), -i))
+        part = parts[widest]
+        half = (len(part) + 1) // 2
+        parts[widest:widest + 1] = [part[:half], part[half:]]
+    return parts
+
+
+def row_order(parts: list[slice] | list[torch.Tensor], size: int) -> torch.Tensor | None:
+    """The permutation that puts results concatenated over `parts` back in batch order (None: already in order)."""
+    if not parts or isinstance(parts[0], slice):
+        return None
+    inverse = torch.empty(size, dtype=torch.long)
+    inverse[torch.cat(list(parts))] = torch.arange(size)
+    return inverse

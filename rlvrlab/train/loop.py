@@ -31,7 +31,7 @@ from rlvrlab.algorithms import (
     LossInputs,
     correct_set_stats,
     groups_with_signal,
-    masked_mean,
+    masked_sum,
     mismatch_kl,
     overlong_penalty,
     rollout_correction_weights,
@@ -42,13 +42,22 @@ from rlvrlab.errors import RlvrlabError
 from rlvrlab.procs import raise_if_stop_requested, stop_at_safe_points
 from rlvrlab.tracking import tags as T
 from rlvrlab.train import checkpoint
-from rlvrlab.train.batch import RolloutBatch, collate, logp_and_entropy, shuffled_rows, split_rows, stream_problems
+from rlvrlab.train.batch import (
+    RolloutBatch,
+    collate,
+    logp_and_entropy,
+    micro_batches,
+    row_order,
+    shuffled_rows,
+    split_to,
+    stream_problems,
+)
 from rlvrlab.train.checkpoint import TrainState
 from rlvrlab.train.metrics import step_metrics
 from rlvrlab.train.setup import Run, build
 from rlvrlab.train.stats import LossStatsMean, StepStats, Timings, correct_set_means, group_outcomes
 from rlvrlab.update.base import clipped_norm
-from rlvrlab.update.dist import all_sum, world
+from rlvrlab.update.dist import all_max, all_sum, world
 
 OnStep = Callable[[int, RolloutBatch, Run, StepStats], None]
 
@@ -272,8 +281,8 @@ def train_step(run: Run, state: TrainState, step: int) -> tuple[StepStats, Rollo
     update = update_policy(run, batch, step)
     t.update = time.perf_counter() - update_start
     if batch.old_logp is None:  # reuse_update_logp: the update's own forward gave the behaviour log-probs
-        batch.old_logp = batch.raw_logp = torch.cat(update.logps)
-        batch.old_entropy = torch.cat(update.token_entropies)
+        batch.old_logp = batch.raw_logp = _in_batch_order(torch.cat(update.logps), update.order)
+        batch.old_entropy = _in_batch_order(torch.cat(update.token_entropies), update.order)
         adv_inputs = dataclasses.replace(adv_inputs, old_logp=batch.old_logp)
 
     # 4. The rollout engine samples the next batch from the updated weights.
@@ -310,6 +319,13 @@ def train_step(run: Run, state: TrainState, step: int) -> tuple[StepStats, Rollo
     return stats, batch
 
 
+def _token_mean(parts: list[tuple[torch.Tensor, torch.Tensor]]) -> float:
+    """The mean over all tokens of micro-batches given as (sum, count) (for one, exactly its masked_mean)."""
+    total = parts[0][0] if len(parts) == 1 else torch.stack([s for s, _ in parts]).sum()
+    count = parts[0][1] if len(parts) == 1 else torch.stack([c for _, c in parts]).sum()
+    return float(total / count.clamp(min=1))
+
+
 def set_advantages(algo: BoundAlgorithm, batch: RolloutBatch) -> AdvantageInputs:
     """Fill batch.adv [B, T]; returns the estimator's inputs (the correct-set statistics reuse them)."""
     lengths = batch.mask.sum(-1).long()  # [B]
@@ -326,13 +342,29 @@ def set_advantages(algo: BoundAlgorithm, batch: RolloutBatch) -> AdvantageInputs
 @dataclass
 class UpdateResult:
     loss_stats: LossStatsMean = field(default_factory=LossStatsMean)
-    losses: list[float] = field(default_factory=list)  # policy term of each micro-batch
-    entropies: list[float] = field(default_factory=list)
-    kls: list[float] = field(default_factory=list)  # k3 KL to the reference, when used
+    # per optimizer step, over its mini-batch (not per micro-batch: the grouping into micro-batches does not matter)
+    losses: list[float] = field(default_factory=list)  # policy term: the mini-batch's loss
+    entropies: list[float] = field(default_factory=list)  # mean token entropy
+    kls: list[float] = field(default_factory=list)  # mean k3 KL to the reference, when used
     norms: list[float] = field(default_factory=list)  # gradient norm of each optimizer step
     logps: list[torch.Tensor] = field(default_factory=list)  # detached [b, T] per micro-batch, reuse_update_logp only
     token_entropies: list[torch.Tensor] = field(default_factory=list)  # the same for the token entropy
     corrections: list = field(default_factory=list)  # CorrectionStats per micro-batch, with algorithm.tis_level
+    order: torch.Tensor | None = None  # logps / token_entropies concatenated -> batch order (row_order), when packed
+
+
+def _in_batch_order(values: torch.Tensor, order: torch.Tensor | None) -> torch.Tensor:
+    return values if order is None else values[order]
+
+
+def _micro_batches(run: Run, batch: RolloutBatch, *, same_count_on_all_ranks: bool):
+    """This batch's micro-batches (rlvrlab.train.batch.micro_batches). Packed by a token budget, their number can
+    differ between ranks; for a backward pass every rank takes the largest (DeepSpeed reduces gradients in it)."""
+    t = run.cfg.trainer
+    parts = micro_batches(batch, rows=t.micro_batch_size, tokens=t.micro_batch_tokens)
+    if t.micro_batch_tokens is not None and same_count_on_all_ranks and run.world_size > 1:
+        parts = split_to(parts, all_max(len(parts)))
+    return parts
 
 
 def update_policy(run: Run, batch: RolloutBatch, step: int) -> UpdateResult:
@@ -353,7 +385,16 @@ def update_policy(run: Run, batch: RolloutBatch, step: int) -> UpdateResult:
             agg = Aggregation(cfg.algorithm.agg, num_tokens=float(counts[0]), num_seqs=float(counts[1]),
                               num_rows=float(counts[2]), dp_size=run.world_size,
                               loss_scale_factor=cfg.algorithm.loss_scale_factor)
-            for micro_rows in split_rows(len(mini), cfg.trainer.micro_batch_size):
+            parts = _micro_batches(run, mini, same_count_on_all_ranks=True)
+            if batch.old_logp is None:  # reuse_update_logp: one mini-batch, the whole batch; its order back
+                result.order = row_order(parts, len(mini))
+            # per micro-batch: the policy term (its part of the mini-batch's loss); (sum, count) over its tokens of
+            # the entropy and the KL to the reference, so that the logged means are the mini-batch's own, however its
+            # rows were grouped into micro-batches
+            mini_loss: list[float] = []
+            mini_entropy: list[tuple[torch.Tensor, torch.Tensor]] = []
+            mini_kl: list[tuple[torch.Tensor, torch.Tensor]] = []
+            for i, micro_rows in enumerate(parts):
                 x = mini.rows(micro_rows)
                 logp, entropy = logp_and_entropy(run.update.module, x, temperature=cfg.rollout.temperature,
                                                  entropy_grad=algo.entropy_bonus is not None)
@@ -375,14 +416,18 @@ def update_policy(run: Run, batch: RolloutBatch, step: int) -> UpdateResult:
                 if run.reference is not None:
                     loss = loss + algo.kl(logp, x.ref_logp, mask, agg)
                     delta = (x.ref_logp - logp).detach()
-                    result.kls.append(float(masked_mean(torch.expm1(delta) - delta, mask)))
+                    mini_kl.append((masked_sum(torch.expm1(delta) - delta, mask), mask.sum()))
                 if algo.entropy_bonus is not None:
                     loss = loss + algo.entropy_bonus(entropy, mask, agg)
                 _require_finite(loss.item(), "loss", step, run)
-                run.update.backward(loss)
+                run.update.backward(loss, last=i == len(parts) - 1)
                 result.loss_stats.add(out.stats)
-                result.losses.append(out.loss.item())
-                result.entropies.append(float(masked_mean(entropy.detach(), x.mask)))
+                mini_loss.append(out.loss.item())
+                mini_entropy.append((masked_sum(entropy.detach(), x.mask), x.mask.sum()))
+            result.losses.append(sum(mini_loss))
+            result.entropies.append(_token_mean(mini_entropy))
+            if mini_kl:
+                result.kls.append(_token_mean(mini_kl))
             result.norms.append(run.update.step())
             _require_finite(result.norms[-1], "gradient norm", step, run)
             # a finite gradient times a huge learning rate can still overflow the weights; found here, not as a
@@ -442,8 +487,9 @@ def generate(run: Run, state: TrainState, *, version: int, timings: Timings) -> 
     tic = time.perf_counter()
     temperature, old, raw, ref, ent = cfg.rollout.temperature, [], [], [], []
     reuse = reuse_update_logp(cfg)
+    parts = _micro_batches(run, batch, same_count_on_all_ranks=False) if not reuse or run.reference is not None else []
     with torch.no_grad():
-        for rows in split_rows(len(batch), cfg.trainer.micro_batch_size):
+        for rows in parts:
             x = batch.rows(rows)
             if not reuse:
                 logp, entropy = logp_and_entropy(run.update.module, x, temperature=temperature)
@@ -453,9 +499,11 @@ def generate(run: Run, state: TrainState, *, version: int, timings: Timings) -> 
                                                                              with_entropy=False)[0])
             if run.reference is not None:
                 ref.append(logp_and_entropy(run.reference, x, temperature=temperature, with_entropy=False)[0])
+    order = row_order(parts, len(batch))
     if not reuse:
-        batch.old_logp, batch.raw_logp, batch.old_entropy = torch.cat(old), torch.cat(raw), torch.cat(ent)
-    batch.ref_logp = torch.cat(ref) if ref else None
+        batch.old_logp, batch.raw_logp, batch.old_entropy = (_in_batch_order(torch.cat(values), order)
+                                                             for values in (old, raw, ent))
+    batch.ref_logp = _in_batch_order(torch.cat(ref), order) if ref else None
     timings.logp += time.perf_counter() - tic
     return batch
 

@@ -13,8 +13,10 @@ import torch
 class UpdateEngine(Protocol):
     module: torch.nn.Module  # the policy being trained (forward for log-probs)
 
-    def backward(self, loss: torch.Tensor) -> None:
-        """Accumulate gradients of `loss` (already normalised by global counts: no further scaling)."""
+    def backward(self, loss: torch.Tensor, *, last: bool) -> None:
+        """Accumulate gradients of `loss` (already normalised by global counts: no further scaling); last: this
+        micro-batch ends the accumulation that the next step() applies (the number of micro-batches per step may
+        vary: trainer.micro_batch_tokens)."""
         ...
 
     def step(self) -> float:

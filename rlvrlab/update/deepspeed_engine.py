@@ -49,7 +49,6 @@ class DeepSpeedEngine:
             self.engine.enable_backward_allreduce = False
         self.module = self.engine.module
         self.zero_stage = zero_stage
-        self.accumulation_steps = accumulation_steps
         self._norm = float("nan")
         self._stepped = False  # the last backward ended an accumulation, so DeepSpeed stepped the optimizer
 
@@ -63,7 +62,10 @@ class DeepSpeedEngine:
             zero["offload_optimizer"] = {"device": "cpu"}
         return zero
 
-    def backward(self, loss: torch.Tensor) -> None:
+    def backward(self, loss: torch.Tensor, *, last: bool) -> None:
+        # the caller says where the accumulation ends (DeepSpeed's set_gradient_accumulation_boundary), so a step may
+        # have any number of micro-batches (trainer.micro_batch_tokens); DeepSpeed reduces and steps at that one
+        self.engine.set_gradient_accumulation_boundary(last)
         self.engine.backward(loss, scale_wrt_gas=False)
         if self.zero_stage == 3 and not self.engine.is_gradient_accumulation_boundary():
             # ZeRO-3 counts micro-batches in DeepSpeedEngine.forward, which rlvrlab bypasses (it calls the module
@@ -80,12 +82,11 @@ class DeepSpeedEngine:
 
     def step(self) -> float:
         """The optimizer step already happened in the last backward; report the gradient norm it used. Called
-        after fewer micro-batches than the accumulation DeepSpeed was configured with, the optimizer did not step:
-        an error, not a silent no-op."""
+        when no backward(last=True) ended the accumulation, the optimizer did not step: an error, not a silent
+        no-op."""
         if not self._stepped:
-            raise RuntimeError(f"step() before the end of DeepSpeed's gradient accumulation of "
-                               f"{self.accumulation_steps} micro-batches: the optimizer did not step; give backward() "
-                               "exactly that many micro-batches per step")
+            raise RuntimeError("step() before a backward(last=True): DeepSpeed's gradient accumulation did not end, "
+                               "so the optimizer did not step; mark the last micro-batch of each step")
         self._stepped = False
         norm = self.engine.get_global_grad_norm()  # ZeRO-1/2 and bf16 keep it
         return float(norm) if norm is not None else self._norm

@@ -84,6 +84,15 @@ def quiet_deepspeed() -> None:
     logging.getLogger("DeepSpeed").setLevel(logging.WARNING)
 
 
+def all_max(value: int) -> int:
+    """The largest of an integer over ranks (itself for one process)."""
+    if dist.is_initialized() and dist.get_world_size() > 1:
+        found = torch.tensor([value], dtype=torch.long)
+        dist.all_reduce(found, op=dist.ReduceOp.MAX)
+        return int(found.item())
+    return value
+
+
 def all_sum(values: torch.Tensor) -> torch.Tensor:
     """Sum a tensor over ranks (identity for one process)."""
     if dist.is_initialized() and dist.get_world_size() > 1:

@@ -16,7 +16,7 @@ class TorchEngine:
         self.optimizer = torch.optim.AdamW(module.parameters(), lr=lr, weight_decay=weight_decay, betas=betas)
         self.grad_clip = grad_clip
 
-    def backward(self, loss: torch.Tensor) -> None:
+    def backward(self, loss: torch.Tensor, *, last: bool) -> None:  # noqa: ARG002 (step() ends the accumulation)
         loss.backward()
 
     def step(self) -> float:

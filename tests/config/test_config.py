@@ -334,3 +334,18 @@ def test_check_files_reports_each_broken_file(experiments: Path, write_tree: Wri
     failures = {check.file.name: check.error for check in check_files() if check.error}
     assert list(failures) == ["typo.yaml"]
     assert "did you mean 'algorithm.tau'" in failures["typo.yaml"]
+
+
+def test_micro_batches_packed_by_tokens_only_for_losses_that_sum_over_micro_batches() -> None:
+    """trainer.micro_batch_tokens regroups rows; a loss that picks tokens within each micro-batch would change."""
+    from rlvrlab.algorithms import POLICY_LOSSES
+
+    for name, loss in POLICY_LOSSES.items():
+        args = [f"algorithm.loss={name}", "trainer.micro_batch_tokens=512"]
+        if loss.micro_batch_exact:
+            assert compose(None, args).trainer.micro_batch_tokens == 512
+        else:
+            with pytest.raises(ConfigError, match=f"algorithm.loss '{name}' picks tokens within each micro-batch"):
+                compose(None, args)
+    with pytest.raises(ConfigError, match="trainer.micro_batch_tokens=0 is out of range"):
+        compose(None, ["trainer.micro_batch_tokens=0"])

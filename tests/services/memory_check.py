@@ -83,7 +83,7 @@ def main(out: str, overrides: list[str]) -> None:
                          texts=[""] * rows, version=0, batch_index=0)
     def one_step() -> None:
         logp, _ = logp_and_entropy(update.module, batch, temperature=cfg.rollout.temperature)
-        update.backward(-(logp.sum() / batch.mask.sum()))
+        update.backward(-(logp.sum() / batch.mask.sum()), last=True)
         update.step()
 
     gc.collect()

@@ -43,6 +43,22 @@ def test_two_processes_take_the_same_update_as_one(tmp_path):
 
 
 @pytest.mark.slow
+def test_ranks_whose_rows_pack_into_different_counts_take_the_same_step_as_one_process(tmp_path):
+    """trainer.micro_batch_tokens on 2 ranks: rank 0's short rows fit one micro-batch, rank 1's long ones need
+    several; both run the larger count (ZeRO-2 reduces in every backward, so unequal counts would hang until the
+    timeout), and the step equals one process's over all the rows."""
+    one = subprocess.run([sys.executable, "tests/services/packing_check.py", str(tmp_path / "one.pt")], cwd=REPO,
+                         env={**os.environ, "PYTHONPATH": str(REPO)}, capture_output=True, text=True, timeout=600)
+    assert one.returncode == 0, one.stderr[-3000:]
+    two = _torchrun(2, "tests/services/packing_check.py", str(tmp_path / "two.pt"))
+    assert two.returncode == 0, two.stderr[-3000:]
+    a, b = torch.load(tmp_path / "one.pt"), torch.load(tmp_path / "two.pt")
+    assert b["own"][0] < b["own"][1] and b["parts"] == b["own"][1]  # rank 0 was split up to rank 1's count
+    assert a["norm"] == pytest.approx(b["norm"], rel=1e-5)
+    assert torch.allclose(a["weight"], b["weight"], atol=1e-6, rtol=0)
+
+
+@pytest.mark.slow
 def test_two_nodes_through_the_c10d_rendezvous_take_the_same_update_as_one_process(tmp_path):
     """Two torchrun launches of one rank each, joined as 2 "nodes" through the c10d rendezvous on localhost (as two
     machines of a cluster would be, docs/scaling.md): the update equals the one-process update."""

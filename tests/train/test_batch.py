@@ -58,3 +58,50 @@ def test_the_entropy_is_outside_the_graph_unless_the_loss_uses_it():
     logp2, trained = logp_and_entropy(model, batch, temperature=0.7, entropy_grad=True)
     assert trained is not None and trained.requires_grad
     assert torch.allclose(logged, trained.detach()) and torch.equal(logp.detach(), logp2.detach())
+
+
+def _random_batch(sizes: list[tuple[int, int]]):
+    groups = [[Generation(tuple(range(1, p + 1)), tuple(range(1, t + 1)), "", tuple(0.0 for _ in range(t)))]
+              for p, t in sizes]
+    return collate(groups, [str(i) for i in range(len(sizes))], [0.0] * len(sizes), pad_id=0, version=0,
+                   batch_index=0)
+
+
+def test_rows_packed_by_a_token_budget_cover_the_batch_once_in_length_order_and_within_the_budget():
+    import random
+
+    from rlvrlab.train.batch import micro_batches, own_width, row_order, split_rows
+
+    rng = random.Random(0)
+    for budget in (1, 20, 64, 300):
+        sizes = [(rng.randint(1, 12), rng.randint(0, 30)) for _ in range(rng.randint(1, 40))]
+        batch = _random_batch(sizes)
+        parts = micro_batches(batch, rows=8, tokens=budget)
+        flat = torch.cat(parts).tolist()
+        assert sorted(flat) == list(range(len(sizes)))  # every row exactly once
+        lengths = [sizes[r][0] + sizes[r][1] for r in flat]
+        assert lengths == sorted(lengths)  # packed in length order
+        for part in parts:
+            padded = own_width(batch.rows(part)).input_ids.numel()  # what the forward really pays
+            assert padded <= budget or len(part) == 1  # a row longer than the budget goes alone
+        for first, second in zip(parts, parts[1:]):  # greedy: the next row did not fit
+            joined = torch.cat([first, second[:1]])
+            assert own_width(batch.rows(joined)).input_ids.numel() > budget
+        values = torch.arange(len(sizes), dtype=torch.float32).unsqueeze(-1)  # results concatenated by part...
+        assert torch.equal(values[torch.cat(parts)][row_order(parts, len(sizes))], values)  # ...back in batch order
+    batch = _random_batch([(3, 4)] * 10)
+    assert micro_batches(batch, rows=4, tokens=None) == split_rows(10, 4)  # no budget: consecutive rows
+    assert row_order(split_rows(10, 4), 10) is None
+
+
+def test_packed_micro_batches_are_split_to_the_count_every_rank_needs():
+    import pytest
+
+    from rlvrlab.train.batch import split_to
+
+    parts = [torch.tensor([0, 1, 2, 3, 4]), torch.tensor([5]), torch.tensor([6, 7])]
+    split = split_to(parts, 5)
+    assert [p.tolist() for p in split] == [[0, 1], [2], [3, 4], [5], [6, 7]]  # the widest first, halves in order
+    assert split_to(parts, 3) == parts
+    with pytest.raises(ValueError, match="cannot split 8 rows into 9"):
+        split_to(parts, 9)

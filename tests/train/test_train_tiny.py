@@ -28,15 +28,17 @@ def test_same_seed_same_metrics_on_the_tiny_tier(tmp_path, mlflow_history):
     assert len(first["train/reward"]) == 3
 
 
-@pytest.mark.parametrize("algorithm", ["grpo", "up_dapo"])
+@pytest.mark.parametrize("algorithm,packing", [("grpo", []), ("up_dapo", []),
+                                               ("grpo", ["trainer.micro_batch_tokens=150"])])
 def test_reusing_the_update_forward_for_behaviour_logp_changes_nothing(tmp_path, mlflow_history, monkeypatch,
-                                                                       algorithm):
+                                                                       algorithm, packing):
     """One optimizer step per batch on fresh rollouts: the loop skips the no-grad behaviour-log-prob pass and takes
     them from the update's forward (reuse_update_logp). Every metric, the engine gap and the weights' path must be
-    exactly those of the separate pass."""
+    exactly those of the separate pass; also with micro-batches packed by length, whose log-probs come back in
+    the batch's row order from both passes."""
     import rlvrlab.train.loop as loop
 
-    args = ["steps=3", "seed=2", f"algorithm={algorithm}", "trainer.checkpoint_every=0"]
+    args = ["steps=3", "seed=2", f"algorithm={algorithm}", "trainer.checkpoint_every=0", *packing]
     assert loop.reuse_update_logp(compose(None, args))
     fused = stable(mlflow_history(tmp_path / "a", train(compose(None, [*args, f"output_dir={tmp_path / 'a'}"]))))
     monkeypatch.setattr(loop, "reuse_update_logp", lambda cfg: False)
@@ -45,6 +47,40 @@ def test_reusing_the_update_forward_for_behaviour_logp_changes_nothing(tmp_path,
     assert {"policy/correct_entropy", "rollout/logp_gap_max"} <= set(fused)
     for off in (["trainer.mini_batches=2"], ["trainer.staleness=1"], ["algorithm=ucpo"], ["rollout.temperature=0.7"]):
         assert not loop.reuse_update_logp(compose(None, [*args, *off]))
+
+
+@pytest.mark.parametrize("engine", ["deepspeed", "torch"])
+def test_micro_batches_packed_by_tokens_train_as_micro_batches_of_rows_do(tmp_path, mlflow_history, monkeypatch,
+                                                                           engine):
+    """trainer.micro_batch_tokens regroups each mini-batch's rows by length into fewer, fuller micro-batches; the
+    losses are normalised by the mini-batch's counts, so the update is the same up to float rounding (another
+    summation order, other padding). Two epochs of two mini-batches: the behaviour log-probs of the separate pass
+    must come back in row order (a wrong order would show as ratios far from 1 in the second epoch)."""
+    import rlvrlab.train.loop as loop
+
+    counts: list[int] = []
+    packing = loop.micro_batches
+
+    def counted(batch, **kwargs):
+        parts = packing(batch, **kwargs)
+        counts.append(len(parts))
+        return parts
+
+    monkeypatch.setattr(loop, "micro_batches", counted)
+    args = ["steps=2", "seed=3", "trainer.ppo_epochs=2", "trainer.mini_batches=2", "trainer.checkpoint_every=0",
+            f"trainer.engine={engine}"]
+    rows = stable(mlflow_history(tmp_path / "a", train(compose(None, [*args, f"output_dir={tmp_path / 'a'}"]))))
+    by_rows, counts[:] = list(counts), []
+    packed_args = [*args, "trainer.micro_batch_tokens=300", f"output_dir={tmp_path / 'b'}"]
+    packed = stable(mlflow_history(tmp_path / "b", train(compose(None, packed_args))))
+    assert set(by_rows) == {4, 8}  # 8-row micro-batches of 32-row mini-batches and of the 64-row log-prob pass
+    assert sum(counts) < sum(by_rows) and max(counts) < 8  # packed: fewer passes
+    assert rows.keys() == packed.keys() and len(rows["loss/approx_kl"]) == 2
+    # LossStats (clip fractions, ratio means, approx KL) are means over micro-batches, which depend on the grouping
+    for name in rows:
+        for step, value in rows[name].items():
+            tolerance = 2e-2 if name.startswith("loss/") and name not in ("loss/policy", "loss/grad_norm") else 1e-4
+            assert packed[name][step] == pytest.approx(value, rel=tolerance, abs=tolerance), (name, step)
 
 
 def test_resume_after_kill_with_deepspeed_and_staleness(tmp_path, mlflow_history):
