@@ -84,20 +84,26 @@ def quiet_deepspeed() -> None:
     logging.getLogger("DeepSpeed").setLevel(logging.WARNING)
 
 
+def _reduced(values: torch.Tensor, op: dist.ReduceOp) -> torch.Tensor:
+    """all_reduce of a copy, on the device the group's backend takes: NCCL (the GPU launch) reduces CUDA tensors
+    only, and the loop's counts are small CPU tensors."""
+    device = torch.device("cuda", torch.cuda.current_device()) if dist.get_backend() == "nccl" else values.device
+    reduced = values.to(device, copy=True)
+    dist.all_reduce(reduced, op=op)
+    return reduced.to(values.device)
+
+
 def all_max(value: int) -> int:
     """The largest of an integer over ranks (itself for one process)."""
     if dist.is_initialized() and dist.get_world_size() > 1:
-        found = torch.tensor([value], dtype=torch.long)
-        dist.all_reduce(found, op=dist.ReduceOp.MAX)
-        return int(found.item())
+        return int(_reduced(torch.tensor([value], dtype=torch.long), dist.ReduceOp.MAX).item())
     return value
 
 
 def all_sum(values: torch.Tensor) -> torch.Tensor:
     """Sum a tensor over ranks (identity for one process)."""
     if dist.is_initialized() and dist.get_world_size() > 1:
-        values = values.clone()
-        dist.all_reduce(values, op=dist.ReduceOp.SUM)
+        return _reduced(values, dist.ReduceOp.SUM)
     return values
 
 
