@@ -26,13 +26,18 @@ def _torchrun(nproc: int, *args: str, cwd: Path = REPO) -> subprocess.CompletedP
     return subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
 
 
+def _one_process(script: str, out: Path) -> None:
+    """The check script as one plain process (the reference the multi-process runs are compared with)."""
+    one = subprocess.run([sys.executable, script, str(out)], cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)},
+                         capture_output=True, text=True, timeout=600)
+    assert one.returncode == 0, one.stderr[-3000:]
+
+
 @pytest.mark.slow
 def test_two_processes_take_the_same_update_as_one(tmp_path):
     """Same global batch, 3 epochs (optimizer steps) x micro-batches of 4, ZeRO-1, DAPO: the weights after the
     update agree to float32 round-off (the order of the gradient sums differs), tolerance 1e-6."""
-    one = subprocess.run([sys.executable, "tests/services/dp_check.py", str(tmp_path / "one.pt")], cwd=REPO,
-                         env={**os.environ, "PYTHONPATH": str(REPO)}, capture_output=True, text=True, timeout=600)
-    assert one.returncode == 0, one.stderr[-3000:]
+    _one_process("tests/services/dp_check.py", tmp_path / "one.pt")
     two = _torchrun(2, "tests/services/dp_check.py", str(tmp_path / "two.pt"))
     assert two.returncode == 0, two.stderr[-3000:]
     a, b = torch.load(tmp_path / "one.pt"), torch.load(tmp_path / "two.pt")
@@ -47,9 +52,7 @@ def test_ranks_whose_rows_pack_into_different_counts_take_the_same_step_as_one_p
     """trainer.micro_batch_tokens on 2 ranks: rank 0's short rows fit one micro-batch, rank 1's long ones need
     several; both run the larger count (ZeRO-2 reduces in every backward, so unequal counts would hang until the
     timeout), and the step equals one process's over all the rows."""
-    one = subprocess.run([sys.executable, "tests/services/packing_check.py", str(tmp_path / "one.pt")], cwd=REPO,
-                         env={**os.environ, "PYTHONPATH": str(REPO)}, capture_output=True, text=True, timeout=600)
-    assert one.returncode == 0, one.stderr[-3000:]
+    _one_process("tests/services/packing_check.py", tmp_path / "one.pt")
     two = _torchrun(2, "tests/services/packing_check.py", str(tmp_path / "two.pt"))
     assert two.returncode == 0, two.stderr[-3000:]
     a, b = torch.load(tmp_path / "one.pt"), torch.load(tmp_path / "two.pt")
@@ -62,9 +65,7 @@ def test_ranks_whose_rows_pack_into_different_counts_take_the_same_step_as_one_p
 def test_two_nodes_through_the_c10d_rendezvous_take_the_same_update_as_one_process(tmp_path):
     """Two torchrun launches of one rank each, joined as 2 "nodes" through the c10d rendezvous on localhost (as two
     machines of a cluster would be, docs/scaling.md): the update equals the one-process update."""
-    one = subprocess.run([sys.executable, "tests/services/dp_check.py", str(tmp_path / "one.pt")], cwd=REPO,
-                         env={**os.environ, "PYTHONPATH": str(REPO)}, capture_output=True, text=True, timeout=600)
-    assert one.returncode == 0, one.stderr[-3000:]
+    _one_process("tests/services/dp_check.py", tmp_path / "one.pt")
     endpoint = f"127.0.0.1:{_free_port()}"
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO)}
     nodes = [subprocess.Popen([sys.executable, "-m", "torch.distributed.run", "--nnodes=2", "--nproc_per_node=1",
