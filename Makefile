@@ -30,7 +30,7 @@ run: $(STAMP)
 	$(BIN)/rlvrlab train
 
 test: lint $(VLLM_STAMP) postgres
-	$(BIN)/pytest -q
+	$(BIN)/pytest -q --durations=25
 
 test-fast: lint
 	$(BIN)/pytest -q -m "not slow and not heavy"

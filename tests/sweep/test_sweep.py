@@ -357,7 +357,9 @@ def test_a_killed_sweep_takes_its_workers_with_it_and_the_rerun_finishes(here: P
 
     from optuna.trial import TrialState
 
-    path = _sweep_file(here, GRID.replace("steps=12", "steps=150").replace("  trainer.staleness: [0, 1]\n", ""))
+    # 800 steps: each seed trains ~10 s, so both workers are seen training at once on a loaded 2-core machine
+    # (at 150 steps a CI run once finished the whole study between two polls)
+    path = _sweep_file(here, GRID.replace("steps=12", "steps=800").replace("  trainer.staleness: [0, 1]\n", ""))
     proc, pids, err = _stop_when_both_workers_run(path, here, signal.SIGTERM)
     assert proc.returncode == 1 and "Traceback" not in err, err
     assert err.strip().splitlines()[-1].startswith("error: sweep stopped by SIGTERM before the study was done")
