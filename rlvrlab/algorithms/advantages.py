@@ -20,7 +20,7 @@ import math
 
 import torch
 
-from .masked import group_count, group_index, group_rows, group_sum, masked_whiten
+from .masked import group_count, group_index, group_sum, masked_whiten, padded_groups
 from .registry import Estimator
 from .types import AdvantageInputs, AdvantageOutput, CorrectSetStats
 
@@ -216,13 +216,6 @@ def mean_token_logp(old_logp: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     return total / m.sum(-1).clamp(min=1)
 
 
-def _correct_and_wrong(scores: torch.Tensor, gidx: torch.Tensor) -> list[tuple[torch.Tensor, torch.Tensor]]:
-    """Per group (in group order): its rows with reward > 0 and those with reward <= 0, LongTensors in batch order."""
-    positive, nonpositive = (scores > 0).tolist(), (scores <= 0).tolist()
-    return [(torch.tensor([r for r in rows if positive[r]], dtype=torch.long),
-             torch.tensor([r for r in rows if nonpositive[r]], dtype=torch.long)) for rows in group_rows(gidx)]
-
-
 def ucpo(inp: AdvantageInputs, *, tau: float, alpha: float, adv_eps: float) -> AdvantageOutput:
     """UCPO (Lochab et al. 2026; the UCPO repo's ``iq`` estimator, docs/references.md, "UCPO code" §1).
 
@@ -240,16 +233,28 @@ def ucpo(inp: AdvantageInputs, *, tau: float, alpha: float, adv_eps: float) -> A
     mean, std, _ = _group_mean_std(scores, gidx)
     adv = (scores - mean) / (std + adv_eps)  # [B] A0
     mu = mean_token_logp(inp.old_logp, inp.mask)  # [B]
-    for correct, wrong in _correct_and_wrong(scores, gidx):
-        if correct.numel() >= 2:
-            q = torch.softmax(mu[correct], dim=0).clamp(min=1e-6)
-            target = (1.0 / q) / (1.0 / q).sum()
-            weight = (1.0 - tau) + tau * correct.numel() * target
-            adv[correct] = adv[correct[0]] * weight
-        if wrong.numel() >= 2 and alpha > 0:
-            logp_wrong = torch.log_softmax(mu[wrong], dim=0)
-            entropy = -(logp_wrong.exp() * logp_wrong).sum()
-            adv[wrong] = adv[wrong] - (alpha * (-logp_wrong - entropy)).clamp(min=0)
+    index, valid = padded_groups(gidx)  # every group at once: [G, n], each row its group's rows in batch order
+    if index.numel() == 0:
+        return _broadcast(adv, inp)
+    positive = scores[index] > 0
+    mu_g, adv_g = mu[index], adv[index]  # adv_g: A0, read before any row is rewritten
+    correct, wrong = valid & positive, valid & ~positive
+    n_c = correct.sum(-1, keepdim=True)  # [G, 1]
+    weighted = correct & (n_c >= 2)
+    if bool(weighted.any()):
+        q = torch.softmax(mu_g.masked_fill(~correct, float("-inf")), dim=-1).clamp(min=1e-6)
+        inverse = torch.where(correct, 1.0 / q, torch.zeros((), dtype=q.dtype))
+        weight = (1.0 - tau) + tau * n_c.to(q.dtype) * (inverse / inverse.sum(-1, keepdim=True))
+        base = adv_g.gather(1, correct.to(torch.int8).argmax(-1, keepdim=True))  # A0 of the first correct row
+        adv[index[weighted]] = (base * weight)[weighted]
+    if alpha > 0:
+        penalised = wrong & (wrong.sum(-1, keepdim=True) >= 2)
+        if bool(penalised.any()):
+            logp_wrong = torch.log_softmax(mu_g.masked_fill(~wrong, float("-inf")), dim=-1)
+            entropy = -torch.where(wrong, logp_wrong.exp() * logp_wrong, torch.zeros((), dtype=mu.dtype)).sum(
+                -1, keepdim=True)
+            penalty = (alpha * (-logp_wrong - entropy)).clamp(min=0)
+            adv[index[penalised]] = (adv_g - penalty)[penalised]
     return _broadcast(adv, inp)
 
 
@@ -322,13 +327,10 @@ def correct_set_stats(inp: AdvantageInputs) -> CorrectSetStats:
     scores = _scores64(inp)
     gidx = group_index(inp.group_ids)
     mu = mean_token_logp(inp.old_logp, inp.mask)  # [B]
-    rows = group_rows(gidx)
-    if not rows:
+    index, valid = padded_groups(gidx)  # [G, n]: each group's rows, padded
+    if index.numel() == 0:
         empty = torch.zeros(0, dtype=torch.float64)
         return CorrectSetStats(empty, empty, empty, empty, empty)
-    width = max(len(r) for r in rows)
-    index = torch.tensor([r + [r[0]] * (width - len(r)) for r in rows])  # [G, n]: each group's rows, padded
-    valid = torch.tensor([[True] * len(r) + [False] * (width - len(r)) for r in rows])
     positive = scores[index] > 0
 
     def spread(members: torch.Tensor) -> tuple[torch.Tensor, ...]:

@@ -45,6 +45,17 @@ def group_rows(gidx: torch.Tensor) -> list[list[int]]:
     return rows
 
 
+def padded_groups(gidx: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """[B] group index -> (index [G, n], valid [G, n]): row g lists group g's rows in batch order, padded to the
+    largest group n with its first row; valid marks the real entries. values[index] lays a [B] tensor out by group."""
+    rows = group_rows(gidx)
+    width = max((len(r) for r in rows), default=0)
+    index = torch.tensor([r + [r[0]] * (width - len(r)) for r in rows], dtype=torch.long).reshape(len(rows), width)
+    valid = torch.tensor([[True] * len(r) + [False] * (width - len(r)) for r in rows],
+                         dtype=torch.bool).reshape(len(rows), width)
+    return index, valid
+
+
 def group_sum(values: torch.Tensor, gidx: torch.Tensor) -> torch.Tensor:
     """[B] -> [G] per-group sums."""
     num_groups = int(gidx.max().item()) + 1

@@ -75,14 +75,22 @@ class ToyDiagnostics:
     pass_at: dict[int, float]
 
 
-def diagnostics(policy: ToyPolicy, problems: list[Problem]) -> ToyDiagnostics:
-    """ToyDiagnostics of `policy`; rows of the table are problems in the order of `problems` (the training set).
-    Problems with a single correct response count in every mean but uniformity (undefined there)."""
+def correct_members(problems: list[Problem], num_responses: int) -> torch.Tensor:
+    """[P, M] bool: response i of problem row is correct (rows in the order of `problems`)."""
     if not problems:
         raise ValueError("toy diagnostics need at least one problem")
     cells = [(row, i) for row, problem in enumerate(problems) for i in correct_indices(problem)]
-    members = torch.zeros(policy.logits.shape, dtype=torch.bool)  # [P, M]: response i of problem row is correct
+    members = torch.zeros(len(problems), num_responses, dtype=torch.bool)
     members[tuple(torch.tensor(cells).T)] = True
+    return members
+
+
+def diagnostics(policy: ToyPolicy, problems: list[Problem], *, members: torch.Tensor | None = None) -> ToyDiagnostics:
+    """ToyDiagnostics of `policy`; rows of the table are problems in the order of `problems` (the training set).
+    Problems with a single correct response count in every mean but uniformity (undefined there). `members`:
+    correct_members(problems, M), when the caller keeps it between calls (the loop does: it never changes)."""
+    if members is None:
+        members = correct_members(problems, policy.logits.shape[1])
     with torch.no_grad():  # all problems at once: p is 0 outside C, so every sum below runs over C only
         p = torch.log_softmax(policy.logits.double(), dim=-1).exp() * members  # [P, M]
         mass = p.sum(-1)  # Z

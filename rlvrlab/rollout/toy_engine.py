@@ -18,14 +18,14 @@ class ToyEngine:
 
     def generate(self, prompts: list[list[int]], *, n: int, seed: int) -> list[list[Generation]]:
         generator = torch.Generator().manual_seed(seed)
+        rows = self.logits[[prompt[0] for prompt in prompts]].double()  # [K, M]: the prompts' rows, one op each
+        raw = torch.log_softmax(rows, dim=-1).tolist()
+        probs = torch.softmax(rows / self.temperature, dim=-1)
         result = []
-        for prompt in prompts:
-            row = self.logits[prompt[0]].double()  # [M]
-            raw = torch.log_softmax(row, dim=-1)
-            probs = torch.softmax(row / self.temperature, dim=-1)
-            probs = _nucleus(probs, self.top_p)
-            picks = torch.multinomial(probs, n, replacement=True, generator=generator).tolist()  # [n]
-            raw_list, ids = raw.tolist(), tuple(prompt)
+        for prompt, row_probs, raw_list in zip(prompts, probs, raw):  # one draw per prompt, in prompt order
+            picks = torch.multinomial(_nucleus(row_probs, self.top_p), n, replacement=True,
+                                      generator=generator).tolist()  # [n]
+            ids = tuple(prompt)
             result.append([Generation(ids, (j,), response_text(j), (raw_list[j],)) for j in picks])
         return result
 

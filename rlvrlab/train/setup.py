@@ -186,7 +186,7 @@ class _Parts:
 def _toy_parts(cfg: RunConfig, problems: list[Problem], world_size: int):
     from safetensors.torch import save_file
 
-    from rlvrlab.policy.toy import ToyPolicy, diagnostics
+    from rlvrlab.policy.toy import ToyPolicy, correct_members, diagnostics
     from rlvrlab.rollout.toy_engine import ToyEngine
     torch.manual_seed(cfg.seed)
     policy = ToyPolicy.initial(problems, num_responses=cfg.model.toy_num_responses, init=cfg.model.toy_init,
@@ -200,8 +200,9 @@ def _toy_parts(cfg: RunConfig, problems: list[Problem], world_size: int):
         save_file({k: v.contiguous() for k, v in (state or module.state_dict()).items()},
                   str(folder / "model.safetensors"))
 
+    members = correct_members(problems, policy.logits.shape[1])
     return _Parts(update, engine, lambda p: [int(p.prompt)], 0, save_model, reference,
-                  lambda: diagnostics(update.module, problems))
+                  lambda: diagnostics(update.module, problems, members=members))
 
 
 def _hf_parts(cfg: RunConfig, folder: Path, placement: Placement, problems: list[Problem]) -> _Parts:

@@ -696,3 +696,43 @@ def test_mismatch_kl_is_zero_for_equal_policies_and_k3_is_nonnegative() -> None:
     assert k3 > 0
     # k3 of a constant log-ratio d is exp(d) - 1 - d, k1 is -d
     assert A.mismatch_kl(a, a - 0.5, mask) == pytest.approx((math.expm1(0.5) - 0.5, -0.5))
+
+
+# --------------------------------------------------------------------- groups laid out as rows (the batched estimators)
+def test_padded_groups_hand_worked() -> None:
+    """Ids b, a, b, c, a: groups in sorted-id order a (rows 1, 4), b (rows 0, 2), c (row 3, padded with itself)."""
+    from rlvrlab.algorithms.masked import group_index, padded_groups
+
+    index, valid = padded_groups(group_index(["b", "a", "b", "c", "a"]))
+    assert index.tolist() == [[1, 4], [0, 2], [3, 3]]
+    assert valid.tolist() == [[True, True], [True, True], [True, False]]
+    empty, none_valid = padded_groups(torch.zeros(0, dtype=torch.long))
+    assert empty.shape == (0, 0) and none_valid.shape == (0, 0)
+
+
+def test_ucpo_on_interleaved_groups_equals_each_group_alone() -> None:
+    """The batched UCPO (all groups at once, padded) gives each group exactly what it gets as a batch of its own,
+    with groups interleaved in the batch, of different sizes, one all-wrong and one with a single correct row."""
+    torch.manual_seed(0)
+    sizes = {"p": 5, "q": 3, "r": 4, "s": 2}
+    correct = {"p": [1, 0, 1, 1, 0], "q": [0, 0, 0], "r": [0, 1, 0, 0], "s": [1, 1]}
+    rows = [(g, i) for i in range(5) for g in sizes if i < sizes[g]]  # interleaved: p q r s p q r s ...
+    T = 4
+    logp = -torch.rand(len(rows), T, dtype=torch.float64) * 2
+    mask = torch.ones(len(rows), T)
+    mask[::3, 2:] = 0
+
+    def inputs(chosen: list[int]) -> A.AdvantageInputs:
+        rewards = torch.zeros(len(chosen), T)
+        for k, r in enumerate(chosen):
+            g, i = rows[r]
+            rewards[k, int(mask[r].sum()) - 1] = float(correct[g][i])
+        return A.AdvantageInputs(rewards, mask[chosen], [rows[r][0] for r in chosen], old_logp=logp[chosen])
+
+    everything = list(range(len(rows)))
+    for tau, alpha in ((0.0, 0.0), (0.2, 0.0), (1.0, 0.5)):
+        together = adv_fns.ucpo(inputs(everything), tau=tau, alpha=alpha, adv_eps=1e-6).advantages
+        for g in sizes:
+            mine = [r for r in everything if rows[r][0] == g]
+            alone = adv_fns.ucpo(inputs(mine), tau=tau, alpha=alpha, adv_eps=1e-6).advantages
+            assert torch.allclose(together[mine], alone, atol=1e-7, rtol=0), (g, tau, alpha)
