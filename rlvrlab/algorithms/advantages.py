@@ -234,8 +234,6 @@ def ucpo(inp: AdvantageInputs, *, tau: float, alpha: float, adv_eps: float) -> A
     adv = (scores - mean) / (std + adv_eps)  # [B] A0
     mu = mean_token_logp(inp.old_logp, inp.mask)  # [B]
     index, valid = padded_groups(gidx)  # every group at once: [G, n], each row its group's rows in batch order
-    if index.numel() == 0:
-        return _broadcast(adv, inp)
     positive = scores[index] > 0
     mu_g, adv_g = mu[index], adv[index]  # adv_g: A0, read before any row is rewritten
     correct, wrong = valid & positive, valid & ~positive
