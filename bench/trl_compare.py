@@ -7,14 +7,17 @@
 
 Each measurement is a fresh subprocess (DeepSpeed, accelerate and TRL keep process-wide state) that trains
 `--warmup` + `--steps` steps; only the last `--steps` count. The four sides run in turn, `--rounds` times, in
-the order rlvrlab-torch, rlvrlab-deepspeed, rlvrlab-deepspeed-packed, TRL, reversed every other round (the packed
-side is the DeepSpeed one with trainer.micro_batch_tokens set to the padded size of TRL's largest possible
-micro-batch, `trl_micro_batch_tokens`: rows grouped by length into fewer forward passes, none larger than TRL's;
-every other side runs micro-batches of 8 rows as TRL does), so slow phases of a shared machine
-fall on all of them: a ratio from one run means more than an absolute figure. Both sides run with the same torch
+the order rlvrlab-torch, rlvrlab-deepspeed, rlvrlab-deepspeed-rows, TRL, reversed every other round, so slow
+phases of a shared machine fall on all of them: a ratio from one run means more than an absolute figure. Both sides run with the same torch
 thread count, 1 by default: on the shared 2-core machine, torch's default of one thread per core made every step
 of both trainers 10-70x slower whenever another job was busy (threads spinning against each other; process CPU
 time grew as much as wall time), while one thread kept steps within ~1.5x. `--threads 0` keeps torch's default.
+rlvrlab-torch and rlvrlab-deepspeed run the default experiment as it ships (trainer.pack_by_length: each
+mini-batch's rows sorted by length and packed into passes of at most 8 rows x (the batch's longest prompt + 32
+new tokens), the size of a micro-batch of 8 rows whose responses ran to the cap: TRL's largest possible
+micro-batch at these settings, larger than the ones it runs when responses are short, as they are here);
+rlvrlab-deepspeed-rows is the default before that (trainer.pack_by_length=false): micro-batches of 8 rows in
+batch order, as TRL runs them.
 
 1. Seconds per step (median and mean over the measured steps of all rounds, wall clock between the ends of
    consecutive steps, so everything the loop does counts) and process CPU seconds per step; the ratio
@@ -70,7 +73,7 @@ import time
 from pathlib import Path
 
 MARK = "BENCH_RESULT "
-SIDES = ("rlvrlab-torch", "rlvrlab-deepspeed", "rlvrlab-deepspeed-packed", "trl")
+SIDES = ("rlvrlab-torch", "rlvrlab-deepspeed", "rlvrlab-deepspeed-rows", "trl")
 MODEL: str | None = None  # --model PATH: a Hugging Face folder instead of the tiny tier's model
 
 
@@ -88,25 +91,14 @@ def tiny_setup():
     return cfg, folder, tokenizer, prompt_renderer(cfg.dataset, tokenizer)
 
 
-def overrides(engine: str, steps: int, out: str, tokens: int | None = None) -> list[str]:
+def overrides(engine: str, steps: int, out: str, rows: bool = False) -> list[str]:
     model = ["model=smollm2", f"model.path={Path(MODEL).resolve()}"] if MODEL else []
-    packed = [f"trainer.micro_batch_tokens={tokens}"] if tokens else []
+    packed = ["trainer.pack_by_length=false"] if rows else []
     return [*model, f"steps={steps}", "trainer.checkpoint_every=0", f"output_dir={out}", f"trainer.engine={engine}",
             "algorithm=grpo", "algorithm.kl_coef=0", *packed]
 
 
-def trl_micro_batch_tokens() -> int:
-    """The padded tokens of TRL's largest possible micro-batch here: micro_batch_size rows x (the longest prompt of
-    the dataset + max_new_tokens); TRL pads each generation batch to its longest prompt and completion. The packed
-    side's trainer.micro_batch_tokens: never a larger forward than TRL's, fewer of them when rows are short."""
-    from rlvrlab.data import load_split
-
-    cfg, _, _, render = tiny_setup()
-    longest = max(len(render(p)) for p in load_split(cfg.dataset, cfg.model))
-    return cfg.trainer.micro_batch_size * (longest + cfg.rollout.max_new_tokens)
-
-
-def run_rlvrlab(engine: str, total: int, threads: int, tokens: int | None = None) -> dict:
+def run_rlvrlab(engine: str, total: int, threads: int, rows: bool = False) -> dict:
     import torch
     from mlflow.tracking import MlflowClient
 
@@ -122,7 +114,7 @@ def run_rlvrlab(engine: str, total: int, threads: int, tokens: int | None = None
         ends.append(time.perf_counter())
         cpu.append(time.process_time())
 
-    cfg = compose(None, overrides(engine, total, str(out), tokens))
+    cfg = compose(None, overrides(engine, total, str(out), rows))
     run_id = train(cfg, on_step=on_step)
     client = MlflowClient(f"sqlite:///{out / 'mlflow.db'}")
 
@@ -134,7 +126,7 @@ def run_rlvrlab(engine: str, total: int, threads: int, tokens: int | None = None
     lengths = history("train/response_length")  # mean response tokens (mask sum, eos included)
     return {"ends": ends, "cpu": cpu, "split": split, "tokens": [length * rows for length in lengths],
             "reward": history("train/reward"), "threads": torch.get_num_threads(), "folder": str(out),
-            "micro_batch_tokens": tokens}
+            "pack_by_length": cfg.trainer.pack_by_length}
 
 
 def run_trl(total: int, threads: int) -> dict:
@@ -229,8 +221,7 @@ def worker(side: str, total: int, threads: int) -> None:
     if side == "trl":
         result = run_trl(total, threads)
     else:
-        tokens = trl_micro_batch_tokens() if side.endswith("-packed") else None
-        result = run_rlvrlab(side.split("-")[1], total, threads, tokens)
+        result = run_rlvrlab(side.split("-")[1], total, threads, rows=side.endswith("-rows"))
     result["load"] = [load, os.getloadavg()[0]]
     shutil.rmtree(result.pop("folder"), ignore_errors=True)
     print(MARK + json.dumps(result), flush=True)
@@ -333,9 +324,8 @@ def main() -> None:
                  f"x{statistics.median(trl_cpu) / statistics.median(cpu):.2f}") if side != "trl" else ""
         print(f"   {side:18s} {statistics.median(wall):8.3f} {statistics.mean(wall):8.3f} {min(wall):8.3f} "
               f"{statistics.median(cpu):8.3f}  {ratio}")
-    packed = runs["rlvrlab-deepspeed-packed"][0]["micro_batch_tokens"]
-    print(f"   (rlvrlab-deepspeed-packed: trainer.micro_batch_tokens={packed}, the padded size of TRL's largest "
-          "micro-batch)")
+    print("   (rlvrlab-torch, rlvrlab-deepspeed: the default, packed by length; rlvrlab-deepspeed-rows: "
+          "trainer.pack_by_length=false, micro-batches of 8 rows as TRL's)")
     for side in SIDES[:-1]:
         per_round = [statistics.median(t["wall"]) / statistics.median(r["wall"])
                      for r, t in zip(runs[side], runs["trl"])]

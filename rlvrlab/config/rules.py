@@ -165,6 +165,7 @@ KNOB_READERS: dict[str, tuple[str, tuple[Any, ...]]] = {
     "trainer.zero_stage": ("trainer.engine", ("deepspeed",)),
     "trainer.offload_optimizer": ("trainer.engine", ("deepspeed",)),
     "trainer.grad_accum_fp32": ("model.dtype", ("bfloat16",)),
+    "trainer.pack_by_length": ("trainer.micro_batch_tokens", (None,)),  # an explicit budget takes its place
     "trainer.gradient_checkpointing": ("model.tier", ("tiny", "real")),
     "model.architecture": ("model.tier", ("real",)),
 }
@@ -261,7 +262,7 @@ def _check_knobs_are_read(cfg: RunConfig, layers: Mapping[str, int]) -> None:
         if lookup(cfg, knob) == lookup(defaults, knob) or chosen in readers:
             continue
         if layers.get(knob, 0) >= layers.get(selector, 0):
-            fix = f"{selector}={readers[0]}" if len(readers) == 1 else f"{selector} to one of them"
+            fix = f"{selector}={show(readers[0])}" if len(readers) == 1 else f"{selector} to one of them"
             raise ConfigError(
                 f"{knob} has no effect with {selector} {show(chosen)!r} (it is read by: "
                 f"{', '.join(map(show, readers))}); set {fix} or drop the override"
@@ -414,14 +415,17 @@ def _rollout_correction_fits_the_loss(cfg: RunConfig) -> None:
 
 
 def _token_budget_needs_an_exact_loss(cfg: RunConfig) -> None:
-    if cfg.trainer.micro_batch_tokens is None:
+    t = cfg.trainer
+    if t.micro_batch_tokens is None and not t.pack_by_length:
         return
     from rlvrlab.algorithms import POLICY_LOSSES  # lazily, as in _registry_choices
 
     if not POLICY_LOSSES[cfg.algorithm.loss].micro_batch_exact:
-        raise ConfigError(f"trainer.micro_batch_tokens regroups rows into micro-batches by length, but "
-                          f"algorithm.loss {cfg.algorithm.loss!r} picks tokens within each micro-batch, so its "
-                          "update would change; use trainer.micro_batch_size instead (micro_batch_tokens=null)")
+        knob, off = (("trainer.micro_batch_tokens", "trainer.micro_batch_tokens=null") if t.micro_batch_tokens
+                     is not None else ("trainer.pack_by_length", "trainer.pack_by_length=false"))
+        raise ConfigError(f"{knob} regroups rows into micro-batches by length, but algorithm.loss "
+                          f"{cfg.algorithm.loss!r} picks tokens within each micro-batch, so its update would "
+                          f"change; add {off} (micro-batches of trainer.micro_batch_size rows)")
 
 
 def _dynamic_sampling_needs_groups(cfg: RunConfig) -> None:

@@ -140,6 +140,10 @@ class TrainerConfig:
     # padded tokens (rows x their own longest row) per forward/backward instead of micro_batch_size rows: each
     # mini-batch's rows sorted by length and packed up to this budget (verl's use_dynamic_bsz); >= 1, null = off
     micro_batch_tokens: Optional[int] = None
+    # pack each mini-batch's rows by length into passes no larger than micro_batch_size rows at that mini-batch's
+    # longest prompt + rollout.max_new_tokens (a row micro-batch whose responses ran to the cap): fewer passes when
+    # responses are short; micro_batch_tokens, when set, takes its place
+    pack_by_length: bool = False
     staleness: int = 0  # how many steps rollouts may lag the trained policy, >= 0
     checkpoint_every: int = 50  # steps between checkpoints, >= 0; 0 = off
     # evaluation during training (rlvrlab/train/heldout.py): the policy on held-out problems every eval_every

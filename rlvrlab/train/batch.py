@@ -230,6 +230,15 @@ def micro_batches(batch: RolloutBatch, *, rows: int, tokens: int | None) -> list
     return [torch.tensor(part, dtype=torch.long) for part in parts]
 
 
+def packing_budget(batch: RolloutBatch, rows: int, max_new_tokens: int) -> int:
+    """trainer.pack_by_length's budget: `rows` rows at `batch`'s longest prompt plus rollout.max_new_tokens, the
+    padded size of a micro-batch of `rows` rows of these prompts whose responses ran to the cap: what the run must
+    have memory for anyway (the first batch with long responses needs it), and the largest micro-batch TRL's
+    GRPOTrainer can run at the same settings. Packed to it, short rows share fewer passes."""
+    prompt = int(batch.attention_mask[:, :batch.prompt_width].sum(-1).max())
+    return rows * (prompt + max(max_new_tokens, 1))
+
+
 def split_to(parts: list[torch.Tensor], count: int) -> list[torch.Tensor]:
     """`parts` split until there are `count` of them: the part with the most rows (the first of equals) into two
     halves, in place, so each part keeps its rows' length order and stays within the budget it was packed to.

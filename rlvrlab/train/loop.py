@@ -47,6 +47,7 @@ from rlvrlab.train.batch import (
     collate,
     logp_and_entropy,
     micro_batches,
+    packing_budget,
     row_order,
     shuffled_rows,
     split_to,
@@ -361,8 +362,11 @@ def _micro_batches(run: Run, batch: RolloutBatch, *, same_count_on_all_ranks: bo
     """This batch's micro-batches (rlvrlab.train.batch.micro_batches). Packed by a token budget, their number can
     differ between ranks; for a backward pass every rank takes the largest (DeepSpeed reduces gradients in it)."""
     t = run.cfg.trainer
-    parts = micro_batches(batch, rows=t.micro_batch_size, tokens=t.micro_batch_tokens)
-    if t.micro_batch_tokens is not None and same_count_on_all_ranks and run.world_size > 1:
+    tokens = t.micro_batch_tokens
+    if tokens is None and t.pack_by_length:
+        tokens = packing_budget(batch, t.micro_batch_size, run.cfg.rollout.max_new_tokens)
+    parts = micro_batches(batch, rows=t.micro_batch_size, tokens=tokens)
+    if tokens is not None and same_count_on_all_ranks and run.world_size > 1:
         parts = split_to(parts, all_max(len(parts)))
     return parts
 

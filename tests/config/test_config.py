@@ -349,3 +349,24 @@ def test_micro_batches_packed_by_tokens_only_for_losses_that_sum_over_micro_batc
                 compose(None, args)
     with pytest.raises(ConfigError, match="trainer.micro_batch_tokens=0 is out of range"):
         compose(None, ["trainer.micro_batch_tokens=0"])
+
+
+def test_packing_by_length_is_the_default_experiments_and_yields_where_it_must() -> None:
+    """The default experiment packs rows by length (trainer.pack_by_length); a loss that picks tokens within each
+    micro-batch is refused with the fix; an explicit budget on the command line takes its place, and setting both
+    on one layer is the error of a knob nothing reads."""
+    from rlvrlab.algorithms import POLICY_LOSSES
+    from rlvrlab.config.schema import RunConfig
+
+    assert compose(None).trainer.pack_by_length and not RunConfig().trainer.pack_by_length
+    for name, loss in POLICY_LOSSES.items():
+        if loss.micro_batch_exact:
+            assert compose(None, [f"algorithm.loss={name}"]).trainer.pack_by_length
+        else:
+            with pytest.raises(ConfigError, match=f"'{name}' picks tokens .* add trainer.pack_by_length=false"):
+                compose(None, [f"algorithm.loss={name}"])
+            assert not compose(None, [f"algorithm.loss={name}", "trainer.pack_by_length=false"]).trainer.pack_by_length
+    assert compose(None, ["trainer.micro_batch_tokens=300"]).trainer.micro_batch_tokens == 300
+    with pytest.raises(ConfigError, match="trainer.pack_by_length has no effect with trainer.micro_batch_tokens "
+                                          "'300'.*set trainer.micro_batch_tokens=null or drop the override"):
+        compose(None, ["trainer.micro_batch_tokens=300", "trainer.pack_by_length=true"])

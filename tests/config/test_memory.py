@@ -108,3 +108,5 @@ def test_micro_batches_packed_by_tokens_are_estimated_at_their_budget():
     assert half["activations"] == rows["activations"] // 2
     one = memory.update_parts(compose(QWEN3_8B, ["trainer.micro_batch_tokens=1"]), arch, 8)
     assert one["activations"] == rows["activations"] // memory.micro_batch_rows(cfg, 8)  # a row goes alone
+    # pack_by_length: at most micro_batch_size rows at their longest allowed, the full budget's estimate
+    assert memory.update_parts(compose(QWEN3_8B, ["trainer.pack_by_length=true"]), arch, 8) == same

@@ -94,6 +94,29 @@ def test_rows_packed_by_a_token_budget_cover_the_batch_once_in_length_order_and_
     assert row_order(split_rows(10, 4), 10) is None
 
 
+def test_packed_by_length_passes_are_no_larger_than_rows_at_the_cap_and_never_more():
+    """trainer.pack_by_length: the budget is `rows` rows at the batch's longest prompt + max_new_tokens, a row
+    micro-batch whose responses ran to the cap. Hand-worked on _batch() (longest prompt 6), then over random
+    batches: every pass within the budget, and never more passes than micro-batches of `rows` rows."""
+    import random
+
+    from rlvrlab.train.batch import micro_batches, own_width, packing_budget, split_rows
+
+    _, batch = _batch()
+    assert packing_budget(batch, 2, 7) == 2 * (6 + 7)
+    assert packing_budget(batch.rows(torch.tensor([1, 2])), 2, 7) == 2 * (3 + 7)  # that batch's own longest prompt
+    rng = random.Random(1)
+    for _ in range(50):
+        rows, cap = rng.randint(1, 8), rng.randint(1, 30)
+        sizes = [(rng.randint(1, 12), rng.randint(0, cap)) for _ in range(rng.randint(1, 40))]
+        batch = _random_batch(sizes)
+        budget = packing_budget(batch, rows, cap)
+        assert budget == rows * (max(p for p, _ in sizes) + cap)
+        packed = micro_batches(batch, rows=rows, tokens=budget)
+        assert max(own_width(batch.rows(part)).input_ids.numel() for part in packed) <= budget
+        assert len(packed) <= len(split_rows(len(sizes), rows))  # each pass holds at least `rows` rows
+
+
 def test_packed_micro_batches_are_split_to_the_count_every_rank_needs():
     import pytest
 

@@ -29,6 +29,7 @@ def test_same_seed_same_metrics_on_the_tiny_tier(tmp_path, mlflow_history):
 
 
 @pytest.mark.parametrize("algorithm,packing", [("grpo", []), ("up_dapo", []),
+                                               ("grpo", ["trainer.pack_by_length=false"]),
                                                ("grpo", ["trainer.micro_batch_tokens=150"])])
 def test_reusing_the_update_forward_for_behaviour_logp_changes_nothing(tmp_path, mlflow_history, monkeypatch,
                                                                        algorithm, packing):
@@ -49,13 +50,16 @@ def test_reusing_the_update_forward_for_behaviour_logp_changes_nothing(tmp_path,
         assert not loop.reuse_update_logp(compose(None, [*args, *off]))
 
 
-@pytest.mark.parametrize("engine", ["deepspeed", "torch"])
+@pytest.mark.parametrize("engine,packed_by", [("deepspeed", "trainer.micro_batch_tokens=300"),
+                                              ("torch", "trainer.micro_batch_tokens=300"),
+                                              ("deepspeed", "trainer.pack_by_length=true")])
 def test_micro_batches_packed_by_tokens_train_as_micro_batches_of_rows_do(tmp_path, mlflow_history, monkeypatch,
-                                                                           engine):
-    """trainer.micro_batch_tokens regroups each mini-batch's rows by length into fewer, fuller micro-batches; the
-    losses are normalised by the mini-batch's counts, so the update is the same up to float rounding (another
-    summation order, other padding). Two epochs of two mini-batches: the behaviour log-probs of the separate pass
-    must come back in row order (a wrong order would show as ratios far from 1 in the second epoch)."""
+                                                                           engine, packed_by):
+    """trainer.micro_batch_tokens (or pack_by_length, the default experiment's) regroups each mini-batch's rows by
+    length into fewer, fuller micro-batches; the losses are normalised by the mini-batch's counts, so the update is
+    the same up to float rounding (another summation order, other padding). Two epochs of two mini-batches: the
+    behaviour log-probs of the separate pass must come back in row order (a wrong order would show as ratios far
+    from 1 in the second epoch)."""
     import rlvrlab.train.loop as loop
 
     counts: list[int] = []
@@ -68,10 +72,10 @@ def test_micro_batches_packed_by_tokens_train_as_micro_batches_of_rows_do(tmp_pa
 
     monkeypatch.setattr(loop, "micro_batches", counted)
     args = ["steps=2", "seed=3", "trainer.ppo_epochs=2", "trainer.mini_batches=2", "trainer.checkpoint_every=0",
-            f"trainer.engine={engine}"]
+            f"trainer.engine={engine}", "trainer.pack_by_length=false"]
     rows = stable(mlflow_history(tmp_path / "a", train(compose(None, [*args, f"output_dir={tmp_path / 'a'}"]))))
     by_rows, counts[:] = list(counts), []
-    packed_args = [*args, "trainer.micro_batch_tokens=300", f"output_dir={tmp_path / 'b'}"]
+    packed_args = [*args, packed_by, f"output_dir={tmp_path / 'b'}"]
     packed = stable(mlflow_history(tmp_path / "b", train(compose(None, packed_args))))
     assert set(by_rows) == {4, 8}  # 8-row micro-batches of 32-row mini-batches and of the 64-row log-prob pass
     assert sum(counts) < sum(by_rows) and max(counts) < 8  # packed: fewer passes
