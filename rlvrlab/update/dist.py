@@ -8,6 +8,7 @@ and vLLM's one-process executor creates a group of world size 1 that DeepSpeed t
 
 from __future__ import annotations
 
+import atexit
 import os
 import socket
 from dataclasses import dataclass
@@ -72,6 +73,16 @@ def init_process_group() -> None:
     import deepspeed
 
     deepspeed.init_distributed(dist_backend=backend)  # NCCL binds to the device set_device made current
+    atexit.register(_destroy_process_group)
+
+
+def _destroy_process_group() -> None:
+    """At exit, while the interpreter is still whole: the group rlvrlab created, destroyed. Left to interpreter
+    finalization, gloo's worker threads can still hold work with Python references, and the process aborts
+    ("terminate called without an active exception", SIGABRT) after its run has finished (pytorch/pytorch#190489;
+    seen in CI on a 2-rank DeepSpeed ZeRO-2 run)."""
+    if dist.is_initialized():
+        dist.destroy_process_group()
 
 
 def quiet_deepspeed() -> None:
