@@ -91,14 +91,14 @@ def tiny_setup():
     return cfg, folder, tokenizer, prompt_renderer(cfg.dataset, tokenizer)
 
 
-def overrides(engine: str, steps: int, out: str, rows: bool = False) -> list[str]:
+def overrides(engine: str, steps: int, out: str, by_rows: bool = False) -> list[str]:
     model = ["model=smollm2", f"model.path={Path(MODEL).resolve()}"] if MODEL else []
-    packed = ["trainer.pack_by_length=false"] if rows else []
+    unpacked = ["trainer.pack_by_length=false"] if by_rows else []
     return [*model, f"steps={steps}", "trainer.checkpoint_every=0", f"output_dir={out}", f"trainer.engine={engine}",
-            "algorithm=grpo", "algorithm.kl_coef=0", *packed]
+            "algorithm=grpo", "algorithm.kl_coef=0", *unpacked]
 
 
-def run_rlvrlab(engine: str, total: int, threads: int, rows: bool = False) -> dict:
+def run_rlvrlab(engine: str, total: int, threads: int, by_rows: bool = False) -> dict:
     import torch
     from mlflow.tracking import MlflowClient
 
@@ -114,7 +114,7 @@ def run_rlvrlab(engine: str, total: int, threads: int, rows: bool = False) -> di
         ends.append(time.perf_counter())
         cpu.append(time.process_time())
 
-    cfg = compose(None, overrides(engine, total, str(out), rows))
+    cfg = compose(None, overrides(engine, total, str(out), by_rows))
     run_id = train(cfg, on_step=on_step)
     client = MlflowClient(f"sqlite:///{out / 'mlflow.db'}")
 
@@ -221,7 +221,7 @@ def worker(side: str, total: int, threads: int) -> None:
     if side == "trl":
         result = run_trl(total, threads)
     else:
-        result = run_rlvrlab(side.split("-")[1], total, threads, rows=side.endswith("-rows"))
+        result = run_rlvrlab(side.split("-")[1], total, threads, by_rows=side.endswith("-rows"))
     result["load"] = [load, os.getloadavg()[0]]
     shutil.rmtree(result.pop("folder"), ignore_errors=True)
     print(MARK + json.dumps(result), flush=True)

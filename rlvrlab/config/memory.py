@@ -185,9 +185,9 @@ def update_parts(cfg: RunConfig, arch: Architecture, world_size: int) -> dict[st
     reference = psi * param_bytes if cfg.algorithm.kl_coef > 0 else 0
     rows, compute = micro_batch_rows(cfg, n), 2 if bf16 else 4
     tokens, positions = rows * sequence_tokens(cfg), rows * (cfg.rollout.max_new_tokens + 1)
-    if t.micro_batch_tokens is not None or t.pack_by_length:  # (micro_batch_tokens first)
-        # packed by length: the budget, or one row longer than it alone; pack_by_length's budget is `rows` rows at
-        # the batch's longest prompt + max_new_tokens, at most `rows` rows at their longest allowed
+    if t.micro_batch_tokens is not None or t.pack_by_length:
+        # packed by length: micro_batch_tokens' budget (or one row longer than it, alone); pack_by_length's is
+        # `rows` rows at the batch's longest prompt + max_new_tokens, at most the `tokens` above
         rows_per_mini = cfg.rollout.prompts_per_step // n * cfg.rollout.group_size // t.mini_batches
         if t.micro_batch_tokens is not None:
             tokens = max(t.micro_batch_tokens, sequence_tokens(cfg))

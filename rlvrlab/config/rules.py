@@ -421,8 +421,8 @@ def _token_budget_needs_an_exact_loss(cfg: RunConfig) -> None:
     from rlvrlab.algorithms import POLICY_LOSSES  # lazily, as in _registry_choices
 
     if not POLICY_LOSSES[cfg.algorithm.loss].micro_batch_exact:
-        knob, off = (("trainer.micro_batch_tokens", "trainer.micro_batch_tokens=null") if t.micro_batch_tokens
-                     is not None else ("trainer.pack_by_length", "trainer.pack_by_length=false"))
+        knob = "trainer.micro_batch_tokens" if t.micro_batch_tokens is not None else "trainer.pack_by_length"
+        off = "trainer.micro_batch_tokens=null" if t.micro_batch_tokens is not None else "trainer.pack_by_length=false"
         raise ConfigError(f"{knob} regroups rows into micro-batches by length, but algorithm.loss "
                           f"{cfg.algorithm.loss!r} picks tokens within each micro-batch, so its update would "
                           f"change; add {off} (micro-batches of trainer.micro_batch_size rows)")

@@ -214,7 +214,7 @@ def micro_batches(batch: RolloutBatch, *, rows: int, tokens: int | None) -> list
     counts (Aggregation) the sum over micro-batches is the same loss, whatever the grouping."""
     if tokens is None:
         return split_rows(len(batch), rows)
-    prompt = batch.attention_mask[:, :batch.prompt_width].sum(-1).tolist()
+    prompt = prompt_lengths(batch).tolist()
     response = batch.mask.sum(-1).long().tolist()
     order = sorted(range(len(batch)), key=lambda r: prompt[r] + response[r])
     parts: list[list[int]] = []
@@ -235,8 +235,12 @@ def packing_budget(batch: RolloutBatch, rows: int, max_new_tokens: int) -> int:
     padded size of a micro-batch of `rows` rows of these prompts whose responses ran to the cap: what the run must
     have memory for anyway (the first batch with long responses needs it), and the largest micro-batch TRL's
     GRPOTrainer can run at the same settings. Packed to it, short rows share fewer passes."""
-    prompt = int(batch.attention_mask[:, :batch.prompt_width].sum(-1).max())
-    return rows * (prompt + max(max_new_tokens, 1))
+    return rows * (int(prompt_lengths(batch).max()) + max_new_tokens)
+
+
+def prompt_lengths(batch: RolloutBatch) -> torch.Tensor:
+    """Each row's prompt tokens (its padding left out)."""
+    return batch.attention_mask[:, :batch.prompt_width].sum(-1)
 
 
 def split_to(parts: list[torch.Tensor], count: int) -> list[torch.Tensor]:

@@ -117,6 +117,29 @@ def test_packed_by_length_passes_are_no_larger_than_rows_at_the_cap_and_never_mo
         assert len(packed) <= len(split_rows(len(sizes), rows))  # each pass holds at least `rows` rows
 
 
+def test_the_loop_packs_to_an_explicit_budget_first_then_by_length_then_by_rows():
+    """rlvrlab.train.loop._micro_batches: trainer.micro_batch_tokens, when set, takes pack_by_length's place."""
+    from types import SimpleNamespace
+
+    from rlvrlab.train.batch import micro_batches, packing_budget, split_rows
+    from rlvrlab.train.loop import _micro_batches
+
+    batch = _random_batch([(2, 1), (9, 30), (3, 2), (2, 0), (4, 1), (3, 3)])
+
+    def listed(found):
+        return [p.tolist() if hasattr(p, "tolist") else p for p in found]
+
+    def parts(tokens, pack):
+        cfg = SimpleNamespace(trainer=SimpleNamespace(micro_batch_size=2, micro_batch_tokens=tokens,
+                                                      pack_by_length=pack), rollout=SimpleNamespace(max_new_tokens=30))
+        return listed(_micro_batches(SimpleNamespace(cfg=cfg, world_size=1), batch, same_count_on_all_ranks=True))
+
+    assert packing_budget(batch, 2, 30) == 2 * (9 + 30) != 12
+    assert parts(12, True) == parts(12, False) == listed(micro_batches(batch, rows=2, tokens=12))
+    assert parts(None, True) == listed(micro_batches(batch, rows=2, tokens=78)) != parts(12, True)
+    assert parts(None, False) == split_rows(6, 2)
+
+
 def test_packed_micro_batches_are_split_to_the_count_every_rank_needs():
     import pytest
 
