@@ -330,18 +330,17 @@ def correct_set_stats(inp: AdvantageInputs) -> CorrectSetStats:
         empty = torch.zeros(0, dtype=torch.float64)
         return CorrectSetStats(empty, empty, empty, empty, empty)
     positive = scores[index] > 0
-
-    def spread(members: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        """H and max of softmax(mu) over each group's members, for groups with >= 2 of them (in group order)."""
-        count = members.sum(-1)
-        keep = count >= 2
-        logp = torch.log_softmax(mu[index].masked_fill(~members, float("-inf")), dim=-1)[keep]
-        p = logp.exp()
-        entropy = -torch.where(members[keep], p * logp, torch.zeros((), dtype=p.dtype)).sum(-1)
-        return entropy, p.amax(-1), count[keep].to(torch.float64)
-
-    h_c, max_q, n_c = spread(valid & positive)
-    h_i, _, n_i = spread(valid & ~positive)
+    # H and max of softmax(mu) over each group's correct (side 0) and incorrect (side 1) members, both sides in one
+    # pass over [2, G, n]; kept for groups with >= 2 members on that side (in group order)
+    members = torch.stack([valid & positive, valid & ~positive])  # [2, G, n]
+    count = members.sum(-1)  # [2, G]
+    keep = count >= 2
+    logp = torch.log_softmax(mu[index].expand(2, -1, -1).masked_fill(~members, float("-inf")), dim=-1)
+    p = logp.exp()
+    entropy = -torch.where(members, p * logp, torch.zeros((), dtype=p.dtype)).sum(-1)  # [2, G]
+    n = count.to(torch.float64)
+    h_c, max_q, n_c = entropy[0][keep[0]], p[0].amax(-1)[keep[0]], n[0][keep[0]]
+    h_i, n_i = entropy[1][keep[1]], n[1][keep[1]]
     return CorrectSetStats(h_c, max_q, n_c, h_i, n_i)
 
 

@@ -9,6 +9,7 @@ Layout of every batch (B rows = prompts x group_size):
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -164,25 +165,32 @@ def logp_and_entropy(model: torch.nn.Module, batch: RolloutBatch, *, temperature
     when it is only logged, its [B, T, V] intermediates are not kept for backward."""
     width = batch.mask.shape[1]
     cut = own_width(batch)
-    logits = token_logits(model, cut) / temperature  # [B, t, V]
+    logits = token_logits(model, cut)  # [B, t, V]
+    if temperature != 1.0:  # x / 1.0 is x: no op (and no autograd node) for it
+        logits = logits / temperature
     targets = cut.input_ids[:, cut.prompt_width :]  # [B, t]
     logp = torch.log_softmax(logits, dim=-1).gather(-1, targets.unsqueeze(-1)).squeeze(-1) * cut.mask
     entropy = None
     if with_entropy:
         with torch.set_grad_enabled(entropy_grad and torch.is_grad_enabled()):
-            entropy = entropy_from_logits(logits if entropy_grad else logits.detach()) * cut.mask
-        entropy = torch.nn.functional.pad(entropy, (0, width - entropy.shape[1]))
-    return torch.nn.functional.pad(logp, (0, width - logp.shape[1])), entropy
+            entropy = _padded(entropy_from_logits(logits if entropy_grad else logits.detach()) * cut.mask, width)
+    return _padded(logp, width), entropy
+
+
+def _padded(values: torch.Tensor, width: int) -> torch.Tensor:
+    """[B, t] zero-padded on the right to [B, width] (itself when t = width)."""
+    return values if values.shape[1] == width else torch.nn.functional.pad(values, (0, width - values.shape[1]))
 
 
 def stream_problems(problems: list[Problem], *, seed: int, batch_index: int, per_batch: int, rank: int,
                     world: int) -> list[Problem]:
     """This rank's prompts of batch `batch_index` in an endless stream of seeded permutations of `problems`
     (epoch e is permutation (seed, e)); rank r of w takes prompts r::w, whole groups."""
-    picked = []
-    for position in range(batch_index * per_batch, (batch_index + 1) * per_batch):
-        epoch, offset = divmod(position, len(problems))
-        picked.append(problems[_permutation(seed, epoch, len(problems))[offset]])
+    picked, n = [], len(problems)
+    for epoch, positions in itertools.groupby(range(batch_index * per_batch, (batch_index + 1) * per_batch),
+                                              key=lambda position: position // n):
+        order = _permutation(seed, epoch, n)
+        picked += [problems[order[position - epoch * n]] for position in positions]
     return picked[rank::world]
 
 

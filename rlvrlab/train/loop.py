@@ -530,14 +530,15 @@ def _sample_groups(run: Run, batch_index: int, timings: Timings) -> list[_Group]
     for problem, gens in zip(problems, groups):
         scores = [v.score for v in verdicts[position:position + len(gens)]]
         position += len(gens)
-        rewards = torch.tensor(scores, dtype=torch.float32)
+        rewards = scores  # collate makes them float32, as the penalty's sum below is
         if buffer > 0:
             lengths = torch.tensor([len(g.response_ids) for g in gens])
-            rewards = rewards + overlong_penalty(lengths, max_len=r.max_new_tokens, buffer_len=buffer,
-                                                 factor=a.overlong_penalty)
+            rewards = (torch.tensor(scores, dtype=torch.float32)
+                       + overlong_penalty(lengths, max_len=r.max_new_tokens, buffer_len=buffer,
+                                          factor=a.overlong_penalty)).tolist()
         truncated = [run.eos_id is not None and len(g.response_ids) >= r.max_new_tokens
                      and (not g.response_ids or g.response_ids[-1] != run.eos_id) for g in gens]
-        out.append(_Group(problem.id, batch_index, list(gens), scores, rewards.tolist(), truncated))
+        out.append(_Group(problem.id, batch_index, list(gens), scores, list(rewards), truncated))
     return out
 
 

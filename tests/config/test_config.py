@@ -115,6 +115,35 @@ def test_to_yaml_round_trips(experiments: Path) -> None:
     assert yaml.safe_load(to_yaml(cfg)) == dataclasses.asdict(cfg)
 
 
+def test_the_fast_yaml_is_omegaconfs_on_every_shipped_experiment_and_algorithm() -> None:
+    """yaml_and_tree writes config.yaml and the params from dataclasses.asdict; they must be OmegaConf's own, text and
+    tree, for every shipped experiment with its own algorithm and with each shipped algorithm that composes into it."""
+    from rlvrlab.config import experiments_dir
+    from rlvrlab.config.compose import GROUP_FOLDERS, omegaconf_yaml_and_tree, yaml_and_tree
+
+    folder = experiments_dir()  # the shipped folder (conftest unsets RLVRLAB_EXPERIMENTS_DIR)
+    algorithms = [p.stem for p in sorted((folder / GROUP_FOLDERS["algorithm"]).glob("*.yaml"))]
+    compared = 0
+    for experiment in sorted(folder.glob("*.yaml")):
+        for overrides in [[], *([f"algorithm={a}"] for a in algorithms)]:
+            try:
+                cfg = compose(experiment, [*overrides, "algorithm.eps_high=inf"])
+            except ConfigError:  # a pair that does not fit together
+                continue
+            assert yaml_and_tree(cfg) == omegaconf_yaml_and_tree(cfg), (experiment.name, overrides)
+            compared += 1
+    assert compared > 2 * len(algorithms)
+
+
+def test_a_config_value_that_is_not_plain_takes_omegaconfs_path() -> None:
+    from rlvrlab.config.compose import _plain
+
+    assert _plain({"a": (1, 2.5), "b": {"c": None, "d": [True, "x"]}}) == {"a": [1, 2.5],
+                                                                           "b": {"c": None, "d": [True, "x"]}}
+    assert _plain({"a": {"b": Path("x")}}) is None
+    assert _plain({"a": [1, Path("x")]}) is None
+
+
 # --- hash ----------------------------------------------------------------------------------------------------
 
 
