@@ -20,14 +20,14 @@ class ToyEngine:
         generator = torch.Generator().manual_seed(seed)
         rows = self.logits[[prompt[0] for prompt in prompts]].double()  # [K, M]: the prompts' rows, one op each
         raw = torch.log_softmax(rows, dim=-1).tolist()
-        probs = torch.softmax(rows / self.temperature, dim=-1)
-        result = []
-        for prompt, row_probs, raw_list in zip(prompts, probs, raw):  # one draw per prompt, in prompt order
-            picks = torch.multinomial(_nucleus(row_probs, self.top_p), n, replacement=True,
-                                      generator=generator).tolist()  # [n]
-            ids = tuple(prompt)
-            result.append([Generation(ids, (j,), response_text(j), (raw_list[j],)) for j in picks])
-        return result
+        probs = torch.softmax(rows if self.temperature == 1.0 else rows / self.temperature, dim=-1)
+        if self.top_p < 1.0:
+            probs = torch.stack([_nucleus(row_probs, self.top_p) for row_probs in probs])
+        # [K, n]: one call draws row after row from the generator, the same draws as one call per prompt in prompt
+        # order (tests/rollout/test_toy_engine.py)
+        picks = torch.multinomial(probs, n, replacement=True, generator=generator).tolist()
+        return [[Generation(tuple(prompt), (j,), response_text(j), (raw_list[j],)) for j in row]
+                for prompt, row, raw_list in zip(prompts, picks, raw)]
 
     def sync_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> None:
         self.logits = dict(named_tensors)["logits"].detach().clone()
