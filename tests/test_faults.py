@@ -526,6 +526,29 @@ def test_sqlite_metric_writes_store_the_rows_log_batch_stores(tmp_path: Path) ->
     assert writer_for(mlflow_client, "http://localhost:5000") is None
 
 
+def test_sqlite_metric_writes_leave_a_store_of_another_schema_to_log_batch(tmp_path: Path, monkeypatch) -> None:
+    """The direct INSERT names the columns of MLflow's metrics tables; a schema with other columns (a later MLflow)
+    gets no writer, so log_batch writes its points, and the run does not fail."""
+    from types import SimpleNamespace
+
+    from mlflow.entities import Metric
+    from mlflow.store.tracking.dbmodels.models import SqlMetric
+
+    from rlvrlab.tracking.mlflow_tracker import MlflowTracker
+    from rlvrlab.tracking.sql_metrics import writer_for
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    tracker = MlflowTracker(uri, "rows", artifact_root=tmp_path / "art")
+    columns = [SimpleNamespace(name=name) for name in ("key", "value", "timestamp", "step", "is_nan", "run_uuid",
+                                                       "dataset_uuid")]
+    monkeypatch.setattr(SqlMetric, "__table__", SimpleNamespace(name="metrics", columns=columns))
+    assert writer_for(tracker.client, uri) is None
+    tracker._sql_write = writer_for(tracker.client, uri)
+    tracker._write([Metric("a", 0.5, 1000, 0)])
+    assert tracker._error is None
+    assert tracker.client.get_run(tracker.run_id).data.metrics == {"a": 0.5}
+
+
 @pytest.mark.parametrize("status, ended", [("KILLED", "KILLED"), ("FINISHED", "FAILED")])
 def test_a_run_whose_last_metrics_cannot_be_written_still_ends(tmp_path: Path, monkeypatch, status: str,
                                                                 ended: str) -> None:

@@ -35,7 +35,8 @@ def writer_for(client, uri: str) -> Callable[[str, Sequence], None] | None:
         return None
     metrics_table, latest_table = SqlMetric.__table__, SqlLatestMetric.__table__
     columns = ("key", "value", "timestamp", "step", "is_nan", "run_uuid")
-    assert tuple(c.name for c in metrics_table.columns) == tuple(c.name for c in latest_table.columns) == columns
+    if not tuple(c.name for c in metrics_table.columns) == tuple(c.name for c in latest_table.columns) == columns:
+        return None  # another MLflow schema: log_batch knows it
     insert = f"INSERT OR IGNORE INTO {metrics_table.name} ({', '.join(columns)}) VALUES ({', '.join('?' * 6)})"
     insert_latest = f"INSERT INTO {latest_table.name} ({', '.join(columns)}) VALUES ({', '.join('?' * 6)})"
 
