@@ -116,8 +116,9 @@ def yaml_and_tree(cfg: RunConfig) -> tuple[str, dict]:
     28 (OmegaConf.structured re-validates the whole schema), once per training run. A config holding anything but
     plain values and lists (which a schema change could bring) takes OmegaConf's path; tests/config/test_config.py
     compares both on every shipped experiment and algorithm."""
-    tree = _plain(dataclasses.asdict(cfg))
-    if tree is None:
+    try:
+        tree = _plain(dataclasses.asdict(cfg))
+    except _NotPlain:
         return omegaconf_yaml_and_tree(cfg)
     from omegaconf._utils import get_omega_conf_dumper
 
@@ -133,23 +134,20 @@ def omegaconf_yaml_and_tree(cfg: RunConfig) -> tuple[str, dict]:
     return OmegaConf.to_yaml(conf), tree
 
 
+class _NotPlain(Exception):
+    pass
+
+
 def _plain(value: Any) -> Any:
-    """`value` with tuples as lists (as OmegaConf's container has them); None when something in it is not a str,
-    int, float, bool, None, dict or list."""
+    """`value` with tuples as lists (as OmegaConf's container has them); _NotPlain for anything in it that is not a
+    str, int, float, bool, None, dict, list or tuple."""
     if isinstance(value, dict):
-        out = {}
-        for key, item in value.items():
-            item = _plain(item)
-            if item is None and value[key] is not None:
-                return None
-            out[key] = item
-        return out
+        return {key: _plain(item) for key, item in value.items()}
     if isinstance(value, (list, tuple)):
-        items = [_plain(item) for item in value]
-        return None if any(i is None and v is not None for i, v in zip(items, value)) else items
+        return [_plain(item) for item in value]
     if value is None or type(value) in (str, int, float, bool):
         return value
-    return None
+    raise _NotPlain(type(value).__name__)
 
 
 def check_files() -> list[FileCheck]:

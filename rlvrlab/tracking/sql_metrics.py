@@ -16,7 +16,6 @@ log_batch.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Sequence
 
 
@@ -47,7 +46,7 @@ def writer_for(client, uri: str) -> Callable[[str, Sequence], None] | None:
         rows: list[tuple] = []  # in `columns` order
         latest: dict[str, tuple] = {}
         for m in metrics:
-            is_nan, value = _sanitized(m.value)
+            is_nan, value = store.sanitize_metric_value(m.value)  # MLflow's own rule for NaN and inf
             row = (m.key, value, m.timestamp, m.step, is_nan, run_id)
             rows.append(row)
             best = latest.get(m.key)
@@ -77,14 +76,3 @@ def writer_for(client, uri: str) -> Callable[[str, Sequence], None] | None:
 def _order(row: tuple) -> tuple:
     return row[3], row[2], row[1]  # step, timestamp, value
 
-
-_MAX = 1.7976931348623157e308
-
-
-def _sanitized(value: float) -> tuple[bool, float]:
-    """SqlAlchemyStore.sanitize_metric_value's (is_nan, stored value): NaN as 0, +-inf as +-max float."""
-    if value != value:  # NaN
-        return True, 0.0
-    if value in (math.inf, -math.inf):
-        return False, _MAX if value > 0 else -_MAX
-    return False, value

@@ -136,12 +136,19 @@ def test_the_fast_yaml_is_omegaconfs_on_every_shipped_experiment_and_algorithm()
 
 
 def test_a_config_value_that_is_not_plain_takes_omegaconfs_path() -> None:
-    from rlvrlab.config.compose import _plain
+    """A value yaml.dump would write as a Python object (a Path where the schema says str) goes through OmegaConf,
+    which writes it as the schema's type."""
+    from rlvrlab.config.compose import _NotPlain, _plain, omegaconf_yaml_and_tree, yaml_and_tree
 
     assert _plain({"a": (1, 2.5), "b": {"c": None, "d": [True, "x"]}}) == {"a": [1, 2.5],
                                                                            "b": {"c": None, "d": [True, "x"]}}
-    assert _plain({"a": {"b": Path("x")}}) is None
-    assert _plain({"a": [1, Path("x")]}) is None
+    for value in ({"a": {"b": Path("x")}}, {"a": [1, Path("x")]}):
+        with pytest.raises(_NotPlain):
+            _plain(value)
+    cfg = dataclasses.replace(compose(None, ["seed=3"]), output_dir=Path("/somewhere/runs"))
+    text, tree = yaml_and_tree(cfg)
+    assert (text, tree) == omegaconf_yaml_and_tree(cfg)
+    assert tree["output_dir"] == "/somewhere/runs" and "output_dir: /somewhere/runs\n" in text
 
 
 # --- hash ----------------------------------------------------------------------------------------------------
