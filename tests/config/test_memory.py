@@ -96,17 +96,18 @@ def test_micro_batches_packed_by_tokens_are_estimated_at_their_budget():
     """trainer.micro_batch_tokens: the activations of `budget` tokens (at least one full row), and as many logit
     positions (more short-prompt rows may share a pass than micro_batch_size full ones); the budget of
     micro_batch_size full rows has their activations."""
-    cfg = compose(QWEN3_8B)
+    rows_only = ["trainer.pack_by_length=false"]  # the experiment packs by length; the row micro-batches it replaces
+    cfg = compose(QWEN3_8B, rows_only)
     arch = memory.architecture(cfg)
     micro = memory.micro_batch_rows(cfg, 8)
     full = memory.sequence_tokens(cfg) * micro
     rows = memory.update_parts(cfg, arch, 8)
-    same = memory.update_parts(compose(QWEN3_8B, [f"trainer.micro_batch_tokens={full}"]), arch, 8)
+    same = memory.update_parts(compose(QWEN3_8B, [*rows_only, f"trainer.micro_batch_tokens={full}"]), arch, 8)
     assert same["activations"] == rows["activations"]
     assert same["logits"] * micro * (cfg.rollout.max_new_tokens + 1) == rows["logits"] * full
-    half = memory.update_parts(compose(QWEN3_8B, [f"trainer.micro_batch_tokens={full // 2}"]), arch, 8)
+    half = memory.update_parts(compose(QWEN3_8B, [*rows_only, f"trainer.micro_batch_tokens={full // 2}"]), arch, 8)
     assert half["activations"] == rows["activations"] // 2
-    one = memory.update_parts(compose(QWEN3_8B, ["trainer.micro_batch_tokens=1"]), arch, 8)
+    one = memory.update_parts(compose(QWEN3_8B, [*rows_only, "trainer.micro_batch_tokens=1"]), arch, 8)
     assert one["activations"] == rows["activations"] // memory.micro_batch_rows(cfg, 8)  # a row goes alone
     # pack_by_length: at most micro_batch_size rows at their longest allowed, the full budget's estimate
-    assert memory.update_parts(compose(QWEN3_8B, ["trainer.pack_by_length=true"]), arch, 8) == same
+    assert memory.update_parts(compose(QWEN3_8B), arch, 8) == same  # the experiment itself
