@@ -9,9 +9,12 @@ and vLLM's one-process executor creates a group of world size 1 that DeepSpeed t
 from __future__ import annotations
 
 import atexit
+import gc
 import os
 import socket
+import time
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 import torch.distributed as dist
@@ -77,12 +80,45 @@ def init_process_group() -> None:
 
 
 def _destroy_process_group() -> None:
-    """At exit, while the interpreter is still whole: the group rlvrlab created, destroyed. Left to interpreter
-    finalization, gloo's worker threads can still hold work with Python references, and the process aborts
-    ("terminate called without an active exception", SIGABRT) after its run has finished (pytorch/pytorch#190489;
-    seen in CI on a 2-rank DeepSpeed ZeRO-2 run)."""
-    if dist.is_initialized():
-        dist.destroy_process_group()
+    """At exit, while the interpreter is still whole: the process groups destroyed and no gloo worker left holding
+    a collective's tensors. A gloo worker thread can hold the last reference to a finished collective's tensors a
+    moment after the caller's wait returned; releasing them takes the GIL, which a finalizing interpreter refuses,
+    and the process aborts after its run has finished ("terminate called without an active exception", SIGABRT;
+    pytorch/pytorch#190489; seen in CI on a 2-rank DeepSpeed ZeRO-2 check that exits right after an all_gather).
+    A group's destructor joins its workers, but DeepSpeed's engines keep their groups alive (through autograd hooks
+    the collector cannot see), so the workers outlive the groups: DeepSpeed's destroy_process_group releases what
+    DeepSpeed's own module holds, a collection frees what is free, and then the exit waits, GIL released, until
+    no gloo worker is runnable (tests/services/test_distributed.py repeats the exit)."""
+    if not dist.is_initialized():
+        return
+    import deepspeed.comm
+
+    deepspeed.comm.destroy_process_group()
+    gc.collect()
+    _until_gloo_workers_idle()
+
+
+def _until_gloo_workers_idle(timeout: float = 2.0) -> None:
+    """Sleep (the GIL released) until this process's gloo worker threads ("pt_gloo_runloop") are all asleep on
+    two polls in a row, 1 ms apart, or `timeout` seconds passed: a worker that still has a work item to release is
+    runnable, or waits for the GIL, which the sleep hands it. Without /proc (not Linux), 50 ms."""
+    tasks = Path("/proc/self/task")
+    if not tasks.is_dir():
+        time.sleep(0.05)
+        return
+    deadline, quiet = time.monotonic() + timeout, 0
+    while quiet < 2 and time.monotonic() < deadline:
+        time.sleep(0.001)
+        quiet = quiet + 1 if not any(_runnable_gloo_worker(task) for task in tasks.iterdir()) else 0
+
+
+def _runnable_gloo_worker(task: Path) -> bool:
+    try:
+        if not (task / "comm").read_text().startswith("pt_gloo"):
+            return False
+        return (task / "stat").read_text().rsplit(")", 1)[1].split()[0] == "R"  # field 3, after "(comm)"
+    except (OSError, IndexError):  # the thread ended between the listing and the read
+        return False
 
 
 def quiet_deepspeed() -> None:
