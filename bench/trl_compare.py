@@ -6,8 +6,8 @@
         # the same comparison on a real model folder (model=smollm2 model.path=PATH; `rlvrlab model import smollm2`)
 
 Each measurement is a fresh subprocess (DeepSpeed, accelerate and TRL keep process-wide state) that trains
-`--warmup` + `--steps` steps; only the last `--steps` count. The four sides run in turn, `--rounds` times, in
-the order rlvrlab-torch, rlvrlab-deepspeed, rlvrlab-deepspeed-rows, TRL, reversed every other round, so slow
+`--warmup` + `--steps` steps; only the last `--steps` count. The five sides run in turn, `--rounds` times, in
+the order of SIDES (rlvrlab-torch, rlvrlab-deepspeed, -rows, -unshared, TRL), reversed every other round, so slow
 phases of a shared machine fall on all of them: a ratio from one run means more than an absolute figure. Both sides run with the same torch
 thread count, 1 by default: on the shared 2-core machine, torch's default of one thread per core made every step
 of both trainers 10-70x slower whenever another job was busy (threads spinning against each other; process CPU
@@ -17,7 +17,8 @@ mini-batch's rows sorted by length and packed into passes of at most 8 rows x (t
 new tokens), the size of a micro-batch of 8 rows whose responses ran to the cap: TRL's largest possible
 micro-batch at these settings, larger than the ones it runs when responses are short, as they are here);
 rlvrlab-deepspeed-rows is the default before that (trainer.pack_by_length=false): micro-batches of 8 rows in
-batch order, as TRL runs them.
+batch order, as TRL runs them. rlvrlab-deepspeed-unshared is the default without trainer.share_prompt (every row
+runs its own prompt, as TRL's do; with it a micro-batch's rows of one prompt share one forward of it).
 
 1. Seconds per step (median and mean over the measured steps of all rounds, wall clock between the ends of
    consecutive steps, so everything the loop does counts) and process CPU seconds per step; the ratio
@@ -73,7 +74,12 @@ import time
 from pathlib import Path
 
 MARK = "BENCH_RESULT "
-SIDES = ("rlvrlab-torch", "rlvrlab-deepspeed", "rlvrlab-deepspeed-rows", "trl")
+SIDES = ("rlvrlab-torch", "rlvrlab-deepspeed", "rlvrlab-deepspeed-rows", "rlvrlab-deepspeed-unshared", "trl")
+SIDE_OVERRIDES = {  # what each rlvrlab side sets on top of the default experiment
+    "rlvrlab-torch": [], "rlvrlab-deepspeed": [],
+    "rlvrlab-deepspeed-rows": ["trainer.pack_by_length=false"],  # row micro-batches, as TRL's
+    "rlvrlab-deepspeed-unshared": ["trainer.share_prompt=false"],  # the default before prompts were shared
+}
 MODEL: str | None = None  # --model PATH: a Hugging Face folder instead of the tiny tier's model
 
 
@@ -91,14 +97,13 @@ def tiny_setup():
     return cfg, folder, tokenizer, prompt_renderer(cfg.dataset, tokenizer)
 
 
-def overrides(engine: str, steps: int, out: str, by_rows: bool = False) -> list[str]:
+def overrides(engine: str, steps: int, out: str, extra: tuple[str, ...] = ()) -> list[str]:
     model = ["model=smollm2", f"model.path={Path(MODEL).resolve()}"] if MODEL else []
-    unpacked = ["trainer.pack_by_length=false"] if by_rows else []
     return [*model, f"steps={steps}", "trainer.checkpoint_every=0", f"output_dir={out}", f"trainer.engine={engine}",
-            "algorithm=grpo", "algorithm.kl_coef=0", *unpacked]
+            "algorithm=grpo", "algorithm.kl_coef=0", *extra]
 
 
-def run_rlvrlab(engine: str, total: int, threads: int, by_rows: bool = False) -> dict:
+def run_rlvrlab(engine: str, total: int, threads: int, extra: tuple[str, ...] = ()) -> dict:
     import torch
     from mlflow.tracking import MlflowClient
 
@@ -114,7 +119,7 @@ def run_rlvrlab(engine: str, total: int, threads: int, by_rows: bool = False) ->
         ends.append(time.perf_counter())
         cpu.append(time.process_time())
 
-    cfg = compose(None, overrides(engine, total, str(out), by_rows))
+    cfg = compose(None, overrides(engine, total, str(out), extra))
     run_id = train(cfg, on_step=on_step)
     client = MlflowClient(f"sqlite:///{out / 'mlflow.db'}")
 
@@ -221,7 +226,7 @@ def worker(side: str, total: int, threads: int) -> None:
     if side == "trl":
         result = run_trl(total, threads)
     else:
-        result = run_rlvrlab(side.split("-")[1], total, threads, by_rows=side.endswith("-rows"))
+        result = run_rlvrlab(side.split("-")[1], total, threads, tuple(SIDE_OVERRIDES[side]))
     result["load"] = [load, os.getloadavg()[0]]
     shutil.rmtree(result.pop("folder"), ignore_errors=True)
     print(MARK + json.dumps(result), flush=True)
@@ -324,8 +329,9 @@ def main() -> None:
                  f"x{statistics.median(trl_cpu) / statistics.median(cpu):.2f}") if side != "trl" else ""
         print(f"   {side:18s} {statistics.median(wall):8.3f} {statistics.mean(wall):8.3f} {min(wall):8.3f} "
               f"{statistics.median(cpu):8.3f}  {ratio}")
-    print("   (rlvrlab-torch, rlvrlab-deepspeed: the default, packed by length; rlvrlab-deepspeed-rows: "
-          "trainer.pack_by_length=false, micro-batches of 8 rows as TRL's)")
+    print("   (rlvrlab-torch, rlvrlab-deepspeed: the default, packed by length, prompts shared; rlvrlab-deepspeed-rows: "
+          "trainer.pack_by_length=false, micro-batches of 8 rows as TRL's; rlvrlab-deepspeed-unshared: "
+          "trainer.share_prompt=false)")
     for side in SIDES[:-1]:
         per_round = [statistics.median(t["wall"]) / statistics.median(r["wall"])
                      for r, t in zip(runs[side], runs["trl"])]

@@ -127,6 +127,10 @@ class TrainerConfig:
     zero_stage: int = 0  # DeepSpeed ZeRO stage 0 | 1 | 2 | 3; must be 0 with engine=torch
     offload_optimizer: bool = False  # DeepSpeed: AdamW states and fp32 master weights in CPU memory (ZeRO >= 1)
     gradient_checkpointing: bool = False  # recompute each layer in backward: one hidden state per layer kept
+    # the rows of a micro-batch that share a prompt (a group's responses) share one forward of it: a KV cache
+    # repeated for them, the responses on top (rlvrlab.train.batch.token_logits); off under ZeRO-3 and gradient
+    # checkpointing, and for the toy policy, which has no KV cache
+    share_prompt: bool = True
     grad_accum_fp32: bool = False  # bf16: accumulate gradients in fp32 (DeepSpeed data_types.grad_accum_dtype)
     world_size: Optional[int] = None  # GPUs (ranks) the run is launched on, >= 1; checked at launch; null = any
     device_memory_gib: float = 140.0  # memory of one GPU for the estimate at composition (H200: 140), > 0

@@ -129,16 +129,60 @@ def collate(groups: list[list[Generation]], group_ids: list[str], rewards: list[
     )
 
 
-def token_logits(model: torch.nn.Module, batch: RolloutBatch) -> torch.Tensor:
+def token_logits(model: torch.nn.Module, batch: RolloutBatch, *, share_prompt: bool = False) -> torch.Tensor:
     """[B, T, V] logits that predict the response tokens (position ids follow the left padding, as generate).
 
     Only the last T+1 positions go through the LM head (`logits_to_keep`): with a long prompt (few-shot turns)
-    and a large vocabulary the prompt's logits would cost most of the head's time and memory, for nothing."""
+    and a large vocabulary the prompt's logits would cost most of the head's time and memory, for nothing.
+    share_prompt: rows with the same prompt (a group's responses) share one forward of it (`_shared_prompt_logits`)."""
     position_ids = (batch.attention_mask.cumsum(-1) - 1).clamp(min=0)  # [B, P+T]
     width = batch.input_ids.shape[1] - batch.prompt_width  # T
+    if share_prompt and can_share_prompt(model):
+        shared = _shared_prompt_logits(model, batch, position_ids)
+        if shared is not None:
+            return shared
     out = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask, position_ids=position_ids,
                 logits_to_keep=width + 1)
     return out.logits[:, :-1].float()  # [B, T, V]: positions P-1 .. P+T-2
+
+
+def can_share_prompt(model: torch.nn.Module) -> bool:
+    """A transformers causal LM takes a KV cache in its forward; the toy policy (one table lookup) does not."""
+    from transformers import PreTrainedModel
+
+    return isinstance(model, PreTrainedModel)
+
+
+def _shared_prompt_logits(model: torch.nn.Module, batch: RolloutBatch,
+                          position_ids: torch.Tensor) -> torch.Tensor | None:
+    """token_logits with each distinct prompt of the batch run once: its forward fills a KV cache (with the graph,
+    for backward), the cache's rows are repeated for the rows that share the prompt (`batch_select_indices`, whose
+    backward sums their gradients), and the responses run on top of it, as the sampling loop does. The prompt's
+    last position predicts the first response token. Equal to one forward over every row up to float rounding
+    (tests/train/test_batch.py). None when every row has its own prompt (nothing to share)."""
+    from transformers import DynamicCache
+
+    p = batch.prompt_width
+    keys = torch.cat([batch.input_ids[:, :p], batch.attention_mask[:, :p]], dim=1)  # left padding is part of it
+    distinct, inverse = torch.unique(keys, dim=0, return_inverse=True)
+    if len(distinct) == len(keys):
+        return None
+    first: dict[int, int] = {}
+    for row, which in enumerate(inverse.tolist()):
+        first.setdefault(which, row)
+    heads = torch.tensor([first[which] for which in range(len(distinct))])
+    cache = DynamicCache(config=model.config)
+    prompt_logits = model(input_ids=batch.input_ids[heads, :p], attention_mask=batch.attention_mask[heads, :p],
+                          position_ids=position_ids[heads, :p], past_key_values=cache, use_cache=True,
+                          logits_to_keep=1).logits[inverse]  # [B, 1, V]: predicts response token 0
+    width = batch.input_ids.shape[1] - p  # T
+    if width == 1:
+        return prompt_logits.float()
+    cache.batch_select_indices(inverse)
+    end = p + width - 1  # the last response token predicts nothing
+    out = model(input_ids=batch.input_ids[:, p:end], attention_mask=batch.attention_mask[:, :end],
+                position_ids=position_ids[:, p:end], past_key_values=cache, use_cache=True)
+    return torch.cat([prompt_logits, out.logits], dim=1).float()  # [B, T, V]
 
 
 def own_width(batch: RolloutBatch) -> RolloutBatch:
@@ -157,7 +201,8 @@ def own_width(batch: RolloutBatch) -> RolloutBatch:
 
 
 def logp_and_entropy(model: torch.nn.Module, batch: RolloutBatch, *, temperature: float,
-                     with_entropy: bool = True, entropy_grad: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
+                     with_entropy: bool = True, entropy_grad: bool = False,
+                     share_prompt: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Per-token log-probs [B, T] of the response under logits / temperature, and their entropy [B, T].
 
     The forward runs on the batch cut to its own longest row (own_width); the results are padded back to T with
@@ -165,7 +210,7 @@ def logp_and_entropy(model: torch.nn.Module, batch: RolloutBatch, *, temperature
     when it is only logged, its [B, T, V] intermediates are not kept for backward."""
     width = batch.mask.shape[1]
     cut = own_width(batch)
-    logits = token_logits(model, cut)  # [B, t, V]
+    logits = token_logits(model, cut, share_prompt=share_prompt)  # [B, t, V]
     if temperature != 1.0:  # x / 1.0 is x: no op (and no autograd node) for it
         logits = logits / temperature
     targets = cut.input_ids[:, cut.prompt_width :]  # [B, t]

@@ -401,7 +401,8 @@ def update_policy(run: Run, batch: RolloutBatch, step: int) -> UpdateResult:
             for i, micro_rows in enumerate(parts):
                 x = mini.rows(micro_rows)
                 logp, entropy = logp_and_entropy(run.update.module, x, temperature=cfg.rollout.temperature,
-                                                 entropy_grad=algo.entropy_bonus is not None)
+                                                 entropy_grad=algo.entropy_bonus is not None,
+                                                 share_prompt=share_prompt(cfg))
                 old_logp = x.old_logp
                 if old_logp is None:  # reuse_update_logp: the weights that sampled the batch are these, unchanged
                     old_logp = logp.detach()
@@ -491,18 +492,20 @@ def generate(run: Run, state: TrainState, *, version: int, timings: Timings) -> 
     tic = time.perf_counter()
     temperature, old, raw, ref, ent = cfg.rollout.temperature, [], [], [], []
     reuse = reuse_update_logp(cfg)
+    share = share_prompt(cfg)
     parts = _micro_batches(run, batch, same_count_on_all_ranks=False) if not reuse or run.reference is not None else []
     with torch.no_grad():
         for rows in parts:
             x = batch.rows(rows)
             if not reuse:
-                logp, entropy = logp_and_entropy(run.update.module, x, temperature=temperature)
+                logp, entropy = logp_and_entropy(run.update.module, x, temperature=temperature, share_prompt=share)
                 old.append(logp)
                 ent.append(entropy)
                 raw.append(logp if temperature == 1.0 else logp_and_entropy(run.update.module, x, temperature=1.0,
-                                                                             with_entropy=False)[0])
+                                                                             with_entropy=False, share_prompt=share)[0])
             if run.reference is not None:
-                ref.append(logp_and_entropy(run.reference, x, temperature=temperature, with_entropy=False)[0])
+                ref.append(logp_and_entropy(run.reference, x, temperature=temperature, with_entropy=False,
+                                            share_prompt=share)[0])
     order = row_order(parts, len(batch))
     if not reuse:
         batch.old_logp, batch.raw_logp, batch.old_entropy = (_in_batch_order(torch.cat(values), order)
@@ -540,6 +543,14 @@ def _sample_groups(run: Run, batch_index: int, timings: Timings) -> list[_Group]
                      and (not g.response_ids or g.response_ids[-1] != run.eos_id) for g in gens]
         out.append(_Group(problem.id, batch_index, list(gens), scores, list(rewards), truncated))
     return out
+
+
+def share_prompt(cfg: RunConfig) -> bool:
+    """trainer.share_prompt where it applies: not under ZeRO-3 (its parameters are gathered per forward, and two
+    forwards per micro-batch are untested there) nor gradient checkpointing (transformers turns the KV cache off
+    in training with it). The toy policy falls back by itself (rlvrlab.train.batch.can_share_prompt)."""
+    t = cfg.trainer
+    return t.share_prompt and t.zero_stage < 3 and not t.gradient_checkpointing
 
 
 def reuse_update_logp(cfg: RunConfig) -> bool:

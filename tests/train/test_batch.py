@@ -151,3 +151,54 @@ def test_packed_micro_batches_are_split_to_the_count_every_rank_needs():
     assert split_to(parts, 3) == parts
     with pytest.raises(ValueError, match="cannot split 8 rows into 9"):
         split_to(parts, 9)
+
+
+def _llama() -> torch.nn.Module:
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(1)
+    config = LlamaConfig(vocab_size=50, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
+                         tie_word_embeddings=True)  # SmolLM2's architecture, grouped-query attention
+    return LlamaForCausalLM(config).train()
+
+
+def _grouped_batch():
+    """Three prompts of 5, 2 and 3 tokens (left padding differs), each with responses of 1 to 6 tokens; the
+    second prompt's rows come in two runs, as rows packed by length do; one prompt appears once."""
+    prompts = [(1, 2, 3, 4, 5), (6, 7), (8, 9, 10), (11, 12, 13, 14)]
+    rows = [(0, 3), (0, 1), (1, 6), (0, 2), (1, 1), (2, 4), (2, 4), (1, 2), (2, 1), (0, 5), (3, 2)]
+    groups = [[Generation(prompts[p], tuple(range(20, 20 + t)), "", tuple(0.0 for _ in range(t)))] for p, t in rows]
+    return collate(groups, [str(i) for i in range(len(rows))], [0.0] * len(rows), pad_id=0, version=0,
+                   batch_index=0)
+
+
+def test_rows_that_share_a_prompt_share_its_forward_and_get_the_same_logp_entropy_and_gradients():
+    for model in (_model().train(), _llama()):
+        batch = _grouped_batch()
+        results = []
+        for share in (False, True):
+            model.zero_grad()
+            logp, entropy = logp_and_entropy(model, batch, temperature=0.7, share_prompt=share)
+            (logp * torch.linspace(-1, 1, logp.numel()).view_as(logp)).sum().backward()
+            results.append((logp.detach(), entropy, [p.grad.clone() for p in model.parameters()]))
+        (logp0, ent0, grads0), (logp1, ent1, grads1) = results
+        assert torch.allclose(logp0, logp1, atol=1e-5) and torch.allclose(ent0, ent1, atol=1e-5)
+        assert bool((logp1[batch.mask == 0] == 0).all())
+        for g0, g1 in zip(grads0, grads1):
+            assert torch.allclose(g0, g1, rtol=1e-4, atol=1e-5)
+        assert max(float(g.abs().max()) for g in grads1) > 0
+
+
+def test_a_shared_prompt_forward_runs_each_distinct_prompt_once():
+    model = _model()
+    batch = _grouped_batch()
+    seen: list[tuple[int, int]] = []
+    hook = model.model.register_forward_pre_hook(lambda _, args, kwargs: seen.append(tuple(kwargs["input_ids"].shape)),
+                                                 with_kwargs=True)
+    with torch.no_grad():
+        logp_and_entropy(model, batch, temperature=1.0, share_prompt=True)
+        logp_and_entropy(model, batch.rows(slice(0, 1)), temperature=1.0, share_prompt=True)  # one row: plain
+    hook.remove()
+    assert seen == [(4, 5), (11, 5), (1, 5 + 3)]  # 4 prompts of <= 5 tokens; 11 rows of the 6-token responses
+    # less their last token; a lone row runs whole, cut to its own width (5 + 3)
