@@ -10,6 +10,7 @@ Layout of every batch (B rows = prompts x group_size):
 from __future__ import annotations
 
 import itertools
+import sys
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -147,10 +148,10 @@ def token_logits(model: torch.nn.Module, batch: RolloutBatch, *, share_prompt: b
 
 
 def can_share_prompt(model: torch.nn.Module) -> bool:
-    """A transformers causal LM takes a KV cache in its forward; the toy policy (one table lookup) does not."""
-    from transformers import PreTrainedModel
-
-    return isinstance(model, PreTrainedModel)
+    """A transformers causal LM takes a KV cache in its forward; the toy policy (one table lookup) does not. Asked
+    without importing transformers, which a toy run never loads (it would add ~1.5 s to each toy process)."""
+    modeling = sys.modules.get("transformers.modeling_utils")
+    return modeling is not None and isinstance(model, modeling.PreTrainedModel)
 
 
 def _shared_prompt_logits(model: torch.nn.Module, batch: RolloutBatch,
