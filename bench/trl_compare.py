@@ -1,7 +1,7 @@
 """Step throughput of `rlvrlab train` against TRL's GRPOTrainer (trl 1.16) on CPU, measured side by side in one run.
 
     .venv/bin/pip install -e '.[dev,bench]'                        # trl==1.16.0 (the bench extra)
-    .venv/bin/python bench/trl_compare.py [--steps 10] [--warmup 3] [--rounds 4] [--threads 1]    # ~2.5 min
+    .venv/bin/python bench/trl_compare.py [--steps 10] [--warmup 3] [--rounds 4] [--threads 1]    # ~3.5 min
     .venv/bin/python bench/trl_compare.py --model models/SmolLM2-135M-Instruct --steps 2 --warmup 1 --rounds 1
         # the same comparison on a real model folder (model=smollm2 model.path=PATH; `rlvrlab model import smollm2`)
 

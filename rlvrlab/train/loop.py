@@ -376,6 +376,7 @@ def update_policy(run: Run, batch: RolloutBatch, step: int) -> UpdateResult:
     each accumulated over micro-batches. Losses are normalised by the mini-batch's counts over all processes,
     so the update does not depend on how rows are split into micro-batches or processes."""
     cfg, algo, result = run.cfg, run.algorithm, UpdateResult()
+    share = share_prompt(cfg)
     for epoch in range(cfg.trainer.ppo_epochs):
         if cfg.trainer.mini_batches > 1:
             minis = list(shuffled_rows(len(batch), seed=(cfg.seed, step, epoch)).chunk(cfg.trainer.mini_batches))
@@ -401,8 +402,7 @@ def update_policy(run: Run, batch: RolloutBatch, step: int) -> UpdateResult:
             for i, micro_rows in enumerate(parts):
                 x = mini.rows(micro_rows)
                 logp, entropy = logp_and_entropy(run.update.module, x, temperature=cfg.rollout.temperature,
-                                                 entropy_grad=algo.entropy_bonus is not None,
-                                                 share_prompt=share_prompt(cfg))
+                                                 entropy_grad=algo.entropy_bonus is not None, share_prompt=share)
                 old_logp = x.old_logp
                 if old_logp is None:  # reuse_update_logp: the weights that sampled the batch are these, unchanged
                     old_logp = logp.detach()
