@@ -130,16 +130,18 @@ def collate(groups: list[list[Generation]], group_ids: list[str], rewards: list[
     )
 
 
-def token_logits(model: torch.nn.Module, batch: RolloutBatch, *, share_prompt: bool = False) -> torch.Tensor:
+def token_logits(model: torch.nn.Module, batch: RolloutBatch, *, prompt_cache: float | None = None) -> torch.Tensor:
     """[B, T, V] logits that predict the response tokens (position ids follow the left padding, as generate).
 
     Only the last T+1 positions go through the LM head (`logits_to_keep`): with a long prompt (few-shot turns)
     and a large vocabulary the prompt's logits would cost most of the head's time and memory, for nothing.
-    share_prompt: rows with the same prompt (a group's responses) share one forward of it (`_shared_prompt_logits`)."""
+    prompt_cache: rows with the same prompt (a group's responses) share one forward of it (`_shared_prompt_logits`)
+    where that keeps less for backward than the plain forward (`pass_tokens`); the value is the repeated KV cache's
+    charge per position (Run.shared_cache). None: every row runs its own prompt."""
     position_ids = (batch.attention_mask.cumsum(-1) - 1).clamp(min=0)  # [B, P+T]
     width = batch.input_ids.shape[1] - batch.prompt_width  # T
-    if share_prompt and can_share_prompt(model):
-        shared = _shared_prompt_logits(model, batch, position_ids)
+    if prompt_cache is not None and can_share_prompt(model):
+        shared = _shared_prompt_logits(model, batch, position_ids, prompt_cache)
         if shared is not None:
             return shared
     out = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask, position_ids=position_ids,
@@ -154,19 +156,21 @@ def can_share_prompt(model: torch.nn.Module) -> bool:
     return modeling is not None and isinstance(model, modeling.PreTrainedModel)
 
 
-def _shared_prompt_logits(model: torch.nn.Module, batch: RolloutBatch,
-                          position_ids: torch.Tensor) -> torch.Tensor | None:
+def _shared_prompt_logits(model: torch.nn.Module, batch: RolloutBatch, position_ids: torch.Tensor,
+                          cache: float) -> torch.Tensor | None:
     """token_logits with each distinct prompt of the batch run once: its forward fills a KV cache (with the graph,
     for backward), the cache's rows are repeated for the rows that share the prompt (`batch_select_indices`, whose
     backward sums their gradients), and the responses run on top of it, as the sampling loop does. The prompt's
     last position predicts the first response token. Equal to one forward over every row up to float rounding
-    (tests/train/test_batch.py). None when every row has its own prompt (nothing to share)."""
+    (tests/train/test_batch.py). None when sharing would keep more than the plain forward (`pass_tokens`): every
+    row has its own prompt, or too few rows share one to pay for the repeated cache."""
     from transformers import DynamicCache
 
     p = batch.prompt_width
     keys = torch.cat([batch.input_ids[:, :p], batch.attention_mask[:, :p]], dim=1)  # left padding is part of it
     distinct, inverse = torch.unique(keys, dim=0, return_inverse=True)
-    if len(distinct) == len(keys):
+    width = batch.input_ids.shape[1] - p  # T
+    if not shares(len(distinct), len(keys), p, width, cache):
         return None
     first: dict[int, int] = {}
     for row, which in enumerate(inverse.tolist()):
@@ -176,7 +180,6 @@ def _shared_prompt_logits(model: torch.nn.Module, batch: RolloutBatch,
     prompt_logits = model(input_ids=batch.input_ids[heads, :p], attention_mask=batch.attention_mask[heads, :p],
                           position_ids=position_ids[heads, :p], past_key_values=cache, use_cache=True,
                           logits_to_keep=1).logits[inverse]  # [B, 1, V]: predicts response token 0
-    width = batch.input_ids.shape[1] - p  # T
     if width == 1:
         return prompt_logits.float()
     cache.batch_select_indices(inverse)
@@ -203,7 +206,7 @@ def own_width(batch: RolloutBatch) -> RolloutBatch:
 
 def logp_and_entropy(model: torch.nn.Module, batch: RolloutBatch, *, temperature: float,
                      with_entropy: bool = True, entropy_grad: bool = False,
-                     share_prompt: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
+                     prompt_cache: float | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Per-token log-probs [B, T] of the response under logits / temperature, and their entropy [B, T].
 
     The forward runs on the batch cut to its own longest row (own_width); the results are padded back to T with
@@ -211,7 +214,7 @@ def logp_and_entropy(model: torch.nn.Module, batch: RolloutBatch, *, temperature
     when it is only logged, its [B, T, V] intermediates are not kept for backward."""
     width = batch.mask.shape[1]
     cut = own_width(batch)
-    logits = token_logits(model, cut, share_prompt=share_prompt)  # [B, t, V]
+    logits = token_logits(model, cut, prompt_cache=prompt_cache)  # [B, t, V]
     if temperature != 1.0:  # x / 1.0 is x: no op (and no autograd node) for it
         logits = logits / temperature
     targets = cut.input_ids[:, cut.prompt_width :]  # [B, t]
@@ -259,17 +262,26 @@ def split_rows(size: int, width: int) -> list[slice]:
     return [slice(i, min(i + width, size)) for i in range(0, size, width)]
 
 
-def micro_batches(batch: RolloutBatch, *, rows: int, tokens: int | None) -> list[slice] | list[torch.Tensor]:
+def micro_batches(batch: RolloutBatch, *, rows: int, tokens: int | None,
+                  prompt_cache: float | None = None) -> list[slice] | list[torch.Tensor]:
     """The micro-batches of `batch` (one forward/backward each): consecutive slices of `rows` rows; or, with a
     token budget (trainer.micro_batch_tokens), LongTensors of row indices: the rows sorted by length (prompt plus
     response, stable) and packed in that order while rows x (their longest prompt + their longest response), the
     padded size of the micro-batch cut to its own longest row (own_width), stays within `tokens`. A row longer than
     the budget is a micro-batch of its own. As verl's use_dynamic_bsz: with losses normalised by the mini-batch's
-    counts (Aggregation) the sum over micro-batches is the same loss, whatever the grouping."""
+    counts (Aggregation) the sum over micro-batches is the same loss, whatever the grouping.
+
+    prompt_cache: the forward shares each distinct prompt among its rows (trainer.share_prompt,
+    `_shared_prompt_logits`); the value is the size of one position of the repeated KV cache relative to one
+    token's activations (`shared_cache_ratio`). Then the budget counts what a pass computes and keeps
+    (`pass_tokens`), and rows go in prompt by prompt (`_pack_shared`), so that a prompt runs in as few
+    passes as possible."""
     if tokens is None:
         return split_rows(len(batch), rows)
     prompt = prompt_lengths(batch).tolist()
     response = batch.mask.sum(-1).long().tolist()
+    if prompt_cache is not None:
+        return _pack_shared(prompt_keys(batch), prompt, response, tokens, prompt_cache)
     order = sorted(range(len(batch)), key=lambda r: prompt[r] + response[r])
     parts: list[list[int]] = []
     width_p = width_t = 0
@@ -282,6 +294,73 @@ def micro_batches(batch: RolloutBatch, *, rows: int, tokens: int | None) -> list
             parts.append([r])
             width_p, width_t = prompt[r], max(response[r], 1)
     return [torch.tensor(part, dtype=torch.long) for part in parts]
+
+
+def _pack_shared(keys: list[int], prompt: list[int], response: list[int], tokens: int,
+                 cache: float) -> list[torch.Tensor]:
+    """micro_batches with shared prompts: first fit, longest first. Prompts in the order of their longest row
+    (prompt plus response, longest first), each prompt's rows longest first; each row goes into the first pass it
+    fits in by `pass_tokens`, else opens a new one. The first row of a pass sets its widths, so shorter
+    groups fill the passes the long ones opened, and a prompt's rows stay together unless a pass is full."""
+    longest: dict[int, int] = {}
+    for r, key in enumerate(keys):
+        longest[key] = max(longest.get(key, 0), prompt[r] + response[r])
+    order = sorted(range(len(keys)), key=lambda r: (-longest[keys[r]], keys[r], -(prompt[r] + response[r]), r))
+    parts: list[list[int]] = []
+    shapes: list[tuple[set[int], int, int]] = []  # per pass: its distinct prompts, prompt width, response width
+    for r in order:
+        for i, (distinct, width_p, width_t) in enumerate(shapes):
+            p, t = max(width_p, prompt[r]), max(width_t, response[r], 1)
+            if pass_tokens(len(distinct | {keys[r]}), len(parts[i]) + 1, p, t, cache) <= tokens:
+                parts[i].append(r)
+                distinct.add(keys[r])
+                shapes[i] = (distinct, p, t)
+                break
+        else:
+            parts.append([r])
+            shapes.append(({keys[r]}, prompt[r], max(response[r], 1)))
+    return [torch.tensor(sorted(part), dtype=torch.long) for part in parts]
+
+
+def pass_tokens(prompts: int, rows: int, prompt_width: int, response_width: int, cache: float) -> float:
+    """What a pass of `rows` rows with `prompts` distinct prompts keeps for backward, in token positions: the plain
+    forward's rows x (prompt_width + response_width), or the shared one's (`shared_pass_tokens`) where that is
+    less; the forward takes the same choice (`shares`)."""
+    plain = rows * (prompt_width + response_width)
+    if not shares(prompts, rows, prompt_width, response_width, cache):
+        return plain
+    return shared_pass_tokens(prompts, rows, prompt_width, response_width, cache)
+
+
+def shares(prompts: int, rows: int, prompt_width: int, response_width: int, cache: float) -> bool:
+    """Whether a pass shares its prompts: it does where that keeps less than the plain forward."""
+    plain = rows * (prompt_width + response_width)
+    return prompts < rows and shared_pass_tokens(prompts, rows, prompt_width, response_width, cache) < plain
+
+
+def shared_pass_tokens(prompts: int, rows: int, prompt_width: int, response_width: int, cache: float) -> float:
+    """The token positions a pass with shared prompts computes and keeps for backward, in units of one token's
+    activations: each distinct prompt once (prompts x prompt_width), every row's response (rows x response_width),
+    and the keys and values the responses attend to, the prompt's cache repeated per row and the response's own
+    (rows x (prompt_width + response_width) positions of `cache` token-activations each)."""
+    return prompts * prompt_width + rows * response_width + cache * rows * (prompt_width + response_width)
+
+
+def prompt_keys(batch: RolloutBatch) -> list[int]:
+    """[B] one integer per distinct prompt (its tokens with their left padding, as `_shared_prompt_logits` tells
+    them apart): rows with equal keys share a prompt."""
+    p = batch.prompt_width
+    rows = torch.cat([batch.input_ids[:, :p], batch.attention_mask[:, :p]], dim=1)
+    return torch.unique(rows, dim=0, return_inverse=True)[1].tolist()
+
+
+def shared_cache_ratio(config) -> float:
+    """One position of the repeated KV cache (keys and values of every layer) relative to one token's activations
+    as rlvrlab.config.memory counts them, for a transformers config (Llama / Qwen2 / Qwen3 / Mistral names)."""
+    from rlvrlab.config.memory import Architecture
+
+    arch = Architecture.from_hf(config.to_dict() if hasattr(config, "to_dict") else config)
+    return 2 * arch.kv_heads * arch.head_dim / arch.layer_activation_elements()
 
 
 def packing_budget(batch: RolloutBatch, rows: int, max_new_tokens: int) -> int:

@@ -354,6 +354,13 @@ class UpdateResult:
     order: torch.Tensor | None = None  # logps / token_entropies concatenated -> batch order (row_order), when packed
 
 
+def _sign_counts(adv: torch.Tensor, mask: torch.Tensor) -> dict[str, float]:
+    """The loss tokens of a micro-batch, and those with A > 0 and A <= 0 (LossStatsMean's weights)."""
+    on = mask.bool()
+    tokens, positive = torch.stack([on.sum(), (on & (adv > 0)).sum()]).tolist()
+    return {"tokens": tokens, "positive": positive, "negative": tokens - positive}
+
+
 def _in_batch_order(values: torch.Tensor, order: torch.Tensor | None) -> torch.Tensor:
     return values if order is None else values[order]
 
@@ -365,7 +372,7 @@ def _micro_batches(run: Run, batch: RolloutBatch, *, same_count_on_all_ranks: bo
     tokens = t.micro_batch_tokens
     if tokens is None and t.pack_by_length:
         tokens = packing_budget(batch, t.micro_batch_size, run.cfg.rollout.max_new_tokens)
-    parts = micro_batches(batch, rows=t.micro_batch_size, tokens=tokens)
+    parts = micro_batches(batch, rows=t.micro_batch_size, tokens=tokens, prompt_cache=run.shared_cache)
     if tokens is not None and same_count_on_all_ranks and run.world_size > 1:
         parts = split_to(parts, all_max(len(parts)))
     return parts
@@ -376,7 +383,6 @@ def update_policy(run: Run, batch: RolloutBatch, step: int) -> UpdateResult:
     each accumulated over micro-batches. Losses are normalised by the mini-batch's counts over all processes,
     so the update does not depend on how rows are split into micro-batches or processes."""
     cfg, algo, result = run.cfg, run.algorithm, UpdateResult()
-    share = share_prompt(cfg)
     for epoch in range(cfg.trainer.ppo_epochs):
         if cfg.trainer.mini_batches > 1:
             minis = list(shuffled_rows(len(batch), seed=(cfg.seed, step, epoch)).chunk(cfg.trainer.mini_batches))
@@ -402,7 +408,8 @@ def update_policy(run: Run, batch: RolloutBatch, step: int) -> UpdateResult:
             for i, micro_rows in enumerate(parts):
                 x = mini.rows(micro_rows)
                 logp, entropy = logp_and_entropy(run.update.module, x, temperature=cfg.rollout.temperature,
-                                                 entropy_grad=algo.entropy_bonus is not None, share_prompt=share)
+                                                 entropy_grad=algo.entropy_bonus is not None,
+                                                 prompt_cache=run.shared_cache)
                 old_logp = x.old_logp
                 if old_logp is None:  # reuse_update_logp: the weights that sampled the batch are these, unchanged
                     old_logp = logp.detach()
@@ -426,7 +433,7 @@ def update_policy(run: Run, batch: RolloutBatch, step: int) -> UpdateResult:
                     loss = loss + algo.entropy_bonus(entropy, mask, agg)
                 _require_finite(loss.item(), "loss", step, run)
                 run.update.backward(loss, last=i == len(parts) - 1)
-                result.loss_stats.add(out.stats)
+                result.loss_stats.add(out.stats, **_sign_counts(x.adv, mask))
                 mini_loss.append(out.loss.item())
                 mini_entropy.append((masked_sum(entropy.detach(), x.mask), x.mask.sum()))
             result.losses.append(sum(mini_loss))
@@ -492,20 +499,20 @@ def generate(run: Run, state: TrainState, *, version: int, timings: Timings) -> 
     tic = time.perf_counter()
     temperature, old, raw, ref, ent = cfg.rollout.temperature, [], [], [], []
     reuse = reuse_update_logp(cfg)
-    share = share_prompt(cfg)
+    share = run.shared_cache
     parts = _micro_batches(run, batch, same_count_on_all_ranks=False) if not reuse or run.reference is not None else []
     with torch.no_grad():
         for rows in parts:
             x = batch.rows(rows)
             if not reuse:
-                logp, entropy = logp_and_entropy(run.update.module, x, temperature=temperature, share_prompt=share)
+                logp, entropy = logp_and_entropy(run.update.module, x, temperature=temperature, prompt_cache=share)
                 old.append(logp)
                 ent.append(entropy)
                 raw.append(logp if temperature == 1.0 else logp_and_entropy(run.update.module, x, temperature=1.0,
-                                                                             with_entropy=False, share_prompt=share)[0])
+                                                                             with_entropy=False, prompt_cache=share)[0])
             if run.reference is not None:
                 ref.append(logp_and_entropy(run.reference, x, temperature=temperature, with_entropy=False,
-                                            share_prompt=share)[0])
+                                            prompt_cache=share)[0])
     order = row_order(parts, len(batch))
     if not reuse:
         batch.old_logp, batch.raw_logp, batch.old_entropy = (_in_batch_order(torch.cat(values), order)
@@ -543,14 +550,6 @@ def _sample_groups(run: Run, batch_index: int, timings: Timings) -> list[_Group]
                      and (not g.response_ids or g.response_ids[-1] != run.eos_id) for g in gens]
         out.append(_Group(problem.id, batch_index, list(gens), scores, list(rewards), truncated))
     return out
-
-
-def share_prompt(cfg: RunConfig) -> bool:
-    """trainer.share_prompt where it applies: not under ZeRO-3 (its parameters are gathered per forward, and two
-    forwards per micro-batch are untested there) nor gradient checkpointing (transformers turns the KV cache off
-    in training with it). The toy policy falls back by itself (rlvrlab.train.batch.can_share_prompt)."""
-    t = cfg.trainer
-    return t.share_prompt and t.zero_stage < 3 and not t.gradient_checkpointing
 
 
 def reuse_update_logp(cfg: RunConfig) -> bool:

@@ -27,6 +27,7 @@ from rlvrlab.tracking.base import NullTracker, Tracker
 from rlvrlab.tracking.provenance import record_run
 from rlvrlab.tracking.store import store
 from rlvrlab.train import heldout
+from rlvrlab.train.batch import can_share_prompt, shared_cache_ratio
 from rlvrlab.train.heldout import HeldOut
 from rlvrlab.update.base import UpdateEngine
 from rlvrlab.update.dist import Placement, barrier, setup_distributed
@@ -106,6 +107,9 @@ class Run:
     eos_id: int | None = None  # the tokenizer's end of sequence (None: the toy tier, whose responses are complete)
     tokenizer: object | None = None  # the hf tiers' tokenizer (None: toy)
     heldout: HeldOut | None = None  # trainer.eval_every's evaluation (rlvrlab.train.heldout), None when off
+    # the update shares a prompt's forward among its rows (share_prompt): one position of the repeated KV cache
+    # relative to one token's activations, which packing by length charges (rlvrlab.train.batch.micro_batches)
+    shared_cache: float | None = None
     left_regime: bool = False  # the held-out group signal has fallen below its floor (tagged once)
 
 
@@ -151,7 +155,22 @@ def build(cfg: RunConfig, *, run_id: str | None = None, tags: Mapping[str, str] 
     return Run(cfg, problems, parts.prompt_ids, components.reward_pool(cfg.dataset, world_size), parts.update,
                parts.rollout, parts.reference, tracker, rank, world_size, parts.pad_id, run_folder, parts.save_model,
                parts.toy_diagnostics, algorithm=bind_algorithm(cfg.algorithm), eos_id=parts.eos_id,
-               tokenizer=parts.tokenizer, heldout=evaluation)
+               tokenizer=parts.tokenizer, heldout=evaluation, shared_cache=_shared_cache(cfg, parts.update.module))
+
+
+def share_prompt(cfg: RunConfig) -> bool:
+    """trainer.share_prompt where it applies: not under ZeRO-3 (its parameters are gathered per forward, and two
+    forwards per micro-batch are untested there) nor gradient checkpointing (transformers turns the KV cache off
+    in training with it). The toy policy falls back by itself (rlvrlab.train.batch.can_share_prompt)."""
+    t = cfg.trainer
+    return t.share_prompt and t.zero_stage < 3 and not t.gradient_checkpointing
+
+
+def _shared_cache(cfg: RunConfig, module: torch.nn.Module) -> float | None:
+    """Run.shared_cache: None unless the update shares prompts (a transformers model, share_prompt on)."""
+    if not (share_prompt(cfg) and can_share_prompt(module)):
+        return None
+    return shared_cache_ratio(module.config)
 
 
 def _heldout(cfg: RunConfig, parts: _Parts) -> HeldOut | None:

@@ -54,26 +54,39 @@ class StepStats:
 
 
 class LossStatsMean:
-    """Averages LossStats over the micro-batches of a step (ratio_max is a max, cap_pos over defined ones)."""
+    """LossStats over the loss evaluations of a step (its micro-batches, mini-batches and epochs), each field a mean
+    over the tokens it is a mean of in each evaluation: all of its loss tokens; its A > 0 tokens for the *_pos
+    fields and cap_pos_mean; its A <= 0 tokens for the *_neg ones. So the step's value is the mean over every token
+    evaluated, however rows were grouped into micro-batches (packing by length regroups them); the *_max fields
+    take the max. A field no evaluation has tokens for is the plain mean of its defaults (None where undefined)."""
 
     def __init__(self) -> None:
-        self.items: list[LossStats] = []
+        self.items: list[tuple[LossStats, dict[str, float]]] = []
 
-    def add(self, stats: LossStats) -> None:
-        self.items.append(stats)
+    def add(self, stats: LossStats, *, tokens: float, positive: float, negative: float) -> None:
+        """stats of one evaluation with its counts of loss tokens, of those with A > 0 and with A <= 0."""
+        self.items.append((stats, {"tokens": tokens, "pos": positive, "neg": negative}))
+
+    @staticmethod
+    def _weight(name: str) -> str:
+        if name.endswith("_pos") or name == "cap_pos_mean":
+            return "pos"
+        return "neg" if name.endswith("_neg") else "tokens"
 
     def result(self) -> LossStats:
-        """Means over micro-batches (over those where a field is defined, for the optional ones); the *_max fields
-        take the max."""
         out: dict[str, float | None] = {}
         for f in fields(LossStats):
-            values = [getattr(s, f.name) for s in self.items if getattr(s, f.name) is not None]
-            if not values:
+            pairs = [(getattr(s, f.name), w[self._weight(f.name)]) for s, w in self.items
+                     if getattr(s, f.name) is not None]
+            total = sum(weight for _, weight in pairs)
+            if not pairs:
                 out[f.name] = None
             elif f.name.startswith("ratio_max"):
-                out[f.name] = max(values)
+                out[f.name] = max(value for value, _ in pairs)
+            elif total > 0:
+                out[f.name] = sum(value * weight for value, weight in pairs) / total
             else:
-                out[f.name] = sum(values) / len(values)
+                out[f.name] = sum(value for value, _ in pairs) / len(pairs)
         return LossStats(**out)
 
 

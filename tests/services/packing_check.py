@@ -36,8 +36,8 @@ def main(out: str) -> None:
     sizes = (SHORT + LONG) if world == 1 else (SHORT if rank == 0 else LONG)
     batch = _batch(sizes)
     cfg = SimpleNamespace(trainer=SimpleNamespace(micro_batch_size=4, micro_batch_tokens=40))
-    own = len(_micro_batches(SimpleNamespace(cfg=cfg, world_size=1), batch, same_count_on_all_ranks=True))
-    parts = _micro_batches(SimpleNamespace(cfg=cfg, world_size=world), batch, same_count_on_all_ranks=True)
+    own = len(_micro_batches(SimpleNamespace(cfg=cfg, world_size=1, shared_cache=None), batch, same_count_on_all_ranks=True))
+    parts = _micro_batches(SimpleNamespace(cfg=cfg, world_size=world, shared_cache=None), batch, same_count_on_all_ranks=True)
     torch.manual_seed(0)
     engine = DeepSpeedEngine(torch.nn.Embedding(32, 4), lr=0.1, weight_decay=0.0, betas=(0.9, 0.999), grad_clip=0.0,
                              zero_stage=2, bf16=False, micro_batch_size=4, accumulation_steps=1, world_size=world)

@@ -117,6 +117,67 @@ def test_packed_by_length_passes_are_no_larger_than_rows_at_the_cap_and_never_mo
         assert len(packed) <= len(split_rows(len(sizes), rows))  # each pass holds at least `rows` rows
 
 
+def _groups_batch(groups: list[tuple[int, list[int]]]):
+    """One group per (prompt length, response lengths); each group's prompt differs from every other's."""
+    gens = [[Generation(tuple([50 + g] + [1] * (p - 1)), tuple(range(1, t + 1)), "", (0.0,) * t) for t in sizes]
+            for g, (p, sizes) in enumerate(groups)]
+    return collate(gens, [str(g) for g in range(len(groups))], [0.0] * sum(len(s) for _, s in groups), pad_id=0,
+                   version=0, batch_index=0)
+
+
+def test_rows_sharing_a_prompt_pack_by_what_a_shared_pass_computes():
+    """trainer.share_prompt: a pass computes each distinct prompt once, every row's response, and keeps the
+    prompt's KV cache repeated per row (`shared_pass_tokens`), where that is less than the plain forward
+    (`pass_tokens`). Hand-worked: 2 groups of 4 rows, prompts of 10
+    tokens, responses of 2; at a budget of 36 both groups fit one pass (2 x 10 + 8 x 2 = 36, no cache charge),
+    where packing rows at their padded size (8 x 12 = 96) takes three; charging the cache at 0.25 a position, a
+    group costs 10 + 4 x 2 + 0.25 x 4 x 12 = 30 and a row of the other one more 45, so at 44 a pass per group. Then random batches: every row once, every pass within the
+    budget, and a pass of rows that share nothing within it at its plain padded size too."""
+    import random
+
+    from rlvrlab.train.batch import micro_batches, own_width, pass_tokens, prompt_keys, shared_pass_tokens
+
+    batch = _groups_batch([(10, [2, 2, 2, 2]), (10, [2, 2, 2, 2])])
+    assert len(micro_batches(batch, rows=8, tokens=36)) == 3
+    assert [p.tolist() for p in micro_batches(batch, rows=8, tokens=36, prompt_cache=0.0)] == [list(range(8))]
+    assert shared_pass_tokens(1, 4, 10, 2, 0.25) == 30 and shared_pass_tokens(2, 5, 10, 2, 0.25) == 45
+    assert sorted(p.tolist() for p in micro_batches(batch, rows=8, tokens=44, prompt_cache=0.25)) == \
+        [[0, 1, 2, 3], [4, 5, 6, 7]]
+    rng = random.Random(3)
+    for _ in range(60):
+        groups = [(rng.randint(1, 12), [rng.randint(0, 20) for _ in range(rng.randint(1, 8))])
+                  for _ in range(rng.randint(1, 10))]
+        batch = _groups_batch(groups)
+        budget, cache = rng.randint(1, 400), rng.choice([0.0, 0.1, 0.5])
+        parts = micro_batches(batch, rows=8, tokens=budget, prompt_cache=cache)
+        assert sorted(torch.cat(parts).tolist()) == list(range(len(batch)))  # every row exactly once
+        keys = prompt_keys(batch)
+        assert len(set(keys)) == len(groups)
+        for part in parts:
+            cut = own_width(batch.rows(part))
+            distinct = len({keys[r] for r in part.tolist()})
+            cost = pass_tokens(distinct, len(part), cut.prompt_width, cut.mask.shape[1], cache)
+            assert cost <= budget or len(part) == 1  # a row over the budget alone
+            assert cost <= cut.input_ids.numel()  # never more than the plain forward keeps
+            if distinct == len(part):  # nothing shared: the plain forward, at its padded size
+                assert cost == cut.input_ids.numel()
+
+
+def test_the_cache_charge_is_the_kv_cache_relative_to_a_tokens_activations():
+    """shared_cache_ratio: keys and values of every layer, per position, over rlvrlab.config.memory's activations
+    of one token; hand-worked for a Qwen2 of hidden 128, 4 heads (4 KV heads of 32), MLP 256."""
+    from transformers import Qwen2Config
+
+    from rlvrlab.train.batch import shared_cache_ratio
+
+    config = Qwen2Config(vocab_size=64, hidden_size=128, intermediate_size=256, num_hidden_layers=4,
+                         num_attention_heads=4, num_key_value_heads=4)
+    norms, attention, mlp = 4 * 128, (128 + 256) + 2 * (128 + 128) + 128 + 128, 4 * 256
+    assert shared_cache_ratio(config) == 2 * 4 * 32 / (norms + attention + mlp)
+    config.num_key_value_heads = 1  # grouped-query attention: a quarter of the keys and values
+    assert shared_cache_ratio(config) == 2 * 1 * 32 / (norms + (128 + 64) + 2 * (128 + 32) + 128 + 128 + mlp)
+
+
 def test_the_loop_packs_to_an_explicit_budget_first_then_by_length_then_by_rows():
     """rlvrlab.train.loop._micro_batches: trainer.micro_batch_tokens, when set, takes pack_by_length's place."""
     from types import SimpleNamespace
@@ -132,7 +193,8 @@ def test_the_loop_packs_to_an_explicit_budget_first_then_by_length_then_by_rows(
     def parts(tokens, pack):
         cfg = SimpleNamespace(trainer=SimpleNamespace(micro_batch_size=2, micro_batch_tokens=tokens,
                                                       pack_by_length=pack), rollout=SimpleNamespace(max_new_tokens=30))
-        return listed(_micro_batches(SimpleNamespace(cfg=cfg, world_size=1), batch, same_count_on_all_ranks=True))
+        run = SimpleNamespace(cfg=cfg, world_size=1, shared_cache=None)
+        return listed(_micro_batches(run, batch, same_count_on_all_ranks=True))
 
     assert packing_budget(batch, 2, 30) == 2 * (9 + 30) != 12
     assert parts(12, True) == parts(12, False) == listed(micro_batches(batch, rows=2, tokens=12))
@@ -174,12 +236,14 @@ def _grouped_batch():
 
 
 def test_rows_that_share_a_prompt_share_its_forward_and_get_the_same_logp_entropy_and_gradients():
+    from rlvrlab.train.batch import shared_cache_ratio
+
     for model in (_model().train(), _llama()):
         batch = _grouped_batch()
         results = []
-        for share in (False, True):
+        for share in (None, shared_cache_ratio(model.config)):  # plain, then shared (checked below)
             model.zero_grad()
-            logp, entropy = logp_and_entropy(model, batch, temperature=0.7, share_prompt=share)
+            logp, entropy = logp_and_entropy(model, batch, temperature=0.7, prompt_cache=share)
             (logp * torch.linspace(-1, 1, logp.numel()).view_as(logp)).sum().backward()
             results.append((logp.detach(), entropy, [p.grad.clone() for p in model.parameters()]))
         (logp0, ent0, grads0), (logp1, ent1, grads1) = results
@@ -190,15 +254,23 @@ def test_rows_that_share_a_prompt_share_its_forward_and_get_the_same_logp_entrop
         assert max(float(g.abs().max()) for g in grads1) > 0
 
 
-def test_a_shared_prompt_forward_runs_each_distinct_prompt_once():
+def test_a_shared_prompt_forward_runs_each_distinct_prompt_once_where_that_keeps_less():
+    """Each distinct prompt runs once where the shared pass keeps less than the plain one (`pass_tokens`): on this
+    model's cache charge (~0.1 a position) the batch shares; a lone row, and the batch at a charge of 1 a
+    position (the shared pass would keep more), run plain."""
+    from rlvrlab.train.batch import pass_tokens, shared_cache_ratio
+
     model = _model()
+    cache = shared_cache_ratio(model.config)
+    assert 0.05 < cache < 0.15 and pass_tokens(4, 11, 5, 6, 1.0) == 11 * (5 + 6) > pass_tokens(4, 11, 5, 6, cache)
     batch = _grouped_batch()
     seen: list[tuple[int, int]] = []
     hook = model.model.register_forward_pre_hook(lambda _, args, kwargs: seen.append(tuple(kwargs["input_ids"].shape)),
                                                  with_kwargs=True)
     with torch.no_grad():
-        logp_and_entropy(model, batch, temperature=1.0, share_prompt=True)
-        logp_and_entropy(model, batch.rows(slice(0, 1)), temperature=1.0, share_prompt=True)  # one row: plain
+        logp_and_entropy(model, batch, temperature=1.0, prompt_cache=cache)
+        logp_and_entropy(model, batch.rows(slice(0, 1)), temperature=1.0, prompt_cache=cache)  # one row: plain
+        logp_and_entropy(model, batch, temperature=1.0, prompt_cache=1.0)  # sharing would keep more: plain
     hook.remove()
-    assert seen == [(4, 5), (11, 5), (1, 5 + 3)]  # 4 prompts of <= 5 tokens; 11 rows of the 6-token responses
-    # less their last token; a lone row runs whole, cut to its own width (5 + 3)
+    assert seen == [(4, 5), (11, 5), (1, 5 + 3), (11, 5 + 6)]  # 4 prompts of <= 5 tokens; 11 rows of the
+    # 6-token responses less their last token; a lone row runs whole, cut to its own width (5 + 3); the batch whole
