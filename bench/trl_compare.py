@@ -13,9 +13,10 @@ thread count, 1 by default: on the shared 2-core machine, torch's default of one
 of both trainers 10-70x slower whenever another job was busy (threads spinning against each other; process CPU
 time grew as much as wall time), while one thread kept steps within ~1.5x. `--threads 0` keeps torch's default.
 rlvrlab-torch and rlvrlab-deepspeed run the default experiment as it ships (trainer.pack_by_length: each
-mini-batch's rows sorted by length and packed into passes of at most 8 rows x (the batch's longest prompt + 32
-new tokens), the size of a micro-batch of 8 rows whose responses ran to the cap: TRL's largest possible
-micro-batch at these settings, larger than the ones it runs when responses are short, as they are here);
+mini-batch's rows packed into passes that keep at most what 8 rows x (the batch's longest prompt + 32 new tokens)
+keep, the size of a micro-batch of 8 rows whose responses ran to the cap: TRL's largest possible micro-batch at
+these settings, larger than the ones it runs when responses are short, as they are here; with
+trainer.share_prompt a pass is charged each distinct prompt once, so whole groups share a pass);
 rlvrlab-deepspeed-rows is the default before that (trainer.pack_by_length=false): micro-batches of 8 rows in
 batch order, as TRL runs them. rlvrlab-deepspeed-unshared is the default without trainer.share_prompt (every row
 runs its own prompt, as TRL's do; with it a micro-batch's rows of one prompt share one forward of it).

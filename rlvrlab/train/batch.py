@@ -157,7 +157,7 @@ def can_share_prompt(model: torch.nn.Module) -> bool:
 
 
 def _shared_prompt_logits(model: torch.nn.Module, batch: RolloutBatch, position_ids: torch.Tensor,
-                          cache: float) -> torch.Tensor | None:
+                          charge: float) -> torch.Tensor | None:
     """token_logits with each distinct prompt of the batch run once: its forward fills a KV cache (with the graph,
     for backward), the cache's rows are repeated for the rows that share the prompt (`batch_select_indices`, whose
     backward sums their gradients), and the responses run on top of it, as the sampling loop does. The prompt's
@@ -170,7 +170,7 @@ def _shared_prompt_logits(model: torch.nn.Module, batch: RolloutBatch, position_
     keys = torch.cat([batch.input_ids[:, :p], batch.attention_mask[:, :p]], dim=1)  # left padding is part of it
     distinct, inverse = torch.unique(keys, dim=0, return_inverse=True)
     width = batch.input_ids.shape[1] - p  # T
-    if not shares(len(distinct), len(keys), p, width, cache):
+    if not shares(len(distinct), len(keys), p, width, charge):
         return None
     first: dict[int, int] = {}
     for row, which in enumerate(inverse.tolist()):
@@ -354,13 +354,19 @@ def prompt_keys(batch: RolloutBatch) -> list[int]:
     return torch.unique(rows, dim=0, return_inverse=True)[1].tolist()
 
 
-def shared_cache_ratio(config) -> float:
+def shared_cache_ratio(config) -> float | None:
     """One position of the repeated KV cache (keys and values of every layer) relative to one token's activations
-    as rlvrlab.config.memory counts them, for a transformers config (Llama / Qwen2 / Qwen3 / Mistral names)."""
+    as rlvrlab.config.memory counts them, for a transformers config (Llama / Qwen2 / Qwen3 / Mistral names); None
+    for a config without those numbers (then prompts are not shared: their cost could not be charged)."""
     from rlvrlab.config.memory import Architecture
 
-    arch = Architecture.from_hf(config.to_dict() if hasattr(config, "to_dict") else config)
-    return 2 * arch.kv_heads * arch.head_dim / arch.layer_activation_elements()
+    names = ("hidden_size", "num_hidden_layers", "intermediate_size", "num_attention_heads", "num_key_value_heads",
+             "head_dim", "vocab_size", "tie_word_embeddings")
+    try:
+        arch = Architecture.from_hf({name: getattr(config, name, None) for name in names})
+        return 2 * arch.kv_heads * arch.head_dim / arch.layer_activation_elements()
+    except (TypeError, ValueError):  # a number is missing (None)
+        return None
 
 
 def packing_budget(batch: RolloutBatch, rows: int, max_new_tokens: int) -> int:

@@ -167,7 +167,8 @@ def share_prompt(cfg: RunConfig) -> bool:
 
 
 def _shared_cache(cfg: RunConfig, module: torch.nn.Module) -> float | None:
-    """Run.shared_cache: None unless the update shares prompts (a transformers model, share_prompt on)."""
+    """Run.shared_cache: None unless the update shares prompts (a transformers model of a known shape,
+    share_prompt on)."""
     if not (share_prompt(cfg) and can_share_prompt(module)):
         return None
     return shared_cache_ratio(module.config)

@@ -100,7 +100,7 @@ def test_packed_by_length_passes_are_no_larger_than_rows_at_the_cap_and_never_mo
     batches: every pass within the budget, and never more passes than micro-batches of `rows` rows."""
     import random
 
-    from rlvrlab.train.batch import micro_batches, own_width, packing_budget, split_rows
+    from rlvrlab.train.batch import micro_batches, own_width, packing_budget, pass_tokens, prompt_keys, split_rows
 
     _, batch = _batch()
     assert packing_budget(batch, 2, 7) == 2 * (6 + 7)
@@ -115,6 +115,16 @@ def test_packed_by_length_passes_are_no_larger_than_rows_at_the_cap_and_never_mo
         packed = micro_batches(batch, rows=rows, tokens=budget)
         assert max(own_width(batch.rows(part)).input_ids.numel() for part in packed) <= budget
         assert len(packed) <= len(split_rows(len(sizes), rows))  # each pass holds at least `rows` rows
+        # with shared prompts (rows of equal prompt length have equal prompts here): first fit opens a pass only
+        # when the row fits in no earlier one, and any `rows` rows fit, so again never more passes than rows
+        shared = micro_batches(batch, rows=rows, tokens=budget, prompt_cache=0.1)
+        keys = prompt_keys(batch)
+        for part in shared:
+            cut = own_width(batch.rows(part))
+            used = pass_tokens(len({keys[r] for r in part.tolist()}), len(part), cut.prompt_width, cut.mask.shape[1],
+                               0.1)
+            assert used <= budget
+        assert len(shared) <= len(split_rows(len(sizes), rows))
 
 
 def _groups_batch(groups: list[tuple[int, list[int]]]):
@@ -165,7 +175,8 @@ def test_rows_sharing_a_prompt_pack_by_what_a_shared_pass_computes():
 
 def test_the_cache_charge_is_the_kv_cache_relative_to_a_tokens_activations():
     """shared_cache_ratio: keys and values of every layer, per position, over rlvrlab.config.memory's activations
-    of one token; hand-worked for a Qwen2 of hidden 128, 4 heads (4 KV heads of 32), MLP 256."""
+    of one token; hand-worked for a Qwen2 of hidden 128, 4 heads (4 KV heads of 32), MLP 256. None for a shape
+    rlvrlab.config.memory does not know (GPT-2's names)."""
     from transformers import Qwen2Config
 
     from rlvrlab.train.batch import shared_cache_ratio
@@ -176,6 +187,9 @@ def test_the_cache_charge_is_the_kv_cache_relative_to_a_tokens_activations():
     assert shared_cache_ratio(config) == 2 * 4 * 32 / (norms + attention + mlp)
     config.num_key_value_heads = 1  # grouped-query attention: a quarter of the keys and values
     assert shared_cache_ratio(config) == 2 * 1 * 32 / (norms + (128 + 64) + 2 * (128 + 32) + 128 + 128 + mlp)
+    from transformers import GPT2Config
+
+    assert shared_cache_ratio(GPT2Config()) is None  # no intermediate_size: not charged, so prompts are not shared
 
 
 def test_the_loop_packs_to_an_explicit_budget_first_then_by_length_then_by_rows():
