@@ -56,7 +56,7 @@ from rlvrlab.train.batch import (
 from rlvrlab.train.checkpoint import TrainState
 from rlvrlab.train.metrics import step_metrics
 from rlvrlab.train.setup import Run, build
-from rlvrlab.train.stats import LossStatsMean, StepStats, Timings, correct_set_means, group_outcomes
+from rlvrlab.train.stats import LossStatsMean, StepStats, Timings, correct_set_means, group_outcomes, sign_counts
 from rlvrlab.update.base import clipped_norm
 from rlvrlab.update.dist import all_max, all_sum, world
 
@@ -354,13 +354,6 @@ class UpdateResult:
     order: torch.Tensor | None = None  # logps / token_entropies concatenated -> batch order (row_order), when packed
 
 
-def _sign_counts(adv: torch.Tensor, mask: torch.Tensor) -> dict[str, float]:
-    """The loss tokens of a micro-batch, and those with A > 0 and A <= 0 (LossStatsMean's weights)."""
-    on = mask.bool()
-    tokens, positive = torch.stack([on.sum(), (on & (adv > 0)).sum()]).tolist()
-    return {"tokens": tokens, "positive": positive, "negative": tokens - positive}
-
-
 def _in_batch_order(values: torch.Tensor, order: torch.Tensor | None) -> torch.Tensor:
     return values if order is None else values[order]
 
@@ -433,7 +426,7 @@ def update_policy(run: Run, batch: RolloutBatch, step: int) -> UpdateResult:
                     loss = loss + algo.entropy_bonus(entropy, mask, agg)
                 _require_finite(loss.item(), "loss", step, run)
                 run.update.backward(loss, last=i == len(parts) - 1)
-                result.loss_stats.add(out.stats, **_sign_counts(x.adv, mask))
+                result.loss_stats.add(out.stats, **sign_counts(x.adv, mask))
                 mini_loss.append(out.loss.item())
                 mini_entropy.append((masked_sum(entropy.detach(), x.mask), x.mask.sum()))
             result.losses.append(sum(mini_loss))

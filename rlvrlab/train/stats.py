@@ -90,6 +90,14 @@ class LossStatsMean:
         return LossStats(**out)
 
 
+def sign_counts(adv: torch.Tensor, mask: torch.Tensor) -> dict[str, float]:
+    """LossStatsMean.add's weights for one loss evaluation: its loss tokens (mask > 0), and those with A > 0 and
+    with A <= 0."""
+    on = mask.bool()
+    tokens, positive = torch.stack([on.sum(), (on & (adv > 0)).sum()]).tolist()
+    return {"tokens": tokens, "positive": positive, "negative": tokens - positive}
+
+
 def group_outcomes(rewards: torch.Tensor, group_ids: list[str]) -> tuple[float, float]:
     """(share of groups with a correct response, share of groups whose rewards differ)."""
     groups: dict[str, list[float]] = {}

@@ -8,8 +8,7 @@ import torch
 
 from rlvrlab.algorithms import POLICY_LOSSES, Aggregation, LossInputs, LossStats, bind_algorithm
 from rlvrlab.config.compose import compose
-from rlvrlab.train.loop import _sign_counts
-from rlvrlab.train.stats import LossStatsMean
+from rlvrlab.train.stats import LossStatsMean, sign_counts
 
 
 def _inputs(rows: slice | None = None) -> LossInputs:
@@ -41,7 +40,7 @@ def test_loss_diagnostics_of_micro_batches_combine_to_the_whole_batchs(name):
         for rows in cut:
             x = _inputs(rows)
             stats = loss(x, Aggregation()).stats
-            merged.add(stats, **_sign_counts(x.adv, x.mask))
+            merged.add(stats, **sign_counts(x.adv, x.mask))
             plain.append(stats)
         got = merged.result()
         for field in dataclasses.fields(LossStats):
