@@ -159,8 +159,8 @@ def can_share_prompt(model: torch.nn.Module) -> bool:
 def _shared_prompt_logits(model: torch.nn.Module, batch: RolloutBatch, position_ids: torch.Tensor,
                           charge: float) -> torch.Tensor | None:
     """token_logits with each distinct prompt of the batch run once: its forward fills a KV cache (with the graph,
-    for backward), the cache's rows are repeated for the rows that share the prompt (`batch_select_indices`, whose
-    backward sums their gradients), and the responses run on top of it, as the sampling loop does. The prompt's
+    for backward), the cache's rows are repeated for the rows that share the prompt (`_RepeatRows`, whose backward
+    sums their gradients in a fixed order), and the responses run on top of it, as the sampling loop does. The prompt's
     last position predicts the first response token. Equal to one forward over every row up to float rounding
     (tests/train/test_batch.py). None when sharing would keep more than the plain forward (`pass_tokens`): every
     row has its own prompt, or too few rows share one to pay for the repeated cache."""
@@ -179,14 +179,39 @@ def _shared_prompt_logits(model: torch.nn.Module, batch: RolloutBatch, position_
     cache = DynamicCache(config=model.config)
     prompt_logits = model(input_ids=batch.input_ids[heads, :p], attention_mask=batch.attention_mask[heads, :p],
                           position_ids=position_ids[heads, :p], past_key_values=cache, use_cache=True,
-                          logits_to_keep=1).logits[inverse]  # [B, 1, V]: predicts response token 0
+                          logits_to_keep=1).logits  # [D, 1, V]: predicts response token 0
+    prompt_logits = _RepeatRows.apply(prompt_logits, inverse)  # [B, 1, V]
     if width == 1:
         return prompt_logits.float()
-    cache.batch_select_indices(inverse)
+    for layer in cache.layers:  # DynamicCache.batch_select_indices, with a deterministic backward
+        layer.keys, layer.values = _RepeatRows.apply(layer.keys, inverse), _RepeatRows.apply(layer.values, inverse)
     end = p + width - 1  # the last response token predicts nothing
     out = model(input_ids=batch.input_ids[:, p:end], attention_mask=batch.attention_mask[:, :end],
                 position_ids=position_ids[:, p:end], past_key_values=cache, use_cache=True)
     return torch.cat([prompt_logits, out.logits], dim=1).float()  # [B, T, V]
+
+
+class _RepeatRows(torch.autograd.Function):
+    """x[inverse] along dim 0 (each of x's rows repeated for the rows that share it), whose backward sums each row's
+    copies as one matrix product with a fixed order. Indexing's own backward (index_put_ with accumulate) adds them
+    in whatever order its threads run: with 2 torch threads and another busy process, 40 backward passes of the same
+    shared forward gave 3-4 different gradients in the last bits (the plain forward gave 1), and a resumed run no
+    longer matched its uninterrupted twin (tests/train/test_train_tiny.py)."""
+
+    @staticmethod
+    def forward(ctx, x: torch.Tensor, inverse: torch.Tensor) -> torch.Tensor:  # type: ignore[override]
+        ctx.save_for_backward(inverse)
+        ctx.sources = x.shape[0]
+        return x.index_select(0, inverse)
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor):  # type: ignore[override]
+        (inverse,) = ctx.saved_tensors
+        rows = torch.arange(len(inverse), device=inverse.device)
+        onehot = torch.zeros(ctx.sources, len(inverse), dtype=grad.dtype, device=grad.device)
+        onehot[inverse, rows] = 1.0
+        summed = onehot @ grad.reshape(len(inverse), -1)  # [D, B] x [B, rest]
+        return summed.view(ctx.sources, *grad.shape[1:]), None
 
 
 def own_width(batch: RolloutBatch) -> RolloutBatch:

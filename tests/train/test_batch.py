@@ -268,6 +268,36 @@ def test_rows_that_share_a_prompt_share_its_forward_and_get_the_same_logp_entrop
         assert max(float(g.abs().max()) for g in grads1) > 0
 
 
+def _graph_nodes(tensor: torch.Tensor) -> set[str]:
+    """The names of the autograd nodes behind `tensor`."""
+    seen, todo = set(), [tensor.grad_fn]
+    while todo:
+        node = todo.pop()
+        if node is not None and node not in seen:
+            seen.add(node)
+            todo += [parent for parent, _ in node.next_functions]
+    return {type(node).__name__ for node in seen}
+
+
+def test_a_shared_prompt_forward_sums_repeated_rows_in_a_fixed_order():
+    """Indexing's backward (index_put_ with accumulate, index_add_) adds a repeated row's gradients in whatever order
+    torch's threads run: on a loaded 2-core machine the shared forward's gradients changed in the last bits from one
+    backward to the next, and a resumed run stopped matching its uninterrupted twin. The shared forward repeats the
+    prompt's cache and logits through `_RepeatRows` instead (a matrix product in backward); no indexing node is in
+    its graph, and its gradient equals the index's up to rounding."""
+    from rlvrlab.train.batch import _RepeatRows, shared_cache_ratio
+
+    model = _model().train()
+    logp, _ = logp_and_entropy(model, _grouped_batch(), temperature=1.0, prompt_cache=shared_cache_ratio(model.config))
+    nodes = _graph_nodes(logp)
+    assert "_RepeatRowsBackward" in nodes
+    assert not nodes & {"IndexBackward0", "IndexSelectBackward0", "IndexPutBackward0", "IndexAddBackward0"}
+    x = torch.randn(3, 2, 4, requires_grad=True)
+    inverse, weights = torch.tensor([2, 0, 2, 1, 2]), torch.randn(5, 2, 4)
+    (_RepeatRows.apply(x, inverse) * weights).sum().backward()
+    assert torch.allclose(x.grad, torch.stack([weights[inverse == j].sum(0) for j in range(3)]), atol=1e-6)
+
+
 def test_a_shared_prompt_forward_runs_each_distinct_prompt_once_where_that_keeps_less():
     """Each distinct prompt runs once where the shared pass keeps less than the plain one (`pass_tokens`): on this
     model's cache charge (~0.1 a position) the batch shares; a lone row, and the batch at a charge of 1 a
