@@ -167,10 +167,9 @@ def _shared_prompt_logits(model: torch.nn.Module, batch: RolloutBatch, position_
     from transformers import DynamicCache
 
     p = batch.prompt_width
-    keys = torch.cat([batch.input_ids[:, :p], batch.attention_mask[:, :p]], dim=1)  # left padding is part of it
-    distinct, inverse = torch.unique(keys, dim=0, return_inverse=True)
+    distinct, inverse = _distinct_prompts(batch)
     width = batch.input_ids.shape[1] - p  # T
-    if not shares(len(distinct), len(keys), p, width, charge):
+    if not shares(len(distinct), len(batch), p, width, charge):
         return None
     first: dict[int, int] = {}
     for row, which in enumerate(inverse.tolist()):
@@ -374,9 +373,15 @@ def shared_pass_tokens(prompts: int, rows: int, prompt_width: int, response_widt
 def prompt_keys(batch: RolloutBatch) -> list[int]:
     """[B] one integer per distinct prompt (its tokens with their left padding, as `_shared_prompt_logits` tells
     them apart): rows with equal keys share a prompt."""
+    return _distinct_prompts(batch)[1].tolist()
+
+
+def _distinct_prompts(batch: RolloutBatch) -> tuple[torch.Tensor, torch.Tensor]:
+    """(the distinct prompts [D, 2P], each row's index into them [B]): a prompt is its tokens with their left
+    padding."""
     p = batch.prompt_width
     rows = torch.cat([batch.input_ids[:, :p], batch.attention_mask[:, :p]], dim=1)
-    return torch.unique(rows, dim=0, return_inverse=True)[1].tolist()
+    return torch.unique(rows, dim=0, return_inverse=True)
 
 
 def shared_cache_ratio(config) -> float | None:
