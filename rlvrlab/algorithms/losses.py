@@ -132,14 +132,15 @@ def cispo_loss(x: LossInputs, agg: Aggregation, *, eps_low: float, eps_high: flo
     ratio = torch.exp(delta)
     weight = torch.clamp(ratio, 1.0 - eps_low, 1.0 + eps_high).detach()
     per_token = -weight * x.adv * x.logp
+    truncated = {"clip_frac_upper": ratio > 1.0 + eps_high, "clip_frac_lower": ratio < 1.0 - eps_low}  # either sign
     stats = LossStats(
-        clip_frac_upper=_frac(ratio > 1.0 + eps_high, x.mask),
-        clip_frac_lower=_frac(ratio < 1.0 - eps_low, x.mask),
+        clip_frac_upper=_frac(truncated["clip_frac_upper"], x.mask),
+        clip_frac_lower=_frac(truncated["clip_frac_lower"], x.mask),
         approx_kl=_item(masked_mean(-delta, x.mask)),
         cap_pos_mean=_cap_pos(x, math.inf),
         **_ratio_stats(ratio, x.mask),
     )
-    return LossOutput(agg(per_token, x.mask), per_token, stats)
+    return LossOutput(agg(per_token, x.mask), per_token, stats, clip_masks=truncated)
 
 
 def sapo_loss(x: LossInputs, agg: Aggregation, *, sapo_tau_pos: float, sapo_tau_neg: float) -> LossOutput:
@@ -306,33 +307,41 @@ def kl_cov_loss(x: LossInputs, agg: Aggregation, *, cov_ratio: float, kl_cov_coe
     return LossOutput(agg(per_token, x.mask), per_token, stats)
 
 
-def sign_split(stats: LossStats, x: LossInputs) -> LossStats:
+def sign_split(stats: LossStats, x: LossInputs, clip_masks: dict[str, torch.Tensor] | None = None) -> LossStats:
     """`stats` with the diagnostics of A > 0 and A <= 0 tokens separately (LossStats *_pos / *_neg): token ratio
-    mean and max, k1 approximate KL, and the share of each side's tokens that the loss clipped (from the loss's own
-    clip fractions, which are shares of all tokens). Both sides in one pass: [2, B, T] reductions, one copy out."""
+    mean and max, k1 approximate KL, and the share of each side's tokens that the loss clipped. The clipped tokens
+    are those of `clip_masks` (LossOutput.clip_masks) when the loss gives them; else the shares follow from the
+    loss's clip fractions (shares of all tokens: clip_frac_upper of A > 0 tokens, lower and dual of A < 0 ones).
+    Either way clip_frac_pos * n_pos + clip_frac_neg * n_neg = (upper + lower + dual) * n. Both sides in one pass:
+    [2, B, T] reductions, one copy out."""
     mask = x.mask.bool()
     with torch.no_grad():
         delta = torch.clamp(x.logp.detach() - x.old_logp, min=-20.0, max=20.0)
         ratio = torch.exp(delta)
         sides = torch.stack([mask & (x.adv > 0), mask & (x.adv <= 0)])  # [2, B, T]
         zero = torch.zeros((), dtype=delta.dtype)
-        counts, ratio_sum, kl_sum, ratio_max = torch.stack([
+        rows = [
             sides.flatten(1).sum(-1).to(delta.dtype),
             torch.where(sides, ratio, zero).flatten(1).sum(-1),
             torch.where(sides, -delta, zero).flatten(1).sum(-1),
             torch.where(sides, ratio, torch.full((), -math.inf, dtype=delta.dtype)).flatten(1).amax(-1),
-        ]).tolist()
+        ]
+        if clip_masks:  # a token counts once: the fields' masks are disjoint (a ratio is clipped at one bound)
+            clipped = torch.stack(list(clip_masks.values())).any(0)
+            rows.append((sides & clipped).flatten(1).sum(-1).to(delta.dtype))
+        counts, ratio_sum, kl_sum, ratio_max, *clipped_counts = torch.stack(rows).tolist()
     total = float(mask.sum())
     out: dict[str, Any] = {}
-    for i, (side, clipped) in enumerate((("pos", stats.clip_frac_upper),
-                                         ("neg", stats.clip_frac_lower + stats.dual_clip_frac))):
+    for i, (side, clipped_share) in enumerate((("pos", stats.clip_frac_upper),
+                                               ("neg", stats.clip_frac_lower + stats.dual_clip_frac))):
         count = counts[i]
         if count == 0:
             out.update({f"ratio_mean_{side}": None, f"ratio_max_{side}": None, f"approx_kl_{side}": None,
                         f"clip_frac_{side}": None})
             continue
+        clipped_tokens = clipped_counts[0][i] if clipped_counts else clipped_share * total
         out.update({f"ratio_mean_{side}": ratio_sum[i] / count, f"ratio_max_{side}": ratio_max[i],
-                    f"approx_kl_{side}": kl_sum[i] / count, f"clip_frac_{side}": min(1.0, clipped * total / count)})
+                    f"approx_kl_{side}": kl_sum[i] / count, f"clip_frac_{side}": min(1.0, clipped_tokens / count)})
     return dataclasses.replace(stats, **out)
 
 
@@ -341,7 +350,7 @@ def with_sign_split(loss: LossFn) -> LossFn:
 
     def split_loss(x: LossInputs, agg: Aggregation, **knobs) -> LossOutput:
         out = loss(x, agg, **knobs)
-        return LossOutput(out.loss, out.per_token, sign_split(out.stats, x))
+        return dataclasses.replace(out, stats=sign_split(out.stats, x, out.clip_masks))
 
     split_loss.__name__ = getattr(loss, "__name__", "loss")
     split_loss.__wrapped__ = loss  # type: ignore[attr-defined]  # keeps the knob signature visible
@@ -358,7 +367,7 @@ def with_rollout_correction(loss: LossFn) -> LossFn:
         if x.is_weights is None:
             return out
         per_token = out.per_token * x.is_weights
-        return LossOutput(agg(per_token, x.mask), per_token, out.stats)
+        return dataclasses.replace(out, loss=agg(per_token, x.mask), per_token=per_token)
 
     corrected.__name__ = getattr(loss, "__name__", "loss")
     corrected.__wrapped__ = loss  # type: ignore[attr-defined]
@@ -381,17 +390,24 @@ def with_unbounded_positive(base: LossFn) -> LossFn:
         per_token = torch.where(positive, self_anchored, out.per_token)
         pos_mask = x.mask.bool() & positive
         cap = _item((1.0 - torch.exp(x.logp.detach()))[pos_mask].mean()) if bool(pos_mask.any()) else None
+        # positive tokens are never clipped: a base that clips A <= 0 tokens at the upper bound too (CISPO) keeps
+        # those in clip_frac_upper, and its A > 0 tokens leave every clip count
+        clip_masks = None
+        clips = {"clip_frac_upper": 0.0, "clip_frac_lower": out.stats.clip_frac_lower,
+                 "dual_clip_frac": out.stats.dual_clip_frac}
+        if out.clip_masks is not None:
+            clip_masks = {name: clipped & ~positive for name, clipped in out.clip_masks.items()}
+            with torch.no_grad():
+                clips |= _token_means(x.mask, **clip_masks)
         stats = LossStats(
-            clip_frac_upper=0.0,  # positive tokens are never clipped
-            clip_frac_lower=out.stats.clip_frac_lower,
-            dual_clip_frac=out.stats.dual_clip_frac,
+            **clips,
             masked_frac=out.stats.masked_frac,
             approx_kl=out.stats.approx_kl,
             ratio_mean=out.stats.ratio_mean,
             ratio_max=out.stats.ratio_max,
             cap_pos_mean=cap,  # eq. 12: only the probability itself bounds the gain
         )
-        return LossOutput(agg(per_token, x.mask), per_token, stats)
+        return LossOutput(agg(per_token, x.mask), per_token, stats, clip_masks=clip_masks)
 
     up_loss.__name__ = f"unbounded_positive_{base.__name__}"
     up_loss.__wrapped__ = base  # type: ignore[attr-defined]  # keeps the base's knob signature visible

@@ -58,8 +58,9 @@ class LossInputs:
 class LossStats:
     """Diagnostics of one policy-loss evaluation (masked means over response tokens).
 
-    clip_frac_upper: A>0 tokens whose ratio exceeded 1+eps_high (their gradient is cut).
-    clip_frac_lower: A<0 tokens whose ratio fell below 1-eps_low.
+    clip_frac_upper: A>0 tokens whose ratio exceeded 1+eps_high (their gradient is cut); for CISPO, tokens of
+    either sign whose weight was truncated there (verl's count).
+    clip_frac_lower: A<0 tokens whose ratio fell below 1-eps_low; for CISPO, tokens of either sign.
     dual_clip_frac: A<0 tokens capped by the dual clip c (or ratio truncation at c).
     masked_frac: tokens whose loss was zeroed (Clip-Cov selection, DPPO trust region).
     approx_kl: mean(old_logp - logp) (k1; may be negative).
@@ -67,8 +68,8 @@ class LossStats:
     cap_pos_mean: UP paper eq. 11 probability capacity, mean over A>0 tokens (None if undefined).
     *_pos / *_neg: the same over A > 0 and over A <= 0 tokens only (None when there are none): the token ratio
     pi/pi_old, k1 approximate KL, and the share of those tokens the loss clipped (upper clip for A > 0; lower or
-    dual clip for A <= 0). Under UP the ratio of A > 0 tokens no longer enters the gradient, so only the _neg
-    ones speak to the clipped branch (`sign_split`).
+    dual clip for A <= 0; either bound for CISPO). Under UP the ratio of A > 0 tokens no longer enters the gradient,
+    so only the _neg ones speak to the clipped branch (`sign_split`).
     """
 
     clip_frac_upper: float = 0.0
@@ -99,3 +100,8 @@ class LossOutput:
     loss: torch.Tensor  # scalar, to minimise
     per_token: torch.Tensor  # [B, T] loss before aggregation (zero-filled where undefined)
     stats: LossStats
+    # [B, T] bool per clip field of `stats` ("clip_frac_upper", "clip_frac_lower", "dual_clip_frac"): the tokens it
+    # counts, from a loss whose clip counts are not split by the sign of A (CISPO truncates every token's weight at
+    # both bounds). None: clip_frac_upper counts A > 0 tokens only and lower and dual A < 0 ones only, so the
+    # by-sign shares follow from the fractions (losses.sign_split) and UP keeps lower and dual as they are.
+    clip_masks: dict[str, torch.Tensor] | None = None

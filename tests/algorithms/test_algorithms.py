@@ -621,6 +621,43 @@ def test_sign_split_hand_worked() -> None:
     assert up.clip_frac_pos == 0.0 and up.ratio_max_pos == pytest.approx(math.exp(0.5))  # UP never clips A > 0
 
 
+def test_cispo_clip_shares_by_sign_count_its_truncated_tokens() -> None:
+    """CISPO truncates the weight of tokens of both signs at both bounds (verl counts them all in pg_clipfrac), so
+    its by-sign shares come from the tokens themselves. A > 0 ratios e^-0.1, e^0.1, e^-0.5 (below 1 - 0.2); A < 0
+    ratios e^0.4, e^0.5 (above 1 + 0.28); one padding token. CISPO: upper 2/5, lower 1/5; A > 0 side 1 of 3 clipped,
+    A <= 0 side 2 of 2 (deriving them from the fractions, as for the sign-restricted losses, gave 2/3 and 1/2).
+    UP on CISPO: the A > 0 tokens leave every count; the A < 0 tokens clipped at the upper bound stay there."""
+    logp = torch.tensor([[-0.1, 0.1, -0.5, 0.4, 0.5, 9.0]], dtype=torch.float64)
+    x = A.LossInputs(logp, torch.zeros_like(logp),
+                     torch.tensor([[1.0, 1.0, 1.0, -1.0, -1.0, 5.0]], dtype=torch.float64),
+                     torch.tensor([[1.0, 1.0, 1.0, 1.0, 1.0, 0.0]], dtype=torch.float64))
+    agg = A.Aggregation("token-mean", num_tokens=5.0, num_seqs=1.0, num_rows=1.0)
+    cispo = A.bind_algorithm(types_ns(loss="cispo", eps_low=0.2, eps_high=0.28)).loss(x, agg).stats
+    assert (cispo.clip_frac_upper, cispo.clip_frac_lower) == (pytest.approx(0.4), pytest.approx(0.2))
+    assert cispo.clip_frac_pos == pytest.approx(1 / 3) and cispo.clip_frac_neg == pytest.approx(1.0)
+    up = A.bind_algorithm(types_ns(loss="cispo", eps_low=0.2, eps_high=0.28, unbounded_positive=True)).loss(x, agg)
+    assert (up.stats.clip_frac_upper, up.stats.clip_frac_lower) == (pytest.approx(0.4), 0.0)
+    assert up.stats.clip_frac_pos == 0.0 and up.stats.clip_frac_neg == pytest.approx(1.0)
+
+
+@pytest.mark.parametrize(("loss", "up"), loss_variants())
+def test_clip_shares_by_sign_add_up_to_the_losss_clip_counts(loss: str, up: bool) -> None:
+    """Every loss, with and without UP: the clipped tokens of each sign add up to those the loss counts,
+    clip_frac_pos * n_pos + clip_frac_neg * n_neg = (upper + lower + dual) * n, and each share is in [0, 1]."""
+    logp, old, adv, mask = random_loss_batch(B=16, T=6, seed=11)
+    old = logp + (old - logp) * 3  # ratios well past every clip bound
+    adv = torch.cat([adv[:2].abs(), -adv[2:].abs()])  # few A > 0 tokens: a share over them is quick to exceed 1
+    adv[3] = 0.0  # A = 0 rows count on the A <= 0 side
+    x = A.LossInputs(logp, old, adv, mask)
+    stats = loss_fns.with_sign_split(bound_loss(loss, up))(x, A.Aggregation("token-mean")).stats
+    valid = mask.bool()
+    n_pos, n_neg, n = float((valid & (adv > 0)).sum()), float((valid & (adv <= 0)).sum()), float(valid.sum())
+    assert n_pos and n_neg
+    assert 0.0 <= stats.clip_frac_pos <= 1.0 and 0.0 <= stats.clip_frac_neg <= 1.0
+    counted = (stats.clip_frac_upper + stats.clip_frac_lower + stats.dual_clip_frac) * n
+    assert stats.clip_frac_pos * n_pos + stats.clip_frac_neg * n_neg == pytest.approx(counted, abs=1e-9)
+
+
 def types_ns(**overrides):
     from rlvrlab.config.schema import AlgorithmConfig
 

@@ -48,9 +48,6 @@ def test_loss_diagnostics_of_micro_batches_combine_to_the_whole_batchs(name):
             if want is None:
                 assert value is None, field.name
                 continue
-            if field.name in ("clip_frac_pos", "clip_frac_neg") and want == 1.0:
-                continue  # sign_split caps a side's share at 1: a loss whose clip fraction counts tokens of both
-                #           signs (CISPO clips the weight of every token) saturates it, and a capped value is no mean
             assert value == pytest.approx(want, rel=1e-5, abs=1e-6), (name, field.name)
             values = [getattr(s, field.name) for s in plain if getattr(s, field.name) is not None]
             if not field.name.startswith("ratio_max") and not math.isclose(sum(values) / len(values), want,
