@@ -7,8 +7,10 @@ Python, it was 15-30 us (~165 ms for 9,600 points); the rows now go to the drive
 session (its connection and transaction): 8-14 us per point, most of it sqlite keeping the table's three indexes,
 measured with the Python loop below included. The same `metrics` rows (NaN stored as value 0 with is_nan, +-inf
 as +-max float, exact duplicates skipped as log_batch skips them) and the same `latest_metrics` rows (per key the
-point with the largest (step, timestamp, value)), in one transaction. tests/test_faults.py compares both paths row
-by row.
+point with the largest (step, timestamp, value), one upsert for all keys), in one transaction. tests/test_faults.py
+compares both paths row by row. Rows go in sorted by the metrics table's primary key, and the latest values in one
+upsert instead of a select and an update per key: a 200-step toy run's 10,200 points into a copy of the full toy
+grid's store (375 MB) took 0.098 s of CPU instead of 0.125 (medians of 6, alternating).
 
 Only for a local sqlite store (`writer_for`); any other store, or a store this cannot write, goes through
 log_batch.
@@ -38,11 +40,14 @@ def writer_for(client, uri: str) -> Callable[[str, Sequence], None] | None:
     if not tuple(c.name for c in metrics_table.columns) == tuple(c.name for c in latest_table.columns) == columns:
         return None  # another MLflow schema: log_batch knows it
     insert = f"INSERT OR IGNORE INTO {metrics_table.name} ({', '.join(columns)}) VALUES ({', '.join('?' * 6)})"
-    insert_latest = f"INSERT INTO {latest_table.name} ({', '.join(columns)}) VALUES ({', '.join('?' * 6)})"
+    # per key the point with the largest (step, timestamp, value), as log_batch keeps it: one upsert for every key
+    updated = ", ".join(f"{c} = excluded.{c}" for c in ("value", "timestamp", "step", "is_nan"))
+    upsert_latest = (f"INSERT INTO {latest_table.name} ({', '.join(columns)}) VALUES ({', '.join('?' * 6)}) "
+                     f"ON CONFLICT (key, run_uuid) DO UPDATE SET {updated} WHERE (excluded.step, excluded.timestamp, "
+                     f"excluded.value) > ({latest_table.name}.step, {latest_table.name}.timestamp, "
+                     f"{latest_table.name}.value)")
 
     def write(run_id: str, metrics: Sequence) -> None:
-        from sqlalchemy import select
-
         rows: list[tuple] = []  # in `columns` order
         latest: dict[str, tuple] = {}
         for m in metrics:
@@ -54,25 +59,22 @@ def writer_for(client, uri: str) -> Callable[[str, Sequence], None] | None:
                 latest[m.key] = row
         if not rows:
             return
+        # in the order of the table's primary key (key, timestamp, step, ...): each index takes its new entries in
+        # runs of neighbours, not one key at a time across the whole tree (~20% less CPU on a grid's 375 MB store)
+        rows.sort(key=_primary_key_order)
         with store.ManagedSessionMaker(read_only=False) as session:
             store._check_run_is_active(store._get_run(run_uuid=run_id, session=session))
             connection = session.connection()  # the session's transaction: all of it commits or none
             connection.exec_driver_sql(insert, rows)  # a list of tuples: the driver's executemany
-            stored = {r.key: r for r in connection.execute(
-                select(latest_table).where(latest_table.c.run_uuid == run_id, latest_table.c.key.in_(list(latest))))}
-            new = [row for key, row in latest.items() if key not in stored]
-            if new:
-                connection.exec_driver_sql(insert_latest, new)
-            for key, row in latest.items():
-                old = stored.get(key)
-                if old is not None and _order(row) > (old.step, old.timestamp, old.value):
-                    connection.execute(latest_table.update()
-                                       .where(latest_table.c.run_uuid == run_id, latest_table.c.key == key)
-                                       .values(value=row[1], timestamp=row[2], step=row[3], is_nan=row[4]))
+            connection.exec_driver_sql(upsert_latest, list(latest.values()))
 
     return write
 
 
 def _order(row: tuple) -> tuple:
     return row[3], row[2], row[1]  # step, timestamp, value
+
+
+def _primary_key_order(row: tuple) -> tuple:
+    return row[0], row[2], row[3], row[1], row[4]  # key, timestamp, step, value, is_nan (one run)
 
