@@ -247,6 +247,9 @@ def grid(seeds: int, overrides: list[str]) -> None:
     rows.append(("sweep: other", wall - sum(outer.seconds.values())))
     for name, seconds in rows:
         print(f"  {name:28s} {seconds:8.2f} {seconds / wall:6.1%} {seconds / runs * 1000:10.0f} ms")
+    steps_cpu, cores = inner.cpu["steps (train_step)"], os.cpu_count() or 1
+    print(f"  the steps alone took {steps_cpu:.1f} s of CPU: {cores} workers on {cores} cores doing nothing else would "
+          f"need at least {steps_cpu / cores:.1f} s for this grid (more where they slow each other down)")
 
 
 def grid_cli(seeds: int, overrides: list[str], workers: int) -> None:
