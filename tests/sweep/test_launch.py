@@ -197,6 +197,15 @@ def _descendants(pid: int) -> set[int]:
     return found
 
 
+def _command_line(pid: int) -> list[str]:
+    """A process's arguments; [] once it has exited (a descendant seen earlier may be a short-lived one, such as the
+    `git` a new run's provenance starts)."""
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_text(errors="replace").split("\0")
+    except OSError:
+        return []
+
+
 def _alive(pid: int) -> bool:
     try:
         return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
@@ -229,8 +238,7 @@ def test_a_stopped_sweep_leaves_no_child_run_behind(here: Path, sig: int) -> Non
         if len(training) == 2:
             break
     seen |= _descendants(proc.pid)
-    trainers = [pid for pid in seen if "train" in Path(f"/proc/{pid}/cmdline").read_text(errors="replace")
-                .split("\0")] if seen else []
+    trainers = [pid for pid in seen if "train" in _command_line(pid)]
     assert len(trainers) >= 2, "no `rlvrlab train` child found"
     proc.send_signal(sig)
     _, err = proc.communicate(timeout=240)
