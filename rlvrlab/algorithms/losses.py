@@ -133,13 +133,9 @@ def cispo_loss(x: LossInputs, agg: Aggregation, *, eps_low: float, eps_high: flo
     weight = torch.clamp(ratio, 1.0 - eps_low, 1.0 + eps_high).detach()
     per_token = -weight * x.adv * x.logp
     truncated = {"clip_frac_upper": ratio > 1.0 + eps_high, "clip_frac_lower": ratio < 1.0 - eps_low}  # either sign
-    stats = LossStats(
-        clip_frac_upper=_frac(truncated["clip_frac_upper"], x.mask),
-        clip_frac_lower=_frac(truncated["clip_frac_lower"], x.mask),
-        approx_kl=_item(masked_mean(-delta, x.mask)),
-        cap_pos_mean=_cap_pos(x, math.inf),
-        **_ratio_stats(ratio, x.mask),
-    )
+    with torch.no_grad():
+        means = _token_means(x.mask, **truncated, approx_kl=-delta)
+        stats = LossStats(**means, cap_pos_mean=_cap_pos(x, math.inf), **_ratio_stats(ratio, x.mask))
     return LossOutput(agg(per_token, x.mask), per_token, stats, clip_masks=truncated)
 
 
