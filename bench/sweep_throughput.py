@@ -3,6 +3,7 @@
     .venv/bin/python bench/sweep_throughput.py [SEEDS] [STEPS] [--no-cli]      (SEEDS = 3, STEPS = the file's 200)
     .venv/bin/python bench/sweep_throughput.py --grid [SEEDS] [STEPS]           (the full grid: 5 seeds, 200 steps)
     .venv/bin/python bench/sweep_throughput.py --grid --workers=2 [SEEDS] [STEPS]   (the same grid through the CLI)
+    ... --grid [--workers=N] [SEEDS] [STEPS] KEY=VALUE ...    (with config overrides, e.g. tracking.log_every=10)
 
 --grid: the wall time of sweeps/tau_eps_staleness_grid.yaml (27 cells x SEEDS seeds x STEPS steps), one worker in
 this process through the library, and where it goes: per seed run, setup (`build`: config, MLflow run,
@@ -274,8 +275,9 @@ def main(argv: list[str]) -> None:
     flags = [a for a in argv if a.startswith("--")]
     if "--grid" in flags:
         workers = next((int(a.split("=", 1)[1]) for a in flags if a.startswith("--workers=")), 1)
-        numbers = [int(a) for a in argv if not a.startswith("--")]
+        numbers = [int(a) for a in argv if not a.startswith("--") and "=" not in a]
         seeds, overrides = numbers[0] if numbers else 5, [f"steps={numbers[1]}"] if len(numbers) > 1 else []
+        overrides += [a for a in argv if not a.startswith("--") and "=" in a]  # config overrides, KEY=VALUE
         if workers > 1:
             grid_cli(seeds, overrides, workers)
         else:

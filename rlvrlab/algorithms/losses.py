@@ -36,6 +36,11 @@ def _ratio_stats(ratio: torch.Tensor, mask: torch.Tensor) -> dict[str, float]:
     }
 
 
+def _k1_and_ratio_stats(delta: torch.Tensor, mask: torch.Tensor) -> LossStats:
+    """approx_kl (k1) and the ratio's mean and max, the diagnostics of losses without a clip."""
+    return LossStats(approx_kl=_item(masked_mean(-delta, mask)), **_ratio_stats(torch.exp(delta), mask))
+
+
 def _token_means(mask: torch.Tensor, **values: torch.Tensor) -> dict[str, float]:
     """The masked means over response tokens of several [B, T] tensors (booleans count as 0/1), as one stacked
     reduction and one copy out: the same numbers as `_frac` / masked_mean of each, up to the order of summation."""
@@ -73,17 +78,19 @@ def clip_loss(
     ratio = torch.exp(delta)
     surr = -x.adv * ratio
     surr_clipped = -x.adv * torch.clamp(ratio, 1.0 - eps_low, 1.0 + eps_high)
-    per_token = torch.maximum(surr, surr_clipped)
+    per_token = unbounded = torch.maximum(surr, surr_clipped)
     negative = x.adv < 0
-    fractions = {}
     if dual_clip_c is not None:
         dual_bound = -x.adv * dual_clip_c
-        fractions["dual_clip_frac"] = (per_token > dual_bound) & negative
         per_token = torch.where(negative, torch.minimum(per_token, dual_bound), per_token)
-    with torch.no_grad():
-        means = _token_means(x.mask, clip_frac_upper=(x.adv > 0) & (ratio > 1.0 + eps_high),
-                             clip_frac_lower=negative & (ratio < 1.0 - eps_low), approx_kl=-delta, **fractions)
-        stats = LossStats(**means, cap_pos_mean=_cap_pos(x, eps_high), **_ratio_stats(ratio, x.mask))
+
+    def stats() -> LossStats:
+        with torch.no_grad():
+            fractions = {} if dual_clip_c is None else {"dual_clip_frac": (unbounded > dual_bound) & negative}
+            means = _token_means(x.mask, clip_frac_upper=(x.adv > 0) & (ratio > 1.0 + eps_high),
+                                 clip_frac_lower=negative & (ratio < 1.0 - eps_low), approx_kl=-delta, **fractions)
+            return LossStats(**means, cap_pos_mean=_cap_pos(x, eps_high), **_ratio_stats(ratio, x.mask))
+
     return LossOutput(agg(per_token, x.mask), per_token, stats)
 
 
@@ -110,19 +117,20 @@ def gspo_loss(x: LossInputs, agg: Aggregation, *, eps_low: float, eps_high: floa
     ratio = torch.exp(torch.clamp(log_token_ratio, max=10.0))  # [B, T]
     surr = -x.adv * ratio
     surr_clipped = -x.adv * torch.clamp(ratio, 1.0 - eps_low, 1.0 + eps_high)
-    per_token = torch.maximum(surr, surr_clipped)
-    dual_frac = 0.0
+    per_token = unbounded = torch.maximum(surr, surr_clipped)
     if dual_clip_c is not None:
         dual_bound = -x.adv * dual_clip_c
-        dual_frac = _frac((per_token > dual_bound) & (x.adv < 0), x.mask)
         per_token = torch.where(x.adv < 0, torch.minimum(per_token, dual_bound), per_token)
-    stats = LossStats(
-        clip_frac_upper=_frac((x.adv > 0) & (ratio > 1.0 + eps_high), x.mask),
-        clip_frac_lower=_frac((x.adv < 0) & (ratio < 1.0 - eps_low), x.mask),
-        dual_clip_frac=dual_frac,
-        approx_kl=_item(masked_mean(-delta, x.mask)),
-        **_ratio_stats(ratio, x.mask),
-    )
+
+    def stats() -> LossStats:
+        return LossStats(
+            clip_frac_upper=_frac((x.adv > 0) & (ratio > 1.0 + eps_high), x.mask),
+            clip_frac_lower=_frac((x.adv < 0) & (ratio < 1.0 - eps_low), x.mask),
+            dual_clip_frac=0.0 if dual_clip_c is None else _frac((unbounded > dual_bound) & (x.adv < 0), x.mask),
+            approx_kl=_item(masked_mean(-delta, x.mask)),
+            **_ratio_stats(ratio, x.mask),
+        )
+
     return LossOutput(agg(per_token, x.mask), per_token, stats)
 
 
@@ -133,9 +141,12 @@ def cispo_loss(x: LossInputs, agg: Aggregation, *, eps_low: float, eps_high: flo
     weight = torch.clamp(ratio, 1.0 - eps_low, 1.0 + eps_high).detach()
     per_token = -weight * x.adv * x.logp
     truncated = {"clip_frac_upper": ratio > 1.0 + eps_high, "clip_frac_lower": ratio < 1.0 - eps_low}  # either sign
-    with torch.no_grad():
-        means = _token_means(x.mask, **truncated, approx_kl=-delta)
-        stats = LossStats(**means, cap_pos_mean=_cap_pos(x, math.inf), **_ratio_stats(ratio, x.mask))
+
+    def stats() -> LossStats:
+        with torch.no_grad():
+            means = _token_means(x.mask, **truncated, approx_kl=-delta)
+            return LossStats(**means, cap_pos_mean=_cap_pos(x, math.inf), **_ratio_stats(ratio, x.mask))
+
     return LossOutput(agg(per_token, x.mask), per_token, stats, clip_masks=truncated)
 
 
@@ -148,8 +159,8 @@ def sapo_loss(x: LossInputs, agg: Aggregation, *, sapo_tau_pos: float, sapo_tau_
     ratio = torch.exp(delta)
     tau = torch.where(x.adv > 0, torch.full_like(ratio, sapo_tau_pos), torch.full_like(ratio, sapo_tau_neg))
     per_token = -torch.sigmoid(tau * (ratio - 1.0)) * (4.0 / tau) * x.adv
-    stats = LossStats(approx_kl=_item(masked_mean(-delta, x.mask)), **_ratio_stats(ratio, x.mask))
-    return LossOutput(agg(per_token, x.mask), per_token, stats)
+    return LossOutput(agg(per_token, x.mask), per_token,
+                      lambda: LossStats(approx_kl=_item(masked_mean(-delta, x.mask)), **_ratio_stats(ratio, x.mask)))
 
 
 def gmpo_loss(x: LossInputs, agg: Aggregation, *, eps_low: float, eps_high: float) -> LossOutput:
@@ -169,13 +180,16 @@ def gmpo_loss(x: LossInputs, agg: Aggregation, *, eps_low: float, eps_high: floa
     seq_loss = -seq_adv * seq_ratio  # [B]
     num_rows = agg.num_rows if agg.num_rows is not None else seq_loss.shape[0]
     loss = seq_loss.sum() / num_rows * agg.dp_size
-    clipped = delta != delta_clamped
-    stats = LossStats(
-        clip_frac_upper=_frac(clipped & (x.adv > 0), x.mask),
-        clip_frac_lower=_frac(clipped & (x.adv < 0), x.mask),
-        approx_kl=_item(masked_mean(-delta, x.mask)),
-        **_ratio_stats(torch.exp(delta), x.mask),
-    )
+
+    def stats() -> LossStats:
+        clipped = delta != delta_clamped
+        return LossStats(
+            clip_frac_upper=_frac(clipped & (x.adv > 0), x.mask),
+            clip_frac_lower=_frac(clipped & (x.adv < 0), x.mask),
+            approx_kl=_item(masked_mean(-delta, x.mask)),
+            **_ratio_stats(torch.exp(delta), x.mask),
+        )
+
     per_token = (seq_loss / lengths.clamp(min=1)).unsqueeze(-1) * x.mask
     return LossOutput(loss, per_token, stats)
 
@@ -184,8 +198,7 @@ def pg_loss(x: LossInputs, agg: Aggregation) -> LossOutput:
     """Vanilla policy gradient l = -A logp (GPG, Chu et al. 2025): no ratio, no clip."""
     per_token = -x.logp * x.adv
     delta = x.logp - x.old_logp
-    stats = LossStats(approx_kl=_item(masked_mean(-delta, x.mask)), **_ratio_stats(torch.exp(delta), x.mask))
-    return LossOutput(agg(per_token, x.mask), per_token, stats)
+    return LossOutput(agg(per_token, x.mask), per_token, lambda: _k1_and_ratio_stats(delta, x.mask))
 
 
 def w_reinforce_loss(x: LossInputs, agg: Aggregation, *, w_reinforce_lambda: float) -> LossOutput:
@@ -193,20 +206,22 @@ def w_reinforce_loss(x: LossInputs, agg: Aggregation, *, w_reinforce_lambda: flo
     weight = torch.where(x.adv > 0, torch.full_like(x.adv, w_reinforce_lambda), torch.ones_like(x.adv))
     per_token = -weight * x.adv * x.logp
     delta = x.logp - x.old_logp
-    stats = LossStats(approx_kl=_item(masked_mean(-delta, x.mask)), **_ratio_stats(torch.exp(delta), x.mask))
-    return LossOutput(agg(per_token, x.mask), per_token, stats)
+    return LossOutput(agg(per_token, x.mask), per_token, lambda: _k1_and_ratio_stats(delta, x.mask))
 
 
 def _dppo(x: LossInputs, agg: Aggregation, valid: torch.Tensor, delta: torch.Tensor, dppo_c: float) -> LossOutput:
     ratio = torch.exp(delta)
     truncated = torch.clamp(ratio, max=dppo_c).detach()
     per_token = -x.adv * truncated * x.logp * valid.detach().to(x.logp.dtype)
-    stats = LossStats(
-        masked_frac=_frac(~valid, x.mask),
-        dual_clip_frac=_frac((ratio > dppo_c) & valid, x.mask),
-        approx_kl=_item(masked_mean(-delta, x.mask)),
-        **_ratio_stats(ratio, x.mask),
-    )
+
+    def stats() -> LossStats:
+        return LossStats(
+            masked_frac=_frac(~valid, x.mask),
+            dual_clip_frac=_frac((ratio > dppo_c) & valid, x.mask),
+            approx_kl=_item(masked_mean(-delta, x.mask)),
+            **_ratio_stats(ratio, x.mask),
+        )
+
     return LossOutput(agg(per_token, x.mask), per_token, stats)
 
 
@@ -234,8 +249,7 @@ def dro_loss(x: LossInputs, agg: Aggregation, *, dro_beta: float) -> LossOutput:
     """DRO (current verl): l = -(A logp - beta/2 (logp - old_logp)^2)."""
     delta = x.logp - x.old_logp
     per_token = -(x.logp * x.adv - 0.5 * dro_beta * delta.square())
-    stats = LossStats(approx_kl=_item(masked_mean(-delta, x.mask)), **_ratio_stats(torch.exp(delta), x.mask))
-    return LossOutput(agg(per_token, x.mask), per_token, stats)
+    return LossOutput(agg(per_token, x.mask), per_token, lambda: _k1_and_ratio_stats(delta, x.mask))
 
 
 def _token_cov(x: LossInputs) -> torch.Tensor:
@@ -270,14 +284,17 @@ def clip_cov_loss(
     keep = torch.ones_like(x.adv)
     keep[chosen[:, 0], chosen[:, 1]] = 0.0
     per_token = torch.maximum(surr, surr_clipped) * keep
-    stats = LossStats(
-        clip_frac_upper=_frac((x.adv > 0) & (ratio > 1.0 + eps_high), x.mask),
-        clip_frac_lower=_frac((x.adv < 0) & (ratio < 1.0 - eps_low), x.mask),
-        masked_frac=_frac(keep == 0, x.mask),
-        approx_kl=_item(masked_mean(-delta, x.mask)),
-        cap_pos_mean=_cap_pos(x, eps_high),
-        **_ratio_stats(ratio, x.mask),
-    )
+
+    def stats() -> LossStats:
+        return LossStats(
+            clip_frac_upper=_frac((x.adv > 0) & (ratio > 1.0 + eps_high), x.mask),
+            clip_frac_lower=_frac((x.adv < 0) & (ratio < 1.0 - eps_low), x.mask),
+            masked_frac=_frac(keep == 0, x.mask),
+            approx_kl=_item(masked_mean(-delta, x.mask)),
+            cap_pos_mean=_cap_pos(x, eps_high),
+            **_ratio_stats(ratio, x.mask),
+        )
+
     return LossOutput(agg(per_token, x.mask), per_token, stats)
 
 
@@ -294,12 +311,15 @@ def kl_cov_loss(x: LossInputs, agg: Aggregation, *, cov_ratio: float, kl_cov_coe
     penalised[top] = True
     penalised = penalised.view_as(cov)
     per_token = -x.adv * ratio + torch.where(penalised, kl_cov_coef * delta.abs(), torch.zeros_like(delta))
-    stats = LossStats(
-        masked_frac=_frac(penalised, x.mask),
-        approx_kl=_item(masked_mean(-delta, x.mask)),
-        cap_pos_mean=_cap_pos(x, math.inf),
-        **_ratio_stats(ratio, x.mask),
-    )
+
+    def stats() -> LossStats:
+        return LossStats(
+            masked_frac=_frac(penalised, x.mask),
+            approx_kl=_item(masked_mean(-delta, x.mask)),
+            cap_pos_mean=_cap_pos(x, math.inf),
+            **_ratio_stats(ratio, x.mask),
+        )
+
     return LossOutput(agg(per_token, x.mask), per_token, stats)
 
 
@@ -346,7 +366,7 @@ def with_sign_split(loss: LossFn) -> LossFn:
 
     def split_loss(x: LossInputs, agg: Aggregation, **knobs) -> LossOutput:
         out = loss(x, agg, **knobs)
-        return dataclasses.replace(out, stats=sign_split(out.stats, x, out.clip_masks))
+        return out.replace(stats=lambda: sign_split(out.stats, x, out.clip_masks))
 
     split_loss.__name__ = getattr(loss, "__name__", "loss")
     split_loss.__wrapped__ = loss  # type: ignore[attr-defined]  # keeps the knob signature visible
@@ -363,7 +383,7 @@ def with_rollout_correction(loss: LossFn) -> LossFn:
         if x.is_weights is None:
             return out
         per_token = out.per_token * x.is_weights
-        return dataclasses.replace(out, loss=agg(per_token, x.mask), per_token=per_token)
+        return out.replace(loss=agg(per_token, x.mask), per_token=per_token)
 
     corrected.__name__ = getattr(loss, "__name__", "loss")
     corrected.__wrapped__ = loss  # type: ignore[attr-defined]
@@ -384,25 +404,30 @@ def with_unbounded_positive(base: LossFn) -> LossFn:
         positive = x.adv > 0
         self_anchored = -x.adv * torch.exp(x.logp - x.logp.detach())
         per_token = torch.where(positive, self_anchored, out.per_token)
-        pos_mask = x.mask.bool() & positive
-        cap = _item((1.0 - torch.exp(x.logp.detach()))[pos_mask].mean()) if bool(pos_mask.any()) else None
         # positive tokens are never clipped: a base that clips A <= 0 tokens at the upper bound too (CISPO) keeps
         # those in clip_frac_upper, and its A > 0 tokens leave every clip count
         clip_masks = None
-        clips = {"clip_frac_upper": 0.0, "clip_frac_lower": out.stats.clip_frac_lower,
-                 "dual_clip_frac": out.stats.dual_clip_frac}
         if out.clip_masks is not None:
             clip_masks = {name: clipped & ~positive for name, clipped in out.clip_masks.items()}
-            with torch.no_grad():
-                clips |= _token_means(x.mask, **clip_masks)
-        stats = LossStats(
-            **clips,
-            masked_frac=out.stats.masked_frac,
-            approx_kl=out.stats.approx_kl,
-            ratio_mean=out.stats.ratio_mean,
-            ratio_max=out.stats.ratio_max,
-            cap_pos_mean=cap,  # eq. 12: only the probability itself bounds the gain
-        )
+
+        def stats() -> LossStats:
+            pos_mask = x.mask.bool() & positive
+            cap = _item((1.0 - torch.exp(x.logp.detach()))[pos_mask].mean()) if bool(pos_mask.any()) else None
+            base = out.stats
+            clips = {"clip_frac_upper": 0.0, "clip_frac_lower": base.clip_frac_lower,
+                     "dual_clip_frac": base.dual_clip_frac}
+            if clip_masks is not None:
+                with torch.no_grad():
+                    clips |= _token_means(x.mask, **clip_masks)
+            return LossStats(
+                **clips,
+                masked_frac=base.masked_frac,
+                approx_kl=base.approx_kl,
+                ratio_mean=base.ratio_mean,
+                ratio_max=base.ratio_max,
+                cap_pos_mean=cap,  # eq. 12: only the probability itself bounds the gain
+            )
+
         return LossOutput(agg(per_token, x.mask), per_token, stats, clip_masks=clip_masks)
 
     up_loss.__name__ = f"unbounded_positive_{base.__name__}"

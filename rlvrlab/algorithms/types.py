@@ -8,7 +8,7 @@ Stats stay typed here; only rlvrlab's tracking edge turns them into metric names
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -95,13 +95,40 @@ class LossStats:
         return self.clip_frac_upper + self.clip_frac_lower
 
 
-@dataclass(frozen=True)
 class LossOutput:
-    loss: torch.Tensor  # scalar, to minimise
-    per_token: torch.Tensor  # [B, T] loss before aggregation (zero-filled where undefined)
-    stats: LossStats
-    # [B, T] bool per clip field of `stats` ("clip_frac_upper", "clip_frac_lower", "dual_clip_frac"): the tokens it
-    # counts, from a loss whose clip counts are not split by the sign of A (CISPO truncates every token's weight at
-    # both bounds). None: clip_frac_upper counts A > 0 tokens only and lower and dual A < 0 ones only, so the
-    # by-sign shares follow from the fractions (losses.sign_split) and UP keeps lower and dual as they are.
-    clip_masks: dict[str, torch.Tensor] | None = None
+    """What a policy loss returns.
+
+    loss: scalar, to minimise. per_token: [B, T] loss before aggregation (zero-filled where undefined).
+    stats: its LossStats. A loss may give them as a function of no arguments instead: they are then computed on
+    first read, once, so a step that logs nothing never pays for its diagnostics (rlvrlab.train.loop reads them only
+    on the steps that log). The function reads the loss's inputs and the tensors of its forward pass, which backward
+    does not change: read after backward, they are the same numbers (an input changed in place before the read would
+    change them; the loop reads them before the optimizer step).
+    clip_masks: [B, T] bool per clip field of `stats` ("clip_frac_upper", "clip_frac_lower", "dual_clip_frac"): the
+    tokens it counts, from a loss whose clip counts are not split by the sign of A (CISPO truncates every token's
+    weight at both bounds). None: clip_frac_upper counts A > 0 tokens only and lower and dual A < 0 ones only, so
+    the by-sign shares follow from the fractions (losses.sign_split) and UP keeps lower and dual as they are."""
+
+    __slots__ = ("loss", "per_token", "_stats", "clip_masks")
+
+    def __init__(self, loss: torch.Tensor, per_token: torch.Tensor, stats: LossStats | Callable[[], LossStats],
+                 clip_masks: dict[str, torch.Tensor] | None = None):
+        self.loss = loss
+        self.per_token = per_token
+        self._stats = stats
+        self.clip_masks = clip_masks
+
+    @property
+    def stats(self) -> LossStats:
+        if not isinstance(self._stats, LossStats):
+            self._stats = self._stats()
+        return self._stats
+
+    def replace(self, **changes) -> LossOutput:
+        """A copy with some of loss, per_token, stats (LossStats or a function giving them), clip_masks changed;
+        stats not yet computed stay so."""
+        fields = {"loss": self.loss, "per_token": self.per_token, "stats": self._stats, "clip_masks": self.clip_masks}
+        unknown = set(changes) - set(fields)
+        if unknown:
+            raise TypeError(f"LossOutput has no field {', '.join(sorted(unknown))}")
+        return LossOutput(**(fields | changes))

@@ -50,7 +50,11 @@ def train(experiment: ExperimentArg = None, overrides: OverridesArg = None, resu
         if not progress.live.is_started:
             progress.start()
             progress.start_task(task)
-        progress.update(task, completed=step + 1, status=f"reward {stats.reward:.3f} entropy {stats.entropy:.3f}")
+        if stats is None:  # a step that logs nothing (tracking.log_every): the last logged values stay shown
+            progress.update(task, completed=step + 1)
+        else:
+            progress.update(task, completed=step + 1,
+                            status=f"reward {stats.reward:.3f} entropy {stats.entropy:.3f}")
 
     try:
         run_id = run_training(cfg, resume=resume, progress=show, tags=tags,

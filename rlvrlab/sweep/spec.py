@@ -17,7 +17,7 @@ before any storage is opened or run started; every mistake is one ConfigError li
     objective:
       metric: policy/toy_correct_uniformity    # any per-step metric the runs log to MLflow
       direction: maximize                      # maximize | minimize
-      window: 10                               # per seed: mean of the metric over its last 10 steps
+      window: 10                               # per seed: mean of the metric over its last 10 logged steps
       aggregate: mean                          # over seeds: mean | lcb95 (maximize) | ucb95 (minimize)
     budget: {trials: null, timeout: null}      # trials (samplers; grid: every point) and seconds per invocation
     pruner: {type: none}                       # none | median | hyperband; warmup_steps, startup_trials

@@ -149,7 +149,7 @@ def _initialise(sweep: Sweep) -> None:
     study.set_user_attr(T.FINGERPRINT, spec.fingerprint())
     study.set_user_attr(T.SEEDS, list(spec.seeds))
     study.set_user_attr(T.OBJECTIVE, f"{spec.objective.aggregate} over seeds of {spec.objective.metric} "
-                        f"(last {spec.objective.window} steps), {spec.objective.direction}")
+                        f"(last {spec.objective.window} logged steps), {spec.objective.direction}")
     client = sweep.client()
     experiment_id = experiment_id_for(client, spec.name, sweep.artifact_root)
     run = client.create_run(experiment_id, run_name=f"study {spec.name}", tags={
@@ -391,7 +391,7 @@ def _seed_run(sweep: Sweep, client, trial, params: dict, seed: int, position: in
         pass
 
     def report(step: int, batch, run, stats) -> None:
-        if spec.pruner.type == "none":
+        if spec.pruner.type == "none" or stats is None:  # stats: None on steps that log nothing
             return
         value = step_metrics(stats).get(metric)
         if value is None:

@@ -37,7 +37,7 @@ class RolloutBatch:
     old_logp: torch.Tensor | None = None  # [B, T] trainer's behaviour log-probs at generation time (tempered)
     raw_logp: torch.Tensor | None = None  # [B, T] the same at temperature 1 (compared with engine_logp)
     ref_logp: torch.Tensor | None = None  # [B, T] reference-policy log-probs, when a KL term is used
-    old_entropy: torch.Tensor | None = None  # [B, T] behaviour-policy token entropy (Ent-Adv shaping)
+    old_entropy: torch.Tensor | None = None  # [B, T] behaviour-policy token entropy, only for Ent-Adv (its reader)
     adv: torch.Tensor | None = None  # [B, T] advantages, set when the batch is consumed
     scores: torch.Tensor | None = None  # [B] the verifier's scores (rewards before overlong shaping)
     truncated: torch.Tensor | None = None  # [B] bool: cut at max_new_tokens without an end-of-sequence token

@@ -60,7 +60,8 @@ from rlvrlab.train.stats import LossStatsMean, StepStats, Timings, correct_set_m
 from rlvrlab.update.base import clipped_norm
 from rlvrlab.update.dist import all_max, all_sum, world
 
-OnStep = Callable[[int, RolloutBatch, Run, StepStats], None]
+# on_step(step, batch, run, stats): after every step; stats is None on the steps that log nothing (logs_step)
+OnStep = Callable[[int, RolloutBatch, Run, "StepStats | None"], None]
 
 
 class RunStopped(Exception):
@@ -137,10 +138,10 @@ def _run_steps(run: Run, cfg: RunConfig, folder: Path | None, on_step, progress)
         for step in range(state.step, cfg.steps):
             raise_if_stop_requested()  # Ctrl-C or SIGTERM: a run stops between steps, never inside one
             evaluated = _evaluate(run, step) if cfg.trainer.eval_every and step % cfg.trainer.eval_every == 0 else None
-            stats, batch = train_step(run, state, step)
-            stats.heldout = evaluated
+            stats, batch = train_step(run, state, step, with_stats=logs_step(cfg, step))
             state.step = step + 1
-            if step % cfg.tracking.log_every == 0 or state.step == cfg.steps:  # the last step always
+            if stats is not None:
+                stats.heldout = evaluated
                 run.tracker.log_metrics(step, step_metrics(stats))
             elif evaluated is not None:
                 run.tracker.log_metrics(step, evaluated)
@@ -171,6 +172,12 @@ def _run_steps(run: Run, cfg: RunConfig, folder: Path | None, on_step, progress)
         finally:
             run.verifier.close()
     return run.tracker.run_id
+
+
+def logs_step(cfg: RunConfig, step: int) -> bool:
+    """Whether step metrics are logged at `step` (0-based): steps 0, n, 2n, ... of tracking.log_every = n, and the
+    last step. Only these steps compute their statistics (train_step's with_stats)."""
+    return step % cfg.tracking.log_every == 0 or step + 1 == cfg.steps
 
 
 def _evaluate(run: Run, step: int) -> dict[str, float] | None:
@@ -262,8 +269,11 @@ def _record_extension(run: Run, notes: list[str], extended_from: int | None) -> 
 EXTENSION_NOTE = "# resume: steps extended from"
 
 
-def train_step(run: Run, state: TrainState, step: int) -> tuple[StepStats, RolloutBatch]:
-    """One step; returns its statistics and the batch it consumed."""
+def train_step(run: Run, state: TrainState, step: int, *,
+               with_stats: bool = True) -> tuple[StepStats | None, RolloutBatch]:
+    """One step; returns its statistics and the batch it consumed. with_stats=False: the same update, without the
+    diagnostics that only the statistics read (the loss's, the batch's, the toy table's); the statistics are None.
+    The same on every rank (the statistics are reduced over ranks)."""
     cfg, t = run.cfg, Timings()
     start = time.perf_counter()
 
@@ -279,11 +289,10 @@ def train_step(run: Run, state: TrainState, step: int) -> tuple[StepStats, Rollo
 
     # 3. Policy updates through the update engine.
     update_start = time.perf_counter()
-    update = update_policy(run, batch, step)
+    update = update_policy(run, batch, step, with_stats=with_stats)
     t.update = time.perf_counter() - update_start
     if batch.old_logp is None:  # reuse_update_logp: the update's own forward gave the behaviour log-probs
         batch.old_logp = batch.raw_logp = _in_batch_order(torch.cat(update.logps), update.order)
-        batch.old_entropy = _in_batch_order(torch.cat(update.token_entropies), update.order)
         adv_inputs = dataclasses.replace(adv_inputs, old_logp=batch.old_logp)
 
     # 4. The rollout engine samples the next batch from the updated weights.
@@ -291,6 +300,8 @@ def train_step(run: Run, state: TrainState, step: int) -> tuple[StepStats, Rollo
     run.rollout.sync_weights(run.update.weights())
     t.sync = time.perf_counter() - sync_start
     t.step = time.perf_counter() - start
+    if not with_stats:
+        return None, batch
 
     # 5. Statistics of the consumed batch (means over ranks) and of the update.
     solved, signal_share = group_outcomes(batch.rewards, batch.group_ids)
@@ -349,9 +360,8 @@ class UpdateResult:
     kls: list[float] = field(default_factory=list)  # mean k3 KL to the reference, when used
     norms: list[float] = field(default_factory=list)  # gradient norm of each optimizer step
     logps: list[torch.Tensor] = field(default_factory=list)  # detached [b, T] per micro-batch, reuse_update_logp only
-    token_entropies: list[torch.Tensor] = field(default_factory=list)  # the same for the token entropy
     corrections: list = field(default_factory=list)  # CorrectionStats per micro-batch, with algorithm.tis_level
-    order: torch.Tensor | None = None  # logps / token_entropies concatenated -> batch order (row_order), when packed
+    order: torch.Tensor | None = None  # logps concatenated -> batch order (row_order), when packed
 
 
 def _in_batch_order(values: torch.Tensor, order: torch.Tensor | None) -> torch.Tensor:
@@ -371,10 +381,12 @@ def _micro_batches(run: Run, batch: RolloutBatch, *, same_count_on_all_ranks: bo
     return parts
 
 
-def update_policy(run: Run, batch: RolloutBatch, step: int) -> UpdateResult:
+def update_policy(run: Run, batch: RolloutBatch, step: int, *, with_stats: bool = True) -> UpdateResult:
     """ppo_epochs passes over this process's rows, each split into mini-batches (one optimizer step each),
     each accumulated over micro-batches. Losses are normalised by the mini-batch's counts over all processes,
-    so the update does not depend on how rows are split into micro-batches or processes."""
+    so the update does not depend on how rows are split into micro-batches or processes. with_stats=False: the
+    same update; the result holds the gradient norms only (no loss, entropy or KL means, no loss diagnostics), and
+    the token entropy is not computed unless the loss has an entropy term."""
     cfg, algo, result = run.cfg, run.algorithm, UpdateResult()
     for epoch in range(cfg.trainer.ppo_epochs):
         if cfg.trainer.mini_batches > 1:
@@ -401,13 +413,13 @@ def update_policy(run: Run, batch: RolloutBatch, step: int) -> UpdateResult:
             for i, micro_rows in enumerate(parts):
                 x = mini.rows(micro_rows)
                 logp, entropy = logp_and_entropy(run.update.module, x, temperature=cfg.rollout.temperature,
+                                                 with_entropy=with_stats or algo.entropy_bonus is not None,
                                                  entropy_grad=algo.entropy_bonus is not None,
                                                  prompt_cache=run.shared_cache)
                 old_logp = x.old_logp
                 if old_logp is None:  # reuse_update_logp: the weights that sampled the batch are these, unchanged
                     old_logp = logp.detach()
                     result.logps.append(old_logp)
-                    result.token_entropies.append(entropy.detach())
                 mask = x.loss_mask(drop_truncated=cfg.algorithm.overlong_filter)
                 weights = None
                 if cfg.algorithm.tis_level != "none":  # pi_trainer / pi_rollout of the sampling weights, truncated
@@ -420,17 +432,20 @@ def update_policy(run: Run, batch: RolloutBatch, step: int) -> UpdateResult:
                 loss = out.loss
                 if run.reference is not None:
                     loss = loss + algo.kl(logp, x.ref_logp, mask, agg)
-                    delta = (x.ref_logp - logp).detach()
-                    mini_kl.append((masked_sum(torch.expm1(delta) - delta, mask), mask.sum()))
+                    if with_stats:
+                        delta = (x.ref_logp - logp).detach()
+                        mini_kl.append((masked_sum(torch.expm1(delta) - delta, mask), mask.sum()))
                 if algo.entropy_bonus is not None:
                     loss = loss + algo.entropy_bonus(entropy, mask, agg)
                 _require_finite(loss.item(), "loss", step, run)
                 run.update.backward(loss, last=i == len(parts) - 1)
-                result.loss_stats.add(out.stats, **sign_counts(x.adv, mask))
-                mini_loss.append(out.loss.item())
-                mini_entropy.append((masked_sum(entropy.detach(), x.mask), x.mask.sum()))
-            result.losses.append(sum(mini_loss))
-            result.entropies.append(_token_mean(mini_entropy))
+                if with_stats:  # the loss's diagnostics are computed here, on first read (LossOutput.stats)
+                    result.loss_stats.add(out.stats, **sign_counts(x.adv, mask))
+                    mini_loss.append(out.loss.item())
+                    mini_entropy.append((masked_sum(entropy.detach(), x.mask), x.mask.sum()))
+            if with_stats:
+                result.losses.append(sum(mini_loss))
+                result.entropies.append(_token_mean(mini_entropy))
             if mini_kl:
                 result.kls.append(_token_mean(mini_kl))
             result.norms.append(run.update.step())
@@ -498,7 +513,8 @@ def generate(run: Run, state: TrainState, *, version: int, timings: Timings) -> 
         for rows in parts:
             x = batch.rows(rows)
             if not reuse:
-                logp, entropy = logp_and_entropy(run.update.module, x, temperature=temperature, prompt_cache=share)
+                logp, entropy = logp_and_entropy(run.update.module, x, temperature=temperature,
+                                                 with_entropy=run.algorithm.ent_adv is not None, prompt_cache=share)
                 old.append(logp)
                 ent.append(entropy)
                 raw.append(logp if temperature == 1.0 else logp_and_entropy(run.update.module, x, temperature=1.0,
@@ -508,8 +524,9 @@ def generate(run: Run, state: TrainState, *, version: int, timings: Timings) -> 
                                             prompt_cache=share)[0])
     order = row_order(parts, len(batch))
     if not reuse:
-        batch.old_logp, batch.raw_logp, batch.old_entropy = (_in_batch_order(torch.cat(values), order)
-                                                             for values in (old, raw, ent))
+        batch.old_logp, batch.raw_logp = (_in_batch_order(torch.cat(values), order) for values in (old, raw))
+        if run.algorithm.ent_adv is not None:  # Ent-Adv's shaping is the one reader of the behaviour entropy
+            batch.old_entropy = _in_batch_order(torch.cat(ent), order)
     batch.ref_logp = _in_batch_order(torch.cat(ref), order) if ref else None
     timings.logp += time.perf_counter() - tic
     return batch

@@ -658,6 +658,25 @@ def test_clip_shares_by_sign_add_up_to_the_losss_clip_counts(loss: str, up: bool
     assert stats.clip_frac_pos * n_pos + stats.clip_frac_neg * n_neg == pytest.approx(counted, abs=1e-9)
 
 
+@pytest.mark.parametrize(("loss", "up"), loss_variants())
+def test_loss_stats_read_after_backward_equal_those_read_before(loss: str, up: bool) -> None:
+    """LossOutput.stats may be computed on first read (the loop reads them only on steps that log, after backward):
+    for every loss with and without UP, behind every wrapper the loop uses, reading them after backward gives the
+    numbers read right away, and a second read gives the same object."""
+    logp, old, adv, mask = random_loss_batch(B=12, T=5, seed=5)
+    old = logp + (old - logp) * 3  # ratios past the clip bounds: every diagnostic is nonzero somewhere
+    fn = loss_fns.with_rollout_correction(loss_fns.with_sign_split(bound_loss(loss, up)))
+    outputs = []
+    for read_first in (True, False):
+        leaf = logp.clone().requires_grad_(True)
+        torch.manual_seed(0)  # clip_cov draws its tokens from the global RNG
+        out = fn(A.LossInputs(leaf, old, adv, mask), A.Aggregation("token-mean"))
+        before = out.stats if read_first else None
+        out.loss.backward()
+        outputs.append(before if read_first else out.stats)
+        assert out.stats is out.stats
+    assert outputs[0] == outputs[1]
+
 def types_ns(**overrides):
     from rlvrlab.config.schema import AlgorithmConfig
 

@@ -200,6 +200,37 @@ def test_log_every_logs_every_nth_step_and_the_last(tmp_path, mlflow_history):
     assert sorted(history["train/reward"]) == sorted(history["loss/policy"]) == [0, 4, 5]
 
 
+@pytest.mark.parametrize("overrides", [
+    pytest.param(["algorithm=ucpo", "trainer.ppo_epochs=2", "trainer.staleness=1"], id="ucpo-stale-two-epochs"),
+    pytest.param(["algorithm=grpo"], id="reused-update-logp"),
+    pytest.param(["algorithm=up_dapo", "algorithm.kl_coef=0.1", "algorithm.entropy_coef=0.01"], id="up-kl-entropy"),
+    pytest.param(["algorithm=grpo", "algorithm.ent_adv_alpha=0.5", "trainer.mini_batches=2"], id="ent-adv"),
+    pytest.param(["algorithm=grpo", "algorithm.loss=cispo", "algorithm.unbounded_positive=true"], id="up-cispo"),
+])
+def test_steps_that_log_nothing_train_exactly_as_those_that_log(tmp_path, mlflow_history, overrides):
+    """Steps that log nothing skip their statistics (the loss's diagnostics, the entropy, the toy table's): the
+    training is the same to the bit, and the steps that do log give the same numbers as a run that logs every step."""
+    weights: dict[int, torch.Tensor] = {}
+    histories = {}
+    for every in (1, 3):
+        out = tmp_path / f"every{every}"
+        cfg = toy(out, "steps=7", "trainer.checkpoint_every=0", f"tracking.log_every={every}", *overrides)
+        seen = []
+
+        def record(step, batch, run, stats, seen=seen, every=every):
+            seen.append(stats is not None)
+            weights[every] = run.update.module.logits.detach().clone()
+
+        histories[every] = mlflow_history(out, train(cfg, on_step=record))
+        assert seen == [step % every == 0 or step == 6 for step in range(7)]
+    assert torch.equal(weights[1], weights[3])
+    sparse, dense = histories[3], histories[1]
+    assert sorted(sparse["policy/entropy"]) == [0, 3, 6]
+    for name, points in sparse.items():
+        if not name.startswith("time/") and name != "rollout/tokens_per_s":
+            assert points == {step: dense[name][step] for step in points}, name
+
+
 # ----------------------------------------------------------------- every registered algorithm, two toy steps
 
 
