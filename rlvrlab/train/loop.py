@@ -57,7 +57,7 @@ from rlvrlab.train.checkpoint import TrainState
 from rlvrlab.train.metrics import step_metrics
 from rlvrlab.train.setup import Run, build
 from rlvrlab.train.stats import LossStatsMean, StepStats, Timings, correct_set_means, group_outcomes, sign_counts
-from rlvrlab.update.base import clipped_norm
+from rlvrlab.update.base import clipped_norm, total_norm
 from rlvrlab.update.dist import all_max, all_sum, world
 
 # on_step(step, batch, run, stats): after every step; stats is None on the steps that log nothing (logs_step)
@@ -453,7 +453,7 @@ def update_policy(run: Run, batch: RolloutBatch, step: int, *, with_stats: bool 
             # a finite gradient times a huge learning rate can still overflow the weights; found here, not as a
             # torch error inside the next step's sampling
             weights = [p.detach() for p in run.update.module.parameters()]
-            _require_finite(float(torch.nn.utils.get_total_norm(weights)), "weight norm after the update", step, run)
+            _require_finite(float(total_norm(weights)), "weight norm after the update", step, run)
     return result
 
 

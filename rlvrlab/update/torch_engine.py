@@ -8,6 +8,8 @@ from pathlib import Path
 
 import torch
 
+from rlvrlab.update.base import clip_grad_norm_
+
 
 class TorchEngine:
     def __init__(self, module: torch.nn.Module, *, lr: float, weight_decay: float, betas: tuple[float, float],
@@ -21,7 +23,7 @@ class TorchEngine:
 
     def step(self) -> float:
         max_norm = self.grad_clip if self.grad_clip > 0 else math.inf  # inf: measure the norm, clip nothing
-        norm = float(torch.nn.utils.clip_grad_norm_(self.module.parameters(), max_norm))
+        norm = float(clip_grad_norm_(self.module.parameters(), max_norm))
         if math.isfinite(norm):  # a non-finite norm stops the run before these weights are touched
             self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
