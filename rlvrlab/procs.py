@@ -7,6 +7,7 @@ import signal
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import NoReturn
 
 _graceful = 0  # depth of stop_at_safe_points() sections in this process
 _requested: int | None = None  # the signal that asked for a stop, once one did
@@ -96,3 +97,23 @@ def die_with_parent(sig: int) -> None:
             ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, sig)  # PR_SET_PDEATHSIG = 1
         except Exception:  # noqa: BLE001, S110 - best effort: without it an orphan runs to its natural end
             pass
+
+
+def exit_now(code: int | str | None) -> NoReturn:
+    """End this process, its work written, without the interpreter's teardown of torch, MLflow and the rest (~1 s
+    of CPU here after a toy run or a sweep worker, bench/README.md): the atexit handlers run (logging's flush,
+    multiprocessing's join of child processes), stdout and stderr are flushed, then os._exit, as multiprocessing
+    ends its forked children. `code` as SystemExit takes it: None is 0, a string is printed to stderr and is 1."""
+    import atexit
+    import os
+
+    if isinstance(code, str):
+        print(code, file=sys.stderr)
+        code = 1
+    atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):  # a closed pipe or stream: nothing more can reach it
+            pass
+    os._exit(code or 0)

@@ -526,6 +526,43 @@ def test_sqlite_metric_writes_store_the_rows_log_batch_stores(tmp_path: Path) ->
     assert writer_for(mlflow_client, "http://localhost:5000") is None
 
 
+def test_sqlite_param_writes_store_the_rows_log_batch_stores(tmp_path: Path) -> None:
+    """A run's params through rlvrlab.tracking.sql_metrics.params_writer_for: the `params` rows log_batch writes;
+    logged again, the same values are accepted and another value is refused with MLflow's own error (log_batch
+    decides both); a bad key is refused as log_batch refuses it."""
+    import sqlite3
+
+    from mlflow.exceptions import MlflowException
+
+    from rlvrlab.tracking.mlflow_tracker import MlflowTracker
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    fast = MlflowTracker(uri, "rows", artifact_root=tmp_path / "art")
+    slow = MlflowTracker(uri, "rows", artifact_root=tmp_path / "art")
+    assert fast._sql_params is not None
+    slow._sql_params = None  # log_batch
+    params = {f"group{i % 7}.key{i}": value for i, value in enumerate([0.5, "x", None, True, float("inf"), 3] * 40)}
+    log_batch = fast.client.log_batch
+    fast.client.log_batch = None  # the direct INSERT writes them: log_batch is not called
+    fast.log_params(params)
+    fast.client.log_batch = log_batch
+    slow.log_params(params)
+    db = sqlite3.connect(tmp_path / "mlflow.db")
+
+    def rows(run_id: str) -> list[tuple]:
+        return sorted(db.execute("select key, value from params where run_uuid = ?", (run_id,)).fetchall())
+
+    assert rows(fast.run_id) == rows(slow.run_id) and len(rows(fast.run_id)) == 240
+    fast.log_params({"group0.key0": 0.5, "new": 1})  # the same value again, and a new key: accepted
+    assert fast.client.get_run(fast.run_id).data.params["new"] == "1"
+    for tracker in (fast, slow):
+        with pytest.raises(MlflowException, match="Changing param values is not allowed"):
+            tracker.log_params({"group0.key0": 0.25})
+        with pytest.raises(MlflowException, match="Invalid value|Invalid parameter name|Names may"):
+            tracker.log_params({"bad\nkey": 1})
+    assert rows(fast.run_id) == sorted([*rows(slow.run_id), ("new", "1")])
+
+
 def test_sqlite_metric_writes_leave_a_store_of_another_schema_to_log_batch(tmp_path: Path, monkeypatch) -> None:
     """The direct INSERT names the columns of MLflow's metrics tables; a schema with other columns (a later MLflow)
     gets no writer, so log_batch writes its points, and the run does not fail."""

@@ -12,7 +12,7 @@ from rlvrlab.cli.report import report
 from rlvrlab.cli.sweep import sweep
 from rlvrlab.cli.train import train
 from rlvrlab.errors import RlvrlabError
-from rlvrlab.procs import ignore_further_signals, install_stop_handlers, stop_requested
+from rlvrlab.procs import exit_now, ignore_further_signals, install_stop_handlers, stop_requested
 
 app = typer.Typer(
     name="rlvrlab",
@@ -30,6 +30,8 @@ app.command()(report)
 
 
 def main() -> None:
+    """The command. Its exit skips the interpreter's teardown (rlvrlab.procs.exit_now: ~1 s after importing torch and
+    MLflow); an unexpected error still ends with its traceback."""
     install_stop_handlers()  # `kill` stops a run as Ctrl-C does: MLflow run KILLED, checkpoints kept
     try:
         app()
@@ -40,7 +42,11 @@ def main() -> None:
             raise
         # soft_wrap: the message stays one line however narrow the terminal
         Console(stderr=True).print(f"error: {error}", style="red", markup=False, highlight=False, soft_wrap=True)
-        raise SystemExit(1) from None
+        exit_now(1)
+    except SystemExit as done:  # typer ends every command with one
+        if stop_requested() is not None:
+            ignore_further_signals()
+        exit_now(done.code)
     finally:
         if stop_requested() is not None:
             ignore_further_signals()

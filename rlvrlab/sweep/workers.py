@@ -19,7 +19,7 @@ from typing import Optional
 
 from rlvrlab import outputs
 from rlvrlab.errors import RlvrlabError
-from rlvrlab.procs import signal_name, stop_at_safe_points, stop_requested
+from rlvrlab.procs import exit_now, signal_name, stop_at_safe_points, stop_requested
 from rlvrlab.sweep.placement import assign, visible_devices
 from rlvrlab.sweep.spec import SweepSpec
 from rlvrlab.sweep.summary import summarize
@@ -50,20 +50,28 @@ def run_sweep(spec: SweepSpec, storage: Optional[str] = None, *, workers: int = 
         placed = assign(workers, launch.gpus_per_run, visible_devices() if devices is None else list(devices))
     if not status_only and launch.type == "slurm":
         check_slurm(spec, storage, warn)
-    opened = open_sweep(spec, storage, create=not status_only)
-    if status_only:
-        return opened
-    _study_run_status(opened, "RUNNING")  # continued after a stop: its study run (KILLED) runs again
-    deadline = time.time() + spec.timeout if spec.timeout else None
+    deadline = time.time() + spec.timeout if spec.timeout and not status_only else None
+    started = None
+    if not status_only and launch.type != "slurm" and workers > 1:
+        started = _Workers(spec, workers, storage, deadline, placed)  # their start-up overlaps the study's opening
+    try:
+        opened = open_sweep(spec, storage, create=not status_only)
+        if status_only:
+            return opened
+        _study_run_status(opened, "RUNNING")  # continued after a stop: its study run (KILLED) runs again
+    except BaseException:
+        if started is not None:
+            started.cancel()
+        raise
     report = on_progress or (lambda done, total, status: None)
     try:
         if launch.type == "slurm":
             _run_jobs(opened, workers, storage, deadline, report, warn)
-        elif workers == 1:
+        elif started is None:
             with _devices(placed[0] if placed else None):
                 _run_here(opened, deadline, report)
         else:
-            _run_workers(opened, workers, storage, deadline, report, warn, placed)
+            _run_workers(opened, started, report, warn)
     except KeyboardInterrupt:  # Ctrl-C or SIGTERM; the interrupted trials are re-enqueued
         _study_run_status(opened, "KILLED")
         raise RlvrlabError(f"sweep stopped by {signal_name(stop_requested() or signal.SIGINT)} before the study was "
@@ -137,25 +145,49 @@ def _devices(visible: Optional[str]) -> Iterator[None]:
             os.environ["CUDA_VISIBLE_DEVICES"] = before
 
 
-def _run_workers(opened: Sweep, workers: int, storage: Optional[str], deadline: Optional[float], report: OnProgress,
-                 warn: Callable[[str], None], placed: Optional[list[str]] = None) -> None:
-    """Spawned processes, each a full worker on the same storage; progress polls the study."""
-    import multiprocessing
+class _Workers:
+    """N spawned worker processes, each a full worker on the study's storage. They are started before this process
+    opens the study, so that their start-up (importing torch, MLflow and Optuna: ~2-4 s of CPU each here,
+    bench/README.md) overlaps its own; each waits for `go` before it opens the study, or ends at `cancel`."""
 
-    threads = max(1, (os.cpu_count() or 1) // workers)
-    context = multiprocessing.get_context("spawn")
-    procs = [context.Process(target=_worker_main, args=(opened.spec, storage, deadline, threads, index,
-                                                        placed[index] if placed else None),
-                             daemon=False) for index in range(workers)]
+    def __init__(self, spec: SweepSpec, workers: int, storage: Optional[str], deadline: Optional[float],
+                 placed: Optional[list[str]]):
+        import multiprocessing
+
+        context = multiprocessing.get_context("spawn")
+        self.go, self.cancelled = context.Event(), context.Event()
+        threads = max(1, (os.cpu_count() or 1) // workers)
+        self.procs = [context.Process(target=_worker_main,
+                                      args=(spec, storage, deadline, threads, index,
+                                            placed[index] if placed else None, self.go, self.cancelled),
+                                      daemon=False) for index in range(workers)]
+        for proc in self.procs:
+            proc.start()
+
+    def cancel(self) -> None:
+        """The study could not be opened (or this process was stopped first): the workers end without touching it."""
+        self.cancelled.set()
+        self.go.set()
+        for proc in self.procs:
+            proc.join(timeout=60)
+            if proc.is_alive():
+                proc.kill()
+
+
+def _run_workers(opened: Sweep, started: _Workers, report: OnProgress, warn: Callable[[str], None]) -> None:
+    """The started workers claim the study's trials; progress polls the study."""
+    import multiprocessing.connection
+
+    procs, workers = started.procs, len(started.procs)
     total = opened.spec.total_trials()
     status = f"{workers} workers"
     report(0, total, status)
     try:
         with stop_at_safe_points():
-            for proc in procs:
-                proc.start()
+            started.go.set()
             while any(proc.is_alive() for proc in procs):
-                time.sleep(1.0)
+                # wakes at once when a worker exits (the last one's end is the sweep's), else after 1 s
+                multiprocessing.connection.wait([proc.sentinel for proc in procs if proc.is_alive()], timeout=1.0)
                 if stop_requested() is not None:
                     _stop_workers(procs, pass_on=stop_requested() == signal.SIGTERM)
                 report(summarize(opened).finished, total, status)
@@ -190,8 +222,8 @@ def _stop_workers(procs, *, pass_on: bool) -> None:
         proc.join(timeout=STOP_GRACE_SECONDS)
 
 
-def _worker_main(spec, storage: Optional[str], deadline, threads: int, index: int,
-                 visible: Optional[str] = None) -> None:
+def _worker_main(spec, storage: Optional[str], deadline, threads: int, index: int, visible: Optional[str],
+                 go, cancelled) -> None:
     if visible is not None:  # before anything initialises CUDA: this worker and its seed runs see only these
         os.environ["CUDA_VISIBLE_DEVICES"] = visible
     os.environ["OMP_NUM_THREADS"] = str(threads)  # the seed runs it starts as processes share them too
@@ -202,13 +234,22 @@ def _worker_main(spec, storage: Optional[str], deadline, threads: int, index: in
     install_stop_handlers(announce=False)  # the parent prints the one stop message
     die_with_parent(signal.SIGTERM)  # a killed `rlvrlab sweep` takes its workers with it
     torch.set_num_threads(threads)
+    code = 0
     try:
+        if not spec.launcher.child:  # what its first seed run imports, while the parent opens the study: the loop,
+            import torch._dynamo  # noqa: F401  # and what torch.optim imports on first use (~1.6 s here)
+
+            import rlvrlab.train.loop  # noqa: F401
+        go.wait()
+        if cancelled.is_set():
+            exit_now(0)
         work(open_sweep(spec, storage, create=False, worker=index), deadline=deadline)
     except RlvrlabError as error:
         print(f"error: {error}", file=sys.stderr)
-        raise SystemExit(1) from None
+        code = 1
     except KeyboardInterrupt:  # its trial is already re-enqueued and its runs closed KILLED (run_trial)
-        raise SystemExit(130) from None
+        code = 130
+    exit_now(code)  # its runs are closed and its trials told to the study: skip the interpreter's teardown
 
 
 # ------------------------------------------------------------------------------------------------- Slurm workers

@@ -18,7 +18,9 @@ class Tracker(Protocol):
         """Buffered: cheap to call every step; written by flush()."""
         ...
 
-    def log_text(self, text: str, artifact_path: str) -> None: ...
+    def log_texts(self, files: Mapping[str, str]) -> None:
+        """Text artifacts {path in the run's artifacts: text}, in one call."""
+        ...
 
     def log_artifact(self, path: Path, artifact_path: str | None = None) -> None: ...
 
@@ -44,7 +46,7 @@ class NullTracker:
     def log_metrics(self, step: int, metrics: Mapping[str, float]) -> None:
         pass
 
-    def log_text(self, text: str, artifact_path: str) -> None:
+    def log_texts(self, files: Mapping[str, str]) -> None:
         pass
 
     def log_artifact(self, path: Path, artifact_path: str | None = None) -> None:

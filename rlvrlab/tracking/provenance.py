@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import functools
 import subprocess
+from dataclasses import dataclass
 from pathlib import Path
 
 from rlvrlab.config.compose import config_hash, yaml_and_tree
@@ -13,21 +14,35 @@ from rlvrlab.tracking import tags as T
 from rlvrlab.tracking.base import Tracker
 
 
-def record_run(tracker: Tracker, cfg: RunConfig) -> str:
-    """Params, tags and artifacts of a new training run (config hash without seed); returns the resolved config
-    as YAML (rlvrlab.config.compose.to_yaml), which the run folder keeps too."""
-    text, tree = yaml_and_tree(cfg)
-    tracker.log_params(flatten(tree))
+@dataclass(frozen=True)
+class Provenance:
+    """What a new run records about itself: its grouping and git tags (given to the MLflow run when it is created),
+    and its git diff when the checkout is dirty."""
+
+    tags: dict[str, str]
+    diff: str
+
+
+def provenance(cfg: RunConfig) -> Provenance:
+    """The tags of a new training run (config hash without seed) and the checkout's diff."""
     sha, dirty, diff = git_state()
-    tracker.set_tags({
+    tags = {
         T.ALGORITHM: cfg.algorithm.name, T.MODEL: cfg.model.path or cfg.model.tier, T.DATASET: cfg.dataset.name,
         T.CONFIG_HASH: config_hash(cfg), T.SEED: str(cfg.seed), T.GIT_SHA: sha, T.GIT_DIRTY: str(dirty).lower(),
         T.TIER: cfg.model.tier,
-    })
-    tracker.log_text(text, "config.yaml")
-    tracker.log_text(packages(), "packages.txt")
-    if dirty:
-        tracker.log_text(diff, "git.diff")
+    }
+    return Provenance(tags, diff if dirty else "")
+
+
+def record_run(tracker: Tracker, cfg: RunConfig, made: Provenance) -> str:
+    """Params and artifacts of a new training run created with `made`.tags; returns the resolved config as YAML
+    (rlvrlab.config.compose.to_yaml), which the run folder keeps too."""
+    text, tree = yaml_and_tree(cfg)
+    tracker.log_params(flatten(tree))
+    files = {"config.yaml": text, "packages.txt": packages()}
+    if made.diff:
+        files["git.diff"] = made.diff
+    tracker.log_texts(files)
     return text
 
 

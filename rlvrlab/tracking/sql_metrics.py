@@ -12,6 +12,9 @@ compares both paths row by row. Rows go in sorted by the metrics table's primary
 upsert instead of a select and an update per key: a 200-step toy run's 10,200 points into a copy of the full toy
 grid's store (375 MB) took 0.098 s of CPU instead of 0.125 (medians of 6, alternating).
 
+A run's params go in the same way (`params_writer_for`): ~200 rows as one executemany instead of ~11 ms of ORM
+objects per run, a tenth of a toy-tier sweep's time per seed run outside its steps.
+
 Only for a local sqlite store (`writer_for`); any other store, or a store this cannot write, goes through
 log_batch.
 """
@@ -67,6 +70,36 @@ def writer_for(client, uri: str) -> Callable[[str, Sequence], None] | None:
             connection = session.connection()  # the session's transaction: all of it commits or none
             connection.exec_driver_sql(insert, rows)  # a list of tuples: the driver's executemany
             connection.exec_driver_sql(upsert_latest, list(latest.values()))
+
+    return write
+
+
+def params_writer_for(client, uri: str) -> Callable[[str, Sequence], None] | None:
+    """A function (run_id, params) that inserts mlflow Param rows of a run into `client`'s sqlite store with one
+    executemany, the rows log_batch writes, after MLflow's own validation of each param (names and lengths): ~1 ms
+    of CPU against ~11 for the ~200 params a run records. Keys must be new to the run: a key it already has (same
+    value or not) makes the INSERT fail and nothing is written; the caller then goes through log_batch, which accepts
+    the same value again and refuses another with MLflow's message. None where writer_for gives None."""
+    if writer_for(client, uri) is None:
+        return None
+    try:
+        from mlflow.store.tracking.dbmodels.models import SqlParam
+        from mlflow.utils.validation import _validate_batch_log_data
+    except Exception:  # another MLflow layout: the public API
+        return None
+    store = client._tracking_client.store
+    table = SqlParam.__table__
+    if sorted(c.name for c in table.columns) != ["key", "run_uuid", "value"]:
+        return None
+    insert = f"INSERT INTO {table.name} (key, value, run_uuid) VALUES (?, ?, ?)"
+
+    def write(run_id: str, params: Sequence) -> None:
+        _, checked, _ = _validate_batch_log_data([], list(params), [])
+        if len({p.key for p in checked}) != len(checked):
+            raise ValueError("a key given twice: log_batch says which")
+        with store.ManagedSessionMaker(read_only=False) as session:
+            store._check_run_is_active(store._get_run(run_uuid=run_id, session=session))
+            session.connection().exec_driver_sql(insert, [(p.key, p.value, run_id) for p in checked])
 
     return write
 

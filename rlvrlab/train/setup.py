@@ -24,7 +24,7 @@ from rlvrlab.rewards.pool import RewardPool
 from rlvrlab.rollout.base import RolloutEngine
 from rlvrlab.tracking import tags as T
 from rlvrlab.tracking.base import NullTracker, Tracker
-from rlvrlab.tracking.provenance import record_run
+from rlvrlab.tracking.provenance import provenance, record_run
 from rlvrlab.tracking.store import store
 from rlvrlab.train import heldout
 from rlvrlab.train.batch import can_share_prompt, shared_cache_ratio
@@ -270,9 +270,12 @@ def _tracker(cfg: RunConfig, output_dir: Path, run_id: str | None, rank: int,
     output_dir.mkdir(parents=True, exist_ok=True)
     where = store(output_dir, cfg.tracking.uri)
     name = f"{cfg.algorithm.name}-{cfg.model.tier}-{cfg.dataset.name}-s{cfg.seed}"
-    tracker = MlflowTracker(where.uri, cfg.experiment, artifact_root=where.artifact_root, run_id=run_id, run_name=name,
-                            tags=tags)
-    return tracker, record_run(tracker, cfg) if run_id is None else None
+    if run_id is not None:  # resumed: its records are kept
+        return MlflowTracker(where.uri, cfg.experiment, artifact_root=where.artifact_root, run_id=run_id), None
+    made = provenance(cfg)
+    tracker = MlflowTracker(where.uri, cfg.experiment, artifact_root=where.artifact_root, run_name=name,
+                            tags={**tags, **made.tags})
+    return tracker, record_run(tracker, cfg, made)
 
 
 def _broadcast(value: str | None) -> str:
