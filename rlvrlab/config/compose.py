@@ -9,8 +9,10 @@ A CLI `group=name` replaces the experiment's choice for that group before any fi
     experiments/models/<name>.yaml        datasets/)
 """
 
+import copy
 import dataclasses
 import difflib
+import functools
 import hashlib
 import json
 import os
@@ -86,7 +88,7 @@ def compose(experiment: Union[str, Path, None] = None, overrides: Sequence[str] 
         else:
             fields.extend(_leaves(key, _parse_value(key, raw)))
 
-    cfg = OmegaConf.structured(RunConfig)
+    cfg = copy.deepcopy(_schema())
     layers: dict[str, int] = {}  # dotted key -> precedence layer that set it last
     for group, name in groups.items():
         group_file = _group_file(file.parent, group, name)
@@ -97,6 +99,13 @@ def compose(experiment: Union[str, Path, None] = None, overrides: Sequence[str] 
     run = _to_object(cfg)
     validate(run, layers)
     return run
+
+
+@functools.lru_cache(maxsize=1)
+def _schema() -> DictConfig:
+    """RunConfig as an OmegaConf structured config of its defaults, built once per process: compose works on a deep
+    copy (2 ms) instead of building it again (10 ms of a ~35 ms compose here; a sweep composes every seed run)."""
+    return OmegaConf.structured(RunConfig)
 
 
 def config_hash(cfg: RunConfig) -> str:

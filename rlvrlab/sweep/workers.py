@@ -147,8 +147,10 @@ def _devices(visible: Optional[str]) -> Iterator[None]:
 
 class _Workers:
     """N spawned worker processes, each a full worker on the study's storage. They are started before this process
-    opens the study, so that their start-up (importing torch, MLflow and Optuna: ~2-4 s of CPU each here,
-    bench/README.md) overlaps its own; each waits for `go` before it opens the study, or ends at `cancel`."""
+    opens the study, so that their start-up (importing torch, MLflow and Optuna: ~3-4 s of CPU each here,
+    bench/README.md) overlaps its own; each waits for `go` before it opens the study, or ends at `cancel`. Spawned,
+    not forked: no CUDA state, thread or open store of this process reaches them (a fork server preloading torch was
+    tried: its own ~1 s exit delayed the stop of the workers when this process was killed)."""
 
     def __init__(self, spec: SweepSpec, workers: int, storage: Optional[str], deadline: Optional[float],
                  placed: Optional[list[str]]):

@@ -160,6 +160,8 @@ class MlflowTracker:
         self._join()
         metrics, self._buffer = self._buffer, []
         self._last_flush = time.monotonic()
+        if not metrics:
+            return
         self._writer = threading.Thread(target=self._write, args=(metrics,), name="rlvrlab-mlflow", daemon=True)
         self._writer.start()
         if wait:

@@ -151,8 +151,9 @@ def _run_steps(run: Run, cfg: RunConfig, folder: Path | None, on_step, progress)
                 progress(step, stats)
             every = cfg.trainer.checkpoint_every
             if every and (state.step % every == 0 or state.step == cfg.steps):
+                run.tracker.flush(wait=False)  # the metrics so far are written while the checkpoint is
                 checkpoint.save(run, state)
-                run.tracker.flush()
+                run.tracker.flush()  # both are stored before the next step (nothing was logged in between)
             _fault_injection(step)
         if state.step == cfg.steps and run.heldout is not None:  # the final policy, logged at step `steps`
             run.tracker.log_metrics(cfg.steps, _evaluate(run, cfg.steps))
