@@ -77,6 +77,9 @@ def run_sweep(spec: SweepSpec, storage: Optional[str] = None, *, workers: int = 
         raise RlvrlabError(f"sweep stopped by {signal_name(stop_requested() or signal.SIGINT)} before the study was "
                            f"done; its MLflow study run {opened.study_run_id} ended KILLED; re-run the same command "
                            "to continue it (interrupted trials are re-run)") from None
+    finally:
+        if started is not None and not started.go.is_set():  # an error before they were let go: end them
+            started.cancel()
     finish_study_run(opened)
     return opened
 

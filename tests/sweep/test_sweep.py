@@ -448,6 +448,29 @@ def test_two_workers_share_the_journal_and_run_each_point_once(here: Path) -> No
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("where", ["opening the study", "before the workers are let go"])
+def test_workers_started_early_end_when_the_sweep_fails_before_they_work(here: Path, monkeypatch,
+                                                                         where: str) -> None:
+    """Workers are spawned before the parent opens the study and wait for it: an error in between (the study cannot
+    be opened, or the progress display fails) ends them, and nothing was trained."""
+    import multiprocessing
+
+    import rlvrlab.sweep.workers as workers_module
+    from rlvrlab.sweep.workers import run_sweep
+
+    def fail(*args, **kwargs):
+        raise RlvrlabError("made to fail")
+
+    if where == "opening the study":
+        monkeypatch.setattr(workers_module, "open_sweep", fail)
+    spec = load_sweep(str(_sweep_file(here)))
+    with pytest.raises(RlvrlabError, match="made to fail"):
+        run_sweep(spec, workers=2, on_progress=fail if where != "opening the study" else None)
+    assert multiprocessing.active_children() == []
+    assert _role(_runs(here, "grid"), "seed") == []
+
+
+@pytest.mark.slow
 def test_tpe_sampler_respects_the_trial_budget(here: Path) -> None:
     text = """\
 experiment: toy
