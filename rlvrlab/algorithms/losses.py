@@ -37,7 +37,8 @@ def _ratio_stats(ratio: torch.Tensor, mask: torch.Tensor) -> dict[str, float]:
 
 
 def _k1_and_ratio_stats(delta: torch.Tensor, mask: torch.Tensor) -> LossStats:
-    """approx_kl (k1) and the ratio's mean and max, the diagnostics of losses without a clip."""
+    """approx_kl (k1) and the ratio's mean and max of delta = logp - old_logp (its exp is the ratio), the diagnostics
+    of losses without a clip."""
     return LossStats(approx_kl=_item(masked_mean(-delta, mask)), **_ratio_stats(torch.exp(delta), mask))
 
 
@@ -159,8 +160,7 @@ def sapo_loss(x: LossInputs, agg: Aggregation, *, sapo_tau_pos: float, sapo_tau_
     ratio = torch.exp(delta)
     tau = torch.where(x.adv > 0, torch.full_like(ratio, sapo_tau_pos), torch.full_like(ratio, sapo_tau_neg))
     per_token = -torch.sigmoid(tau * (ratio - 1.0)) * (4.0 / tau) * x.adv
-    return LossOutput(agg(per_token, x.mask), per_token,
-                      lambda: LossStats(approx_kl=_item(masked_mean(-delta, x.mask)), **_ratio_stats(ratio, x.mask)))
+    return LossOutput(agg(per_token, x.mask), per_token, lambda: _k1_and_ratio_stats(delta, x.mask))
 
 
 def gmpo_loss(x: LossInputs, agg: Aggregation, *, eps_low: float, eps_high: float) -> LossOutput:
@@ -197,16 +197,14 @@ def gmpo_loss(x: LossInputs, agg: Aggregation, *, eps_low: float, eps_high: floa
 def pg_loss(x: LossInputs, agg: Aggregation) -> LossOutput:
     """Vanilla policy gradient l = -A logp (GPG, Chu et al. 2025): no ratio, no clip."""
     per_token = -x.logp * x.adv
-    delta = x.logp - x.old_logp
-    return LossOutput(agg(per_token, x.mask), per_token, lambda: _k1_and_ratio_stats(delta, x.mask))
+    return LossOutput(agg(per_token, x.mask), per_token, lambda: _k1_and_ratio_stats(x.logp - x.old_logp, x.mask))
 
 
 def w_reinforce_loss(x: LossInputs, agg: Aggregation, *, w_reinforce_lambda: float) -> LossOutput:
     """W-REINFORCE (Zhu et al. 2025, "negative sample reinforcement"): l = -w A logp, w = lambda if A > 0 else 1."""
     weight = torch.where(x.adv > 0, torch.full_like(x.adv, w_reinforce_lambda), torch.ones_like(x.adv))
     per_token = -weight * x.adv * x.logp
-    delta = x.logp - x.old_logp
-    return LossOutput(agg(per_token, x.mask), per_token, lambda: _k1_and_ratio_stats(delta, x.mask))
+    return LossOutput(agg(per_token, x.mask), per_token, lambda: _k1_and_ratio_stats(x.logp - x.old_logp, x.mask))
 
 
 def _dppo(x: LossInputs, agg: Aggregation, valid: torch.Tensor, delta: torch.Tensor, dppo_c: float) -> LossOutput:

@@ -118,7 +118,7 @@ class MlflowTracker:
                 retry_locked(partial(self._sql_params, self.run_id, items))
                 written = True
             except Exception:  # noqa: BLE001 - a key the run has, or anything else: log_batch decides, in its words
-                written = False
+                pass
         if not written:
             for i in range(0, len(items), _PARAMS_BATCH):
                 self.client.log_batch(self.run_id, params=items[i : i + _PARAMS_BATCH])
