@@ -33,6 +33,11 @@ def group_index(group_ids: Sequence[Hashable] | np.ndarray | torch.Tensor) -> to
     """Map arbitrary group ids to 0..G-1 in sorted-id order. Returns a LongTensor [B]."""
     if isinstance(group_ids, torch.Tensor):
         group_ids = group_ids.cpu().numpy()
+    if isinstance(group_ids, list) and all(type(g) is str for g in group_ids):
+        # the trainer's ids (one string per row): the same numbering as np.unique's, which sorts them by code point
+        # as Python does, in a tenth of its time on a batch of 64 rows (its str array is the cost)
+        position = {g: i for i, g in enumerate(sorted(set(group_ids)))}
+        return torch.tensor([position[g] for g in group_ids], dtype=torch.long)
     _, inverse = np.unique(np.asarray(group_ids), return_inverse=True)
     return torch.as_tensor(inverse.reshape(-1), dtype=torch.long)
 

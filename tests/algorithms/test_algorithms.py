@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pytest
 import torch
 
@@ -764,6 +765,24 @@ def test_padded_groups_hand_worked() -> None:
     assert valid.tolist() == [[True, True], [True, True], [True, False]]
     empty, none_valid = padded_groups(torch.zeros(0, dtype=torch.long))
     assert empty.shape == (0, 0) and none_valid.shape == (0, 0)
+
+
+def test_group_index_numbers_string_ids_as_np_unique_does() -> None:
+    """The trainer's string ids take a path of their own (sorted in Python); the numbering is np.unique's, which the
+    other id types (ints, arrays, tensors) still go through: sorted by code point, digits, '@', accents, CJK."""
+    import random
+
+    from rlvrlab.algorithms.masked import group_index
+
+    rng = random.Random(0)
+    alphabet = ["p", "1", "10", "@", "é", "Z", "a", "_", "9", "\u4e2d", " "]
+    for _ in range(500):
+        pool = ["".join(rng.choice(alphabet) for _ in range(rng.randint(0, 5))) for _ in range(rng.randint(1, 12))]
+        ids = [rng.choice(pool) for _ in range(rng.randint(1, 70))]
+        _, inverse = np.unique(np.asarray(ids), return_inverse=True)
+        assert group_index(ids).tolist() == inverse.tolist(), ids
+        assert group_index(ids).dtype == torch.long
+    assert group_index([3, 1, 3]).tolist() == group_index(torch.tensor([3, 1, 3])).tolist() == [1, 0, 1]
 
 
 def test_ucpo_on_interleaved_groups_equals_each_group_alone() -> None:
