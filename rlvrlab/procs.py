@@ -106,10 +106,15 @@ def exit_now(code: int | str | None) -> NoReturn:
     ends its forked children. `code` as SystemExit takes it: None is 0, a string is printed to stderr and is 1."""
     import atexit
     import os
+    import threading
 
     if isinstance(code, str):
         print(code, file=sys.stderr)
         code = 1
+    if threading.current_thread() is threading.main_thread():
+        # on its way out: a late SIGTERM (a stopped sweep ending a worker that is already exiting) must not break an
+        # atexit handler with a KeyboardInterrupt and its traceback; the exit goes on either way
+        ignore_further_signals()
     atexit._run_exitfuncs()
     for stream in (sys.stdout, sys.stderr):
         try:

@@ -284,6 +284,22 @@ def test_sigterm_to_a_sweep_with_workers_ends_its_study_run(tmp_path: Path) -> N
     assert seeds and "RUNNING" not in {r.info.status for r in seeds}
 
 
+def test_a_sigterm_during_the_exit_of_a_process_breaks_nothing() -> None:
+    """A sweep stopped by SIGTERM passes it on to every worker still alive, and one may be ending on its own at that
+    moment, inside its atexit handlers (procs.exit_now). The late signal must not raise KeyboardInterrupt in a handler
+    (Python prints its traceback and goes on): the handlers all run, the exit code is the process's own."""
+    code = ("import atexit, os, signal, sys, time\n"
+            "from rlvrlab.procs import exit_now, install_stop_handlers\n"
+            "install_stop_handlers(announce=False)\n"
+            "atexit.register(lambda: print('second handler ran', flush=True))\n"
+            "atexit.register(lambda: (os.kill(os.getpid(), signal.SIGTERM), time.sleep(0.2)))\n"
+            "exit_now(3)\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 3 and "Traceback" not in done.stderr and "KeyboardInterrupt" not in done.stderr, \
+        done.stderr
+    assert done.stdout == "second handler ran\n"
+
+
 # ------------------------------------------------------------------------------------- 5. resume and history
 @pytest.mark.parametrize("override, fragment", [
     ("steps=3", "would shorten the run"),
