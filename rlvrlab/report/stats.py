@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from typing import Optional
 
 import numpy as np
-from scipy import optimize, stats as sps
+from scipy import special
 
 LEVEL = 0.95
 ALPHA = 0.05
@@ -44,6 +44,24 @@ POWER = 0.80
 MIN_SEEDS = 2  # an interval needs 2 seeds (a spread); fewer: the table flags the group
 MIN_SEEDS_SIGNIFICANCE = 5  # no significance mark below 5 seeds per group (t and permutation tests are too weak)
 MAX_EXACT_FLIPS = 16  # sign-flip p enumerates all 2^S flips up to here; beyond, 2^16 seeded random flips
+
+
+def t_ppf(q: float, df):
+    """scipy.stats.t.ppf(q, df), the same floats. For 0 < q < 1 and finite df > 0 that is scipy.special.stdtrit(df, q)
+    (scipy's t._ppf; ppf adds scale 1 and loc 0), which spares the processes that only need a t quantile the import of
+    scipy.stats (~0.35 s: every sweep worker scores trials with t_interval); anything else goes to scipy.stats
+    (tests/report/test_report_stats.py compares the two)."""
+    d = np.asarray(df, dtype=np.float64)
+    if 0.0 < q < 1.0 and d.size and bool(np.all((d > 0) & np.isfinite(d))):
+        return special.stdtrit(d, q) * 1.0 + 0.0
+    return _sps().t.ppf(q, df)
+
+
+def _sps():
+    """scipy.stats, imported where a function needs more than t_ppf."""
+    from scipy import stats as sps
+
+    return sps
 
 
 @dataclass(frozen=True)
@@ -97,7 +115,7 @@ class Moments:
     df: np.ndarray
 
     def bounds(self, level: float = LEVEL) -> tuple[np.ndarray, np.ndarray]:
-        half = sps.t.ppf(0.5 + level / 2, self.df) * self.se
+        half = t_ppf(0.5 + level / 2, self.df) * self.se
         return self.estimate - half, self.estimate + half
 
     def p(self) -> np.ndarray:
@@ -105,7 +123,7 @@ class Moments:
         with np.errstate(divide="ignore", invalid="ignore"):
             z = np.abs(self.estimate) / self.se
         z = np.where(self.se > 0, z, np.where(self.estimate == 0, 0.0, np.inf))
-        return 2 * sps.t.sf(z, self.df)
+        return 2 * _sps().t.sf(z, self.df)
 
 
 def t_moments(x: np.ndarray) -> Moments:
@@ -255,7 +273,8 @@ def mde(se: float, df: float, *, alpha: float = ALPHA, power: float = POWER) -> 
     and df rejects with probability `power` (noncentral t: P(|T'| > t_crit) with T' ~ t(df, Δ/se))."""
     if not (se > 0 and df > 0) or not math.isfinite(se):
         return math.nan
-    crit = sps.t.ppf(1 - alpha / 2, df)
+    crit = t_ppf(1 - alpha / 2, df)
+    sps = _sps()
 
     def shortfall(nc: float) -> float:
         lower = sps.nct.cdf(-crit, df, nc)  # the wrong-sign tail: tiny, and NaN far out in scipy
@@ -264,6 +283,8 @@ def mde(se: float, df: float, *, alpha: float = ALPHA, power: float = POWER) -> 
     high = crit + 3.0  # widen until the power at `high` exceeds the target (nct is unstable far out)
     while shortfall(high) < 0:
         high *= 1.5
+    from scipy import optimize
+
     return float(optimize.brentq(shortfall, 0.0, high, xtol=1e-12) * se)
 
 
@@ -382,7 +403,7 @@ def seeds_for_halfwidth(sd: float, halfwidth: float, *, level: float = LEVEL, ma
     if not math.isfinite(sd):
         return max_seeds
     for s in range(2, max_seeds + 1):
-        if sps.t.ppf(0.5 + level / 2, s - 1) * sd / math.sqrt(s) <= halfwidth:
+        if t_ppf(0.5 + level / 2, s - 1) * sd / math.sqrt(s) <= halfwidth:
             return s
     return max_seeds
 
@@ -401,11 +422,11 @@ def seeds_for_halfwidth_crossed(x: np.ndarray, halfwidth: float, *, level: float
     var_a = max(float(ms.seeds - ms.resid), 0.0) / p
     var_b = max(float(ms.problems - ms.resid), 0.0) / s
     var_e = float(ms.resid)
-    if var_b / p * sps.norm.ppf(0.5 + level / 2) ** 2 >= halfwidth ** 2:
+    if var_b / p * _sps().norm.ppf(0.5 + level / 2) ** 2 >= halfwidth ** 2:
         return None
     for n in range(2, max_seeds + 1):
         var, df = _crossed_var_df(var_e + p * var_a, var_e + n * var_b, var_e, n, p)
-        if sps.t.ppf(0.5 + level / 2, df) * math.sqrt(float(var)) <= halfwidth:
+        if t_ppf(0.5 + level / 2, df) * math.sqrt(float(var)) <= halfwidth:
             return n
     return None
 
