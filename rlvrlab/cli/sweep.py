@@ -60,7 +60,8 @@ def sweep(sweep_file: SweepArg, overrides: OverridesArg = None, workers: Workers
     check_locations(spec, storage, status_only=status)  # before the progress bar: a bad folder is one line
     err = Console(stderr=True)
     progress = Progress(TextColumn("[bold]sweep[/]"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                        TextColumn("{task.fields[status]}"), console=err)
+                        TextColumn("{task.fields[status]}"), console=err,
+                        refresh_per_second=2)  # it moves once a trial; rich's 10 redraws/s cost ~1 s of a 1-min sweep
     task = progress.add_task("sweep", total=None, status="")
 
     def show(done: int, total: int | None, note: str) -> None:

@@ -54,9 +54,15 @@ def summarize(sweep: Sweep) -> StudySummary:
     complete = [r for r in rows if r.state == "COMPLETE"]
     sign = 1 if sweep.spec.objective.direction == "maximize" else -1
     best = max(complete, key=lambda r: sign * r.value) if complete else None
-    finished = sum(1 for t in sweep.study.get_trials(deepcopy=False)
-                   if counts(t) and t.state not in (TrialState.RUNNING, TrialState.WAITING))
-    return StudySummary(rows, best, sweep.spec.total_trials(), finished)
+    return StudySummary(rows, best, sweep.spec.total_trials(), finished_trials(sweep))
+
+
+def finished_trials(sweep: Sweep) -> int:
+    """StudySummary.finished alone: what a progress display polls (no intervals over seeds computed)."""
+    from optuna.trial import TrialState
+
+    return sum(1 for t in sweep.study.get_trials(deepcopy=False)
+               if counts(t) and t.state not in (TrialState.RUNNING, TrialState.WAITING))
 
 
 def _finite(value: Optional[float]) -> Optional[float]:

@@ -15,6 +15,7 @@ How the pieces fit:
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 import time
@@ -87,6 +88,11 @@ class Sweep:
     def client(self):
 
         return quiet_client(self.mlflow_uri)
+
+    @functools.cached_property
+    def experiment_id(self) -> str:
+        """The MLflow experiment of the study run, and so of its trial and seed runs (read once per process)."""
+        return self.client().get_run(self.study_run_id).info.experiment_id
 
 
 def open_sweep(spec: SweepSpec, storage: Optional[str] = None, *, create: bool = True, worker: int = 0) -> Sweep:
@@ -361,7 +367,7 @@ def run_trial(sweep: Sweep, trial, *, on_seed: Optional[OnSeed] = None) -> Trial
 def _trial_run(sweep: Sweep, client, trial, params: dict, chash: str) -> str:
     if client.get_run(sweep.study_run_id).info.status != "RUNNING":  # a finished study given more budget
         client.update_run(sweep.study_run_id, status="RUNNING")
-    run = client.create_run(client.get_run(sweep.study_run_id).info.experiment_id, run_name=f"trial {trial.number}",
+    run = client.create_run(sweep.experiment_id, run_name=f"trial {trial.number}",
                             tags={T.PARENT: sweep.study_run_id, T.ROLE: "trial",
                                   T.STUDY: sweep.spec.name, T.TRIAL: str(trial.number),
                                   "config_hash": chash, T.RETRY_OF: str(sweep.storage.get_trial_system_attrs(
@@ -433,7 +439,7 @@ def _seed_run(sweep: Sweep, client, trial, params: dict, seed: int, position: in
 
 def _finished_seed_run(sweep: Sweep, client, chash: str, seed: int) -> Optional[str]:
     found = client.search_runs(
-        [client.get_run(sweep.study_run_id).info.experiment_id],
+        [sweep.experiment_id],
         filter_string=(f"tags.`{T.STUDY}` = '{sweep.spec.name}' and tags.config_hash = '{chash}' and "
                        f"tags.seed = '{seed}' and tags.`{T.ROLE}` = 'seed' and attributes.status = 'FINISHED'"),
         max_results=1)
@@ -441,7 +447,7 @@ def _finished_seed_run(sweep: Sweep, client, chash: str, seed: int) -> Optional[
 
 
 def _last_run_of(client, sweep: Sweep, trial_run: str, seed: int) -> Optional[str]:
-    found = client.search_runs([client.get_run(trial_run).info.experiment_id],
+    found = client.search_runs([sweep.experiment_id],  # the trial run's experiment: the study's
                                filter_string=f"tags.`{T.PARENT}` = '{trial_run}' and tags.seed = '{seed}'",
                                max_results=1)
     return found[0].info.run_id if found else None

@@ -22,7 +22,7 @@ from rlvrlab.errors import RlvrlabError
 from rlvrlab.procs import exit_now, signal_name, stop_at_safe_points, stop_requested
 from rlvrlab.sweep.placement import assign, visible_devices
 from rlvrlab.sweep.spec import SweepSpec
-from rlvrlab.sweep.summary import summarize
+from rlvrlab.sweep.summary import finished_trials, summarize
 from rlvrlab.sweep.trials import Sweep, finish_study_run, open_sweep, work
 
 STOP_GRACE_SECONDS = 600  # how long a stopping sweep waits for each worker to finish its step
@@ -195,8 +195,8 @@ def _run_workers(opened: Sweep, started: _Workers, report: OnProgress, warn: Cal
                 multiprocessing.connection.wait([proc.sentinel for proc in procs if proc.is_alive()], timeout=1.0)
                 if stop_requested() is not None:
                     _stop_workers(procs, pass_on=stop_requested() == signal.SIGTERM)
-                report(summarize(opened).finished, total, status)
-            report(summarize(opened).finished, total, status)
+                report(finished_trials(opened), total, status)
+            report(finished_trials(opened), total, status)
     except KeyboardInterrupt:  # a second Ctrl-C or SIGTERM: stop the workers now
         for proc in procs:
             if proc.is_alive():
@@ -317,8 +317,8 @@ def _run_jobs(opened: Sweep, workers: int, storage: Optional[str], deadline: Opt
                 time.sleep(2.0)
                 if stop_requested() is not None:
                     raise KeyboardInterrupt
-                report(summarize(opened).finished, total, status)
-            report(summarize(opened).finished, total, status)
+                report(finished_trials(opened), total, status)
+            report(finished_trials(opened), total, status)
     except KeyboardInterrupt:
         for job in submitted:
             if not job.done():

@@ -57,8 +57,11 @@ def flatten(tree: dict, prefix: str = "") -> dict[str, object]:
     return out
 
 
+@functools.lru_cache(maxsize=1)
 def git_state() -> tuple[str, bool, str]:
-    """(commit, dirty, diff against HEAD) of the rlvrlab checkout that runs; ("unknown", False, "") outside git."""
+    """(commit, dirty, diff against HEAD) of the rlvrlab checkout that runs; ("unknown", False, "") outside git.
+    Read once per process, as the code it runs was imported once: a sweep worker's 100th seed run runs the code
+    its first did, whatever the checkout holds by then (and skips 2-3 git processes per run)."""
     root = Path(__file__).resolve().parents[2]
 
     def git(*args: str) -> str:

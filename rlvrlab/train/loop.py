@@ -135,6 +135,7 @@ def _run_steps(run: Run, cfg: RunConfig, folder: Path | None, on_step, progress)
                 raise RlvrlabError(f"run {run.tracker.run_id}: checkpoint {folder} cannot be read "
                                    f"({type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}); "
                                    f"its records are unchanged (MLflow status {status})") from None
+        kill_after = _kill_after_step()
         for step in range(state.step, cfg.steps):
             raise_if_stop_requested()  # Ctrl-C or SIGTERM: a run stops between steps, never inside one
             evaluated = _evaluate(run, step) if cfg.trainer.eval_every and step % cfg.trainer.eval_every == 0 else None
@@ -154,7 +155,7 @@ def _run_steps(run: Run, cfg: RunConfig, folder: Path | None, on_step, progress)
                 run.tracker.flush(wait=False)  # the metrics so far are written while the checkpoint is
                 checkpoint.save(run, state)
                 run.tracker.flush()  # both are stored before the next step (nothing was logged in between)
-            _fault_injection(step)
+            _fault_injection(step, kill_after)
         if state.step == cfg.steps and run.heldout is not None:  # the final policy, logged at step `steps`
             run.tracker.log_metrics(cfg.steps, _evaluate(run, cfg.steps))
         status = "FINISHED"
@@ -583,7 +584,12 @@ def _require_finite(value: float, what: str, step: int, run: Run) -> None:
                            f"{kept}; lower trainer.lr or check the rewards")
 
 
-def _fault_injection(step: int) -> None:
-    """RLVRLAB_KILL_AFTER_STEP=k: SIGKILL this process right after step k (tests of resume after a crash)."""
-    if os.environ.get("RLVRLAB_KILL_AFTER_STEP") == str(step):
+def _kill_after_step() -> str | None:
+    """RLVRLAB_KILL_AFTER_STEP=k: SIGKILL this process right after step k (tests of resume after a crash); read
+    once per run, not at every step."""
+    return os.environ.get("RLVRLAB_KILL_AFTER_STEP")
+
+
+def _fault_injection(step: int, kill_after: str | None) -> None:
+    if kill_after == str(step):
         os.kill(os.getpid(), signal.SIGKILL)
