@@ -52,6 +52,20 @@ def sweep(sweep_file: SweepArg, overrides: OverridesArg = None, workers: Workers
     Re-running the same command continues the study: finished trials are kept, trials of a worker that died
     are re-run. KEY=VALUE overrides change the base config (and so the study's fingerprint).
     """
+    pool = None
+    if workers > 1 and not status and launcher != "slurm":  # first: their start-up overlaps all that follows
+        from rlvrlab.sweep.spawned import WorkerPool
+
+        pool = WorkerPool(workers, warm=launcher != "process")
+    try:
+        _sweep(sweep_file, overrides, storage, workers, name, seeds, status, launcher, nproc, gpus_per_run, slurm, pool)
+    finally:
+        if pool is not None:
+            pool.cancel()  # not given the study (a bad file, a stop): they end; given it: nothing to do
+
+
+def _sweep(sweep_file, overrides, storage, workers, name, seeds, status, launcher, nproc, gpus_per_run, slurm,
+           pool) -> None:
     from rlvrlab.sweep.spec import load_sweep
     from rlvrlab.sweep.workers import check_locations, run_sweep
 
@@ -70,7 +84,7 @@ def sweep(sweep_file: SweepArg, overrides: OverridesArg = None, workers: Workers
         progress.update(task, completed=done, total=total, status=note)
 
     try:
-        opened = run_sweep(spec, storage, workers=workers, status_only=status, on_progress=show,
+        opened = run_sweep(spec, storage, workers=workers, status_only=status, on_progress=show, pool=pool,
                            warn=lambda message: err.print(f"warning: {message}", style="yellow"))
     finally:
         progress.stop()

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import signal
-import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -19,8 +18,9 @@ from typing import Optional
 
 from rlvrlab import outputs
 from rlvrlab.errors import RlvrlabError
-from rlvrlab.procs import exit_now, signal_name, stop_at_safe_points, stop_requested
+from rlvrlab.procs import signal_name, stop_at_safe_points, stop_requested
 from rlvrlab.sweep.placement import assign, visible_devices
+from rlvrlab.sweep.spawned import WorkerPool
 from rlvrlab.sweep.spec import SweepSpec
 from rlvrlab.sweep.summary import finished_trials, summarize
 from rlvrlab.sweep.trials import Sweep, finish_study_run, open_sweep, work
@@ -33,9 +33,11 @@ OnProgress = Callable[[int, Optional[int], str], None]
 
 def run_sweep(spec: SweepSpec, storage: Optional[str] = None, *, workers: int = 1, status_only: bool = False,
               on_progress: Optional[OnProgress] = None, warn: Callable[[str], None] = lambda message: None,
-              devices: Optional[Sequence[str]] = None) -> Sweep:
+              devices: Optional[Sequence[str]] = None, pool: Optional[WorkerPool] = None) -> Sweep:
     """Open (or create) the study and run it to its end; with status_only, open it and run nothing.
-    devices: the GPUs that spec.launcher.gpus_per_run places workers on (default: the ones this machine shows)."""
+    devices: the GPUs that spec.launcher.gpus_per_run places workers on (default: the ones this machine shows).
+    pool: worker processes the caller started before reading the sweep file (rlvrlab.sweep.spawned), used when
+    `workers` of them run here; otherwise cancelled, and the workers are started here."""
     if workers > 1 and (storage or "").startswith("sqlite"):
         raise RlvrlabError("--storage sqlite:// can hand one trial to two workers (sqlite ignores SELECT ... FOR "
                            "UPDATE; bench/sweep_storage.py); with --workers use the default journal file or "
@@ -53,7 +55,11 @@ def run_sweep(spec: SweepSpec, storage: Optional[str] = None, *, workers: int = 
     deadline = time.time() + spec.timeout if spec.timeout and not status_only else None
     started = None
     if not status_only and launch.type != "slurm" and workers > 1:
-        started = _Workers(spec, workers, storage, deadline, placed)  # their start-up overlaps the study's opening
+        # their start-up overlaps the study's opening (and, started by the caller, the sweep file's reading)
+        started = pool if pool is not None and len(pool) == workers else WorkerPool(workers, warm=not launch.child)
+    if pool is not None and pool is not started:
+        pool.cancel()
+    orders = [(spec, storage, deadline, index, placed[index] if placed else None) for index in range(workers)]
     try:
         opened = open_sweep(spec, storage, create=not status_only)
         if status_only:
@@ -71,14 +77,14 @@ def run_sweep(spec: SweepSpec, storage: Optional[str] = None, *, workers: int = 
             with _devices(placed[0] if placed else None):
                 _run_here(opened, deadline, report)
         else:
-            _run_workers(opened, started, report, warn)
+            _run_workers(opened, started, orders, report, warn)
     except KeyboardInterrupt:  # Ctrl-C or SIGTERM; the interrupted trials are re-enqueued
         _study_run_status(opened, "KILLED")
         raise RlvrlabError(f"sweep stopped by {signal_name(stop_requested() or signal.SIGINT)} before the study was "
                            f"done; its MLflow study run {opened.study_run_id} ended KILLED; re-run the same command "
                            "to continue it (interrupted trials are re-run)") from None
     finally:
-        if started is not None and not started.go.is_set():  # an error before they were let go: end them
+        if started is not None:  # an error before they were given the study: end them (no-op after give)
             started.cancel()
     finish_study_run(opened)
     return opened
@@ -148,38 +154,8 @@ def _devices(visible: Optional[str]) -> Iterator[None]:
             os.environ["CUDA_VISIBLE_DEVICES"] = before
 
 
-class _Workers:
-    """N spawned worker processes, each a full worker on the study's storage. They are started before this process
-    opens the study, so that their start-up (importing torch, MLflow and Optuna: ~3-4 s of CPU each here,
-    bench/README.md) overlaps its own; each waits for `go` before it opens the study, or ends at `cancel`. Spawned,
-    not forked: no CUDA state, thread or open store of this process reaches them (a fork server preloading torch was
-    tried: its own ~1 s exit delayed the stop of the workers when this process was killed)."""
-
-    def __init__(self, spec: SweepSpec, workers: int, storage: Optional[str], deadline: Optional[float],
-                 placed: Optional[list[str]]):
-        import multiprocessing
-
-        context = multiprocessing.get_context("spawn")
-        self.go, self.cancelled = context.Event(), context.Event()
-        threads = max(1, (os.cpu_count() or 1) // workers)
-        self.procs = [context.Process(target=_worker_main,
-                                      args=(spec, storage, deadline, threads, index,
-                                            placed[index] if placed else None, self.go, self.cancelled),
-                                      daemon=False) for index in range(workers)]
-        for proc in self.procs:
-            proc.start()
-
-    def cancel(self) -> None:
-        """The study could not be opened (or this process was stopped first): the workers end without touching it."""
-        self.cancelled.set()
-        self.go.set()
-        for proc in self.procs:
-            proc.join(timeout=60)
-            if proc.is_alive():
-                proc.kill()
-
-
-def _run_workers(opened: Sweep, started: _Workers, report: OnProgress, warn: Callable[[str], None]) -> None:
+def _run_workers(opened: Sweep, started: WorkerPool, orders: list[tuple], report: OnProgress,
+                 warn: Callable[[str], None]) -> None:
     """The started workers claim the study's trials; progress polls the study."""
     import multiprocessing.connection
 
@@ -189,7 +165,7 @@ def _run_workers(opened: Sweep, started: _Workers, report: OnProgress, warn: Cal
     report(0, total, status)
     try:
         with stop_at_safe_points():
-            started.go.set()
+            started.give(orders)
             while any(proc.is_alive() for proc in procs):
                 # wakes at once when a worker exits (the last one's end is the sweep's), else after 1 s
                 multiprocessing.connection.wait([proc.sentinel for proc in procs if proc.is_alive()], timeout=1.0)
@@ -225,36 +201,6 @@ def _stop_workers(procs, *, pass_on: bool) -> None:
                 proc.terminate()
     for proc in procs:
         proc.join(timeout=STOP_GRACE_SECONDS)
-
-
-def _worker_main(spec, storage: Optional[str], deadline, threads: int, index: int, visible: Optional[str],
-                 go, cancelled) -> None:
-    if visible is not None:  # before anything initialises CUDA: this worker and its seed runs see only these
-        os.environ["CUDA_VISIBLE_DEVICES"] = visible
-    os.environ["OMP_NUM_THREADS"] = str(threads)  # the seed runs it starts as processes share them too
-    import torch
-
-    from rlvrlab.procs import die_with_parent, install_stop_handlers
-
-    install_stop_handlers(announce=False)  # the parent prints the one stop message
-    die_with_parent(signal.SIGTERM)  # a killed `rlvrlab sweep` takes its workers with it
-    torch.set_num_threads(threads)
-    code = 0
-    try:
-        if not spec.launcher.child:  # what its first seed run imports, while the parent opens the study: the loop,
-            import torch._dynamo  # noqa: F401  # and what torch.optim imports on first use (~1.6 s here)
-
-            import rlvrlab.train.loop  # noqa: F401
-        go.wait()
-        if cancelled.is_set():
-            exit_now(0)
-        work(open_sweep(spec, storage, create=False, worker=index), deadline=deadline)
-    except RlvrlabError as error:
-        print(f"error: {error}", file=sys.stderr)
-        code = 1
-    except KeyboardInterrupt:  # its trial is already re-enqueued and its runs closed KILLED (run_trial)
-        code = 130
-    exit_now(code)  # its runs are closed and its trials told to the study: skip the interpreter's teardown
 
 
 # ------------------------------------------------------------------------------------------------- Slurm workers

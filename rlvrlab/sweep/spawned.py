@@ -1,0 +1,120 @@
+"""The worker processes of `rlvrlab sweep --workers N` on this machine, started before anything else is done.
+
+A worker's start-up is its imports (torch, MLflow, Optuna and the training loop: ~4 s of CPU each here,
+bench/README.md). The pool is started first thing, so that those imports overlap the parent's own work (reading the
+sweep file, which imports torch for its metric names, and then MLflow and Optuna to create the study); each worker
+then waits for its orders (the sweep, sent once the study exists) or for the pool's cancel. This module imports
+nothing heavy itself: pickling the workers' entry point must not import what the workers are started early to import.
+
+Spawned, not forked: no CUDA state, thread or open store of the parent reaches them (a fork server preloading torch
+was tried: its own ~1 s exit delayed the stop of the workers when the sweep was killed).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+from collections.abc import Sequence
+from typing import Any, Optional
+
+
+class WorkerPool:
+    """N spawned worker processes waiting for their orders.
+
+    warm: each also imports the training loop and what torch.optim imports on first use, for in-process seed runs;
+    a `process` launcher's workers only start `rlvrlab train` children and skip them."""
+
+    def __init__(self, workers: int, *, warm: bool = True):
+        import multiprocessing
+
+        context = multiprocessing.get_context("spawn")
+        threads = max(1, (os.cpu_count() or 1) // workers)
+        self.given = False
+        self.procs, self._pipes = [], []
+        for _ in range(workers):
+            ours, theirs = context.Pipe()
+            proc = context.Process(target=_main, args=(theirs, threads, warm), daemon=False)
+            proc.start()
+            theirs.close()  # the worker's end lives in the worker: its exit closes the pipe
+            self.procs.append(proc)
+            self._pipes.append(ours)
+
+    def __len__(self) -> int:
+        return len(self.procs)
+
+    def give(self, orders: Sequence[tuple[Any, ...]]) -> None:
+        """Worker i works on the study: orders[i] = (spec, storage, deadline, worker index, CUDA_VISIBLE_DEVICES)."""
+        self.given = True
+        for pipe, order in zip(self._pipes, orders):
+            try:
+                pipe.send(order)
+            except (BrokenPipeError, EOFError, OSError):  # a worker that died at start-up: its exit code says so
+                pass
+            pipe.close()
+
+    def cancel(self) -> None:
+        """No orders will come (the sweep file or the study could not be opened, this process was stopped first):
+        the workers are ended at once, before they touch anything. Idempotent; after give() it leaves the workers to
+        their work."""
+        if self.given:
+            return
+        self.given = True
+        for pipe in self._pipes:
+            pipe.close()
+        for proc in self.procs:  # they hold nothing yet (no store, run or file opened): no need to wait for
+            if proc.is_alive():  # their imports to end
+                proc.kill()
+            proc.join()
+
+
+def _main(pipe, threads: int, warm: bool) -> None:
+    os.environ["OMP_NUM_THREADS"] = str(threads)  # before torch: the seed runs it starts as processes share them too
+    from rlvrlab.procs import die_with_parent, exit_now, install_stop_handlers
+
+    install_stop_handlers(announce=False)  # the parent prints the one stop message
+    die_with_parent(signal.SIGTERM)  # a killed `rlvrlab sweep` takes its workers with it
+    try:
+        import torch
+
+        torch.set_num_threads(threads)
+        import rlvrlab.sweep.trials  # noqa: F401  (MLflow, Optuna)
+
+        if warm:  # what its first seed run imports: the loop, and what torch.optim imports (~1.6 s here)
+            import torch._dynamo  # noqa: F401
+
+            import rlvrlab.train.loop  # noqa: F401
+        try:
+            order: Optional[tuple[Any, ...]] = pipe.recv()
+        except EOFError:  # the parent ended without a word
+            order = None
+    except KeyboardInterrupt:  # Ctrl-C reached the whole process group, or the sweep was stopped during start-up
+        exit_now(130)
+    pipe.close()
+    if order is None:
+        exit_now(0)
+    _work(*order)
+
+
+def _work(spec, storage: Optional[str], deadline: Optional[float], index: int, visible: Optional[str]) -> None:
+    """Once the parent has opened the study: claim and run trials until none is left; ends the process."""
+    import sys
+
+    from rlvrlab.errors import RlvrlabError
+    from rlvrlab.procs import exit_now
+    from rlvrlab.sweep.trials import open_sweep, work
+
+    if visible is not None:  # this worker and its seed runs see only these (torch initialises CUDA on first use)
+        import torch
+
+        if torch.cuda.is_initialized():
+            raise RuntimeError("CUDA was initialised before the worker's devices were set")
+        os.environ["CUDA_VISIBLE_DEVICES"] = visible
+    code = 0
+    try:
+        work(open_sweep(spec, storage, create=False, worker=index), deadline=deadline)
+    except RlvrlabError as error:
+        print(f"error: {error}", file=sys.stderr)
+        code = 1
+    except KeyboardInterrupt:  # its trial is already re-enqueued and its runs closed KILLED (run_trial)
+        code = 130
+    exit_now(code)  # its runs are closed and its trials told to the study: skip the interpreter's teardown
