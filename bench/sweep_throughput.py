@@ -11,8 +11,9 @@ provenance), the steps themselves (`train_step`), MLflow writes waited for (trac
 and outside `train` the sweep's own Optuna, MLflow and compose calls. Run it against another checkout for a
 before/after pair: `PYTHONPATH=/path/to/other/checkout .venv/bin/python bench/sweep_throughput.py --grid ...`.
 --grid --workers=N: the same grid as `rlvrlab sweep ... --workers N` in a subprocess (N worker processes sharing
-the journal storage), timed as a whole (wall and CPU of the command and its workers); the subprocess imports
-rlvrlab as this process does (PYTHONPATH is passed on).
+the journal storage), timed as a whole (wall and CPU of the command and its workers), with the phases the study's
+own timestamps show (start-up until the first trial starts, all workers busy, the tail with fewer trials left than
+workers, the command's end); the subprocess imports rlvrlab as this process does (PYTHONPATH is passed on).
 
 sweeps/ucpo_tau.yaml (5 grid points) with SEEDS seeds per trial, in a fresh temp dir each time (~2.3 min on 2 cores):
 1. In process, 1 worker, through the library (load_sweep / open_sweep / work / finish_study_run): trial-seeds per
@@ -167,13 +168,16 @@ def _children_cpu() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-def _timed_sweep(command: list[str], prefix: str) -> tuple[float, float, str]:
+def _timed_sweep(command: list[str], prefix: str, after=None) -> tuple[float, float, str]:
     """(wall s, CPU s of the command and its workers, its "N/M trials done" line) of one CLI sweep in a fresh
-    directory; exits with the command's stderr when it fails."""
+    directory; exits with the command's stderr when it fails. after(folder, start time, wall s): called before the
+    folder is removed."""
     root = Path(tempfile.mkdtemp(prefix=prefix))
-    cpu, tic = _children_cpu(), time.perf_counter()
+    cpu, tic, started = _children_cpu(), time.perf_counter(), time.time()
     done = subprocess.run(command, check=False, cwd=root, capture_output=True, text=True)
     seconds, cpu = time.perf_counter() - tic, _children_cpu() - cpu
+    if after is not None and not done.returncode:
+        after(root, started, seconds)
     shutil.rmtree(root, ignore_errors=True)
     if done.returncode:
         sys.exit(f"{' '.join(command)} failed ({done.returncode}):\n{done.stderr[-3000:]}")
@@ -261,7 +265,25 @@ def grid_cli(seeds: int, overrides: list[str], workers: int) -> None:
     command = [sys.executable, "-m", "rlvrlab.cli.main", "sweep", str(path), *overrides, "--seeds", str(seeds),
                "--workers", str(workers)]
     load = os.getloadavg()[0]
-    seconds, cpu, finished = _timed_sweep(command, f"sweep_grid{workers}_")
+    phases: list[str] = []
+
+    def timeline(root: Path, started: float, seconds: float) -> None:
+        """From the study's own timestamps: start-up until the first trial starts, all workers busy until the
+        workers-th last trial ends, fewer busy until the last one ends (the tail), the command's end after it."""
+        import optuna
+        from optuna.storages import JournalStorage
+        from optuna.storages.journal import JournalFileBackend
+
+        storage = JournalStorage(JournalFileBackend(str(root / "runs" / "optuna.journal")))
+        trials = optuna.load_study(study_name=path.stem, storage=storage).get_trials(deepcopy=False)
+        first = min(t.datetime_start.timestamp() for t in trials) - started
+        ends = sorted(t.datetime_complete.timestamp() - started for t in trials)
+        busy = ends[-workers] if len(ends) >= workers else ends[-1]
+        phases.append(f"start-up {first:.1f} s (until the first trial starts), {busy - first:.1f} s with all "
+                      f"{workers} workers busy, tail {ends[-1] - busy:.1f} s (fewer trials left than workers), "
+                      f"end {seconds - ends[-1]:.1f} s (after the last trial)")
+
+    seconds, cpu, finished = _timed_sweep(command, f"sweep_grid{workers}_", after=timeline)
     runs = 27 * seeds
     print(f"{path.name} {' '.join(overrides)}: 27 cells x {seeds} seeds = {runs} seed runs ({finished}), "
           f"`rlvrlab sweep --workers {workers}` (process start-up included); rlvrlab from "
@@ -269,6 +291,7 @@ def grid_cli(seeds: int, overrides: list[str], workers: int) -> None:
           f"{os.getloadavg()[0]:.2f} at end")
     print(f"wall {seconds:.1f} s ({cpu:.1f} s CPU of the command and its workers) = {runs / seconds * 60:.1f} seed "
           f"runs/min, {seconds / runs * 1000:.0f} ms per seed run")
+    print(*phases)
 
 
 def main(argv: list[str]) -> None:
