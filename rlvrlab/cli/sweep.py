@@ -53,7 +53,8 @@ def sweep(sweep_file: SweepArg, overrides: OverridesArg = None, workers: Workers
     are re-run. KEY=VALUE overrides change the base config (and so the study's fingerprint).
     """
     pool = None
-    if workers > 1 and not status and launcher != "slurm":  # first: their start-up overlaps all that follows
+    if workers > 1 and not status and launcher != "slurm" and gpus_per_run is None:  # first: their start-up
+        # overlaps all that follows (placed on GPUs, they are started once their devices are known)
         from rlvrlab.sweep.spawned import WorkerPool
 
         pool = WorkerPool(workers, warm=launcher != "process")

@@ -22,18 +22,20 @@ class WorkerPool:
     """N spawned worker processes waiting for their orders.
 
     warm: each also imports the training loop and what torch.optim imports on first use, for in-process seed runs;
-    a `process` launcher's workers only start `rlvrlab train` children and skip them."""
+    a `process` launcher's workers only start `rlvrlab train` children and skip them. visible: worker i's
+    CUDA_VISIBLE_DEVICES (GPU placement), set before it imports torch (which may read the devices at import)."""
 
-    def __init__(self, workers: int, *, warm: bool = True):
+    def __init__(self, workers: int, *, warm: bool = True, visible: Optional[Sequence[str]] = None):
         import multiprocessing
 
         context = multiprocessing.get_context("spawn")
         threads = max(1, (os.cpu_count() or 1) // workers)
         self.given = False
         self.procs, self._pipes = [], []
-        for _ in range(workers):
+        for index in range(workers):
             ours, theirs = context.Pipe()
-            proc = context.Process(target=_main, args=(theirs, threads, warm), daemon=False)
+            proc = context.Process(target=_main, args=(theirs, threads, warm, visible[index] if visible else None),
+                                   daemon=False)
             proc.start()
             theirs.close()  # the worker's end lives in the worker: its exit closes the pipe
             self.procs.append(proc)
@@ -43,7 +45,7 @@ class WorkerPool:
         return len(self.procs)
 
     def give(self, orders: Sequence[tuple[Any, ...]]) -> None:
-        """Worker i works on the study: orders[i] = (spec, storage, deadline, worker index, CUDA_VISIBLE_DEVICES)."""
+        """Worker i works on the study: orders[i] = (spec, storage, deadline, worker index)."""
         self.given = True
         for pipe, order in zip(self._pipes, orders):
             try:
@@ -67,8 +69,10 @@ class WorkerPool:
             proc.join()
 
 
-def _main(pipe, threads: int, warm: bool) -> None:
+def _main(pipe, threads: int, warm: bool, visible: Optional[str]) -> None:
     os.environ["OMP_NUM_THREADS"] = str(threads)  # before torch: the seed runs it starts as processes share them too
+    if visible is not None:  # before anything reads the devices: this worker and its seed runs see only these
+        os.environ["CUDA_VISIBLE_DEVICES"] = visible
     from rlvrlab.procs import die_with_parent, exit_now, install_stop_handlers
 
     install_stop_handlers(announce=False)  # the parent prints the one stop message
@@ -95,7 +99,7 @@ def _main(pipe, threads: int, warm: bool) -> None:
     _work(*order)
 
 
-def _work(spec, storage: Optional[str], deadline: Optional[float], index: int, visible: Optional[str]) -> None:
+def _work(spec, storage: Optional[str], deadline: Optional[float], index: int) -> None:
     """Once the parent has opened the study: claim and run trials until none is left; ends the process."""
     import sys
 
@@ -103,12 +107,6 @@ def _work(spec, storage: Optional[str], deadline: Optional[float], index: int, v
     from rlvrlab.procs import exit_now
     from rlvrlab.sweep.trials import open_sweep, work
 
-    if visible is not None:  # this worker and its seed runs see only these (torch initialises CUDA on first use)
-        import torch
-
-        if torch.cuda.is_initialized():
-            raise RuntimeError("CUDA was initialised before the worker's devices were set")
-        os.environ["CUDA_VISIBLE_DEVICES"] = visible
     code = 0
     try:
         work(open_sweep(spec, storage, create=False, worker=index), deadline=deadline)

@@ -37,7 +37,18 @@ def run_sweep(spec: SweepSpec, storage: Optional[str] = None, *, workers: int = 
     """Open (or create) the study and run it to its end; with status_only, open it and run nothing.
     devices: the GPUs that spec.launcher.gpus_per_run places workers on (default: the ones this machine shows).
     pool: worker processes the caller started before reading the sweep file (rlvrlab.sweep.spawned), used when
-    `workers` of them run here; otherwise cancelled, and the workers are started here."""
+    `workers` of them run here; otherwise cancelled (so is a pool that an error leaves without the study), and the
+    workers are started here."""
+    try:
+        return _run_sweep(spec, storage, workers, status_only, on_progress, warn, devices, pool)
+    finally:
+        if pool is not None:
+            pool.cancel()  # nothing to do once it was given the study
+
+
+def _run_sweep(spec: SweepSpec, storage: Optional[str], workers: int, status_only: bool,
+               on_progress: Optional[OnProgress], warn: Callable[[str], None], devices: Optional[Sequence[str]],
+               pool: Optional[WorkerPool]) -> Sweep:
     if workers > 1 and (storage or "").startswith("sqlite"):
         raise RlvrlabError("--storage sqlite:// can hand one trial to two workers (sqlite ignores SELECT ... FOR "
                            "UPDATE; bench/sweep_storage.py); with --workers use the default journal file or "
@@ -55,11 +66,13 @@ def run_sweep(spec: SweepSpec, storage: Optional[str] = None, *, workers: int = 
     deadline = time.time() + spec.timeout if spec.timeout and not status_only else None
     started = None
     if not status_only and launch.type != "slurm" and workers > 1:
-        # their start-up overlaps the study's opening (and, started by the caller, the sweep file's reading)
-        started = pool if pool is not None and len(pool) == workers else WorkerPool(workers, warm=not launch.child)
+        # their start-up overlaps the study's opening (and, started by the caller, the sweep file's reading); placed
+        # on GPUs, they are started here, each with its devices set before it imports torch
+        usable = pool is not None and len(pool) == workers and placed is None
+        started = pool if usable else WorkerPool(workers, warm=not launch.child, visible=placed)
     if pool is not None and pool is not started:
         pool.cancel()
-    orders = [(spec, storage, deadline, index, placed[index] if placed else None) for index in range(workers)]
+    orders = [(spec, storage, deadline, index) for index in range(workers)]
     try:
         opened = open_sweep(spec, storage, create=not status_only)
         if status_only:
