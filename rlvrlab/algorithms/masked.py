@@ -35,7 +35,7 @@ def group_index(group_ids: Sequence[Hashable] | np.ndarray | torch.Tensor) -> to
         group_ids = group_ids.cpu().numpy()
     if isinstance(group_ids, list) and all(type(g) is str for g in group_ids):
         # the trainer's ids (one string per row): the same numbering as np.unique's, which sorts them by code point
-        # as Python does, in a tenth of its time on a batch of 64 rows (its str array is the cost)
+        # as Python does; in a toy training step 25 against 85 us for 64 rows
         position = {g: i for i, g in enumerate(sorted(set(group_ids)))}
         return torch.tensor([position[g] for g in group_ids], dtype=torch.long)
     _, inverse = np.unique(np.asarray(group_ids), return_inverse=True)
