@@ -52,43 +52,35 @@ def sweep(sweep_file: SweepArg, overrides: OverridesArg = None, workers: Workers
     Re-running the same command continues the study: finished trials are kept, trials of a worker that died
     are re-run. KEY=VALUE overrides change the base config (and so the study's fingerprint).
     """
-    pool = None
-    if workers > 1 and not status and launcher != "slurm" and gpus_per_run is None:  # first: their start-up
-        # overlaps all that follows (placed on GPUs, they are started once their devices are known)
-        from rlvrlab.sweep.spawned import WorkerPool
+    from contextlib import nullcontext
 
-        pool = WorkerPool(workers, warm=launcher != "process")
-    try:
-        _sweep(sweep_file, overrides, storage, workers, name, seeds, status, launcher, nproc, gpus_per_run, slurm, pool)
-    finally:
-        if pool is not None:
-            pool.cancel()  # not given the study (a bad file, a stop): they end; given it: nothing to do
+    from rlvrlab.sweep.spawned import WorkerPool  # imports nothing heavy
 
+    # the worker pool first: its start-up overlaps all that follows (placed on GPUs, it starts once devices are known)
+    early = workers > 1 and not status and launcher != "slurm" and gpus_per_run is None
+    with WorkerPool(workers, warm=launcher != "process") if early else nullcontext() as pool:
+        from rlvrlab.sweep.spec import load_sweep
+        from rlvrlab.sweep.workers import check_locations, run_sweep
 
-def _sweep(sweep_file, overrides, storage, workers, name, seeds, status, launcher, nproc, gpus_per_run, slurm,
-           pool) -> None:
-    from rlvrlab.sweep.spec import load_sweep
-    from rlvrlab.sweep.workers import check_locations, run_sweep
+        spec = load_sweep(sweep_file, overrides or [], seeds=seeds, study=name, launcher=launcher, nproc=nproc,
+                          gpus_per_run=gpus_per_run, slurm=slurm or [])
+        check_locations(spec, storage, status_only=status)  # before the progress bar: a bad folder is one line
+        err = Console(stderr=True)
+        progress = Progress(TextColumn("[bold]sweep[/]"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                            TextColumn("{task.fields[status]}"), console=err,
+                            refresh_per_second=2)  # it moves once a trial; 10 redraws/s cost ~1 s of a 1-min sweep
+        task = progress.add_task("sweep", total=None, status="")
 
-    spec = load_sweep(sweep_file, overrides or [], seeds=seeds, study=name, launcher=launcher, nproc=nproc,
-                      gpus_per_run=gpus_per_run, slurm=slurm or [])
-    check_locations(spec, storage, status_only=status)  # before the progress bar: a bad folder is one line
-    err = Console(stderr=True)
-    progress = Progress(TextColumn("[bold]sweep[/]"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                        TextColumn("{task.fields[status]}"), console=err,
-                        refresh_per_second=2)  # it moves once a trial; rich's 10 redraws/s cost ~1 s of a 1-min sweep
-    task = progress.add_task("sweep", total=None, status="")
+        def show(done: int, total: int | None, note: str) -> None:
+            if not progress.live.is_started:  # from the first report on: a storage that cannot open stays one line
+                progress.start()
+            progress.update(task, completed=done, total=total, status=note)
 
-    def show(done: int, total: int | None, note: str) -> None:
-        if not progress.live.is_started:  # from the first report on: a storage that cannot open stays one line
-            progress.start()
-        progress.update(task, completed=done, total=total, status=note)
-
-    try:
-        opened = run_sweep(spec, storage, workers=workers, status_only=status, on_progress=show, pool=pool,
-                           warn=lambda message: err.print(f"warning: {message}", style="yellow"))
-    finally:
-        progress.stop()
+        try:
+            opened = run_sweep(spec, storage, workers=workers, status_only=status, on_progress=show, pool=pool,
+                               warn=lambda message: err.print(f"warning: {message}", style="yellow"))
+        finally:
+            progress.stop()
     console = Console(soft_wrap=True)
     if not console.is_terminal:  # a log file: wide enough for the table, not squeezed to 80 columns
         console = Console(soft_wrap=True, width=200)

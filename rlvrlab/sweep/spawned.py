@@ -44,6 +44,12 @@ class WorkerPool:
     def __len__(self) -> int:
         return len(self.procs)
 
+    def __enter__(self) -> WorkerPool:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.cancel()  # not given the study (a bad file, an error, a stop): they end; given it: nothing to do
+
     def give(self, orders: Sequence[tuple[Any, ...]]) -> None:
         """Worker i works on the study: orders[i] = (spec, storage, deadline, worker index)."""
         self.given = True

@@ -78,24 +78,20 @@ def _run_sweep(spec: SweepSpec, storage: Optional[str], workers: int, status_onl
         if status_only:
             return opened
         _study_run_status(opened, "RUNNING")  # continued after a stop: its study run (KILLED) runs again
-    except BaseException:
-        if started is not None:
-            started.cancel()
-        raise
-    report = on_progress or (lambda done, total, status: None)
-    try:
-        if launch.type == "slurm":
-            _run_jobs(opened, workers, storage, deadline, report, warn)
-        elif started is None:
-            with _devices(placed[0] if placed else None):
-                _run_here(opened, deadline, report)
-        else:
-            _run_workers(opened, started, orders, report, warn)
-    except KeyboardInterrupt:  # Ctrl-C or SIGTERM; the interrupted trials are re-enqueued
-        _study_run_status(opened, "KILLED")
-        raise RlvrlabError(f"sweep stopped by {signal_name(stop_requested() or signal.SIGINT)} before the study was "
-                           f"done; its MLflow study run {opened.study_run_id} ended KILLED; re-run the same command "
-                           "to continue it (interrupted trials are re-run)") from None
+        report = on_progress or (lambda done, total, status: None)
+        try:
+            if launch.type == "slurm":
+                _run_jobs(opened, workers, storage, deadline, report, warn)
+            elif started is None:
+                with _devices(placed[0] if placed else None):
+                    _run_here(opened, deadline, report)
+            else:
+                _run_workers(opened, started, orders, report, warn)
+        except KeyboardInterrupt:  # Ctrl-C or SIGTERM; the interrupted trials are re-enqueued
+            _study_run_status(opened, "KILLED")
+            raise RlvrlabError(f"sweep stopped by {signal_name(stop_requested() or signal.SIGINT)} before the study "
+                               f"was done; its MLflow study run {opened.study_run_id} ended KILLED; re-run the same "
+                               "command to continue it (interrupted trials are re-run)") from None
     finally:
         if started is not None:  # an error before they were given the study: end them (no-op after give)
             started.cancel()
