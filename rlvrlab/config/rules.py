@@ -133,6 +133,7 @@ RANGES: dict[str, Range] = {
     "trainer.world_size": Range(1, null_is_off=True),
     "trainer.device_memory_gib": POSITIVE,
     "tracking.log_every": AT_LEAST_ONE,
+    "tracking.log_last": NON_NEGATIVE,
     "seed": Range(0, 2**32 - 1),  # what every RNG seeded from it (numpy's legacy one included) accepts
     "steps": AT_LEAST_ONE,
 }

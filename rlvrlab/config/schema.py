@@ -163,6 +163,9 @@ class TrainerConfig:
 class TrackingConfig:
     uri: Optional[str] = None  # MLflow tracking URI; null = sqlite file mlflow.db in output_dir
     log_every: int = 1  # log step metrics at steps 0, n, 2n, ... and the last step, >= 1
+    # ... and at each of the last m steps, whatever log_every (the steps a sweep's objective window or a report's
+    # --last reads, so they mean the same steps at every log_every; a sweep sets it to its window), >= 0
+    log_last: int = 0
 
 
 @dataclass

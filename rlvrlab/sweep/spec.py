@@ -17,7 +17,8 @@ before any storage is opened or run started; every mistake is one ConfigError li
     objective:
       metric: policy/toy_correct_uniformity    # any per-step metric the runs log to MLflow
       direction: maximize                      # maximize | minimize
-      window: 10                               # per seed: mean of the metric over its last 10 logged steps
+      window: 10                               # per seed: mean of the metric over its last 10 steps (each logged,
+                                               # whatever tracking.log_every: the sweep sets tracking.log_last)
       aggregate: mean                          # over seeds: mean | lcb95 (maximize) | ucb95 (minimize)
     budget: {trials: null, timeout: null}      # trials (samplers; grid: every point) and seconds per invocation
     pruner: {type: none}                       # none | median | hyperband; warmup_steps, startup_trials
@@ -57,6 +58,7 @@ SLURM_CLUSTERS = ("slurm", "local")  # local: submitit's local executor, the sam
 VARIANT = "variant"  # the space key of `variants:`
 _FIXED_KEYS = ("seed", "experiment")  # set by the sweep: seeds from `seeds:`, the MLflow experiment from the name
 _NOT_SCIENCE = ("output_dir=", "tracking.")  # overrides that move records, not results (not in the fingerprint)
+LOG_LAST = "tracking.log_last"  # set by the sweep to the objective's window (SweepSpec.overrides_for)
 
 
 
@@ -93,7 +95,7 @@ class Param:
 class Objective:
     metric: str
     direction: str = "maximize"
-    window: int = 1  # per seed run: mean of the metric over its last `window` logged steps
+    window: int = 1  # per seed run: mean of the metric over its last `window` steps (each logged: overrides_for)
     aggregate: str = "mean"
 
 
@@ -180,8 +182,10 @@ class SweepSpec:
         return len(self.grid()) if self.sampler == "grid" else self.trials
 
     def overrides_for(self, params: dict[str, Any], seed: int) -> list[str]:
+        """A seed run's overrides. Each of the objective window's steps is logged (tracking.log_last, first so that
+        the file may ask for more), so the objective reads the same steps at every tracking.log_every."""
         chosen = [o for key, value in params.items() if key == VARIANT for o in self.variants[value]]
-        return [*self.overrides, *chosen,
+        return [f"{LOG_LAST}={self.objective.window}", *self.overrides, *chosen,
                 *(f"{key}={format_value(value)}" for key, value in params.items() if key != VARIANT),
                 f"seed={seed}", f"experiment={self.name}"]
 
@@ -371,7 +375,11 @@ def _check_launcher(spec: SweepSpec, where: str) -> None:
 def _check_composes(spec: SweepSpec, where: str) -> None:
     from rlvrlab.config import compose
 
-    compose(spec.experiment, spec.overrides_for({}, spec.seeds[0]))
+    base = compose(spec.experiment, spec.overrides_for({}, spec.seeds[0]))
+    if base.tracking.log_last < spec.objective.window:
+        raise ConfigError(f"{LOG_LAST}={base.tracking.log_last} in {where} is below objective.window "
+                          f"{spec.objective.window}: each step the objective reads must be logged; drop the override "
+                          f"(the sweep sets it to the window) or raise it")
     points = spec.grid() if spec.sampler == "grid" else [
         {p.key: value} for p in spec.space for value in p.corners()]
     for params in points:

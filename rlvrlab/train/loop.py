@@ -177,9 +177,10 @@ def _run_steps(run: Run, cfg: RunConfig, folder: Path | None, on_step, progress)
 
 
 def logs_step(cfg: RunConfig, step: int) -> bool:
-    """Whether step metrics are logged at `step` (0-based): steps 0, n, 2n, ... of tracking.log_every = n, and the
-    last step. Only these steps compute their statistics (train_step's with_stats)."""
-    return step % cfg.tracking.log_every == 0 or step + 1 == cfg.steps
+    """Whether step metrics are logged at `step` (0-based): steps 0, n, 2n, ... of tracking.log_every = n, each of
+    the last tracking.log_last = m steps, and the last step. Only these steps compute their statistics
+    (train_step's with_stats)."""
+    return step % cfg.tracking.log_every == 0 or step >= cfg.steps - max(cfg.tracking.log_last, 1)
 
 
 def _evaluate(run: Run, step: int) -> dict[str, float] | None:

@@ -113,6 +113,8 @@ BAD_SWEEPS = [
      "overrides: [algorithm=ucpo]\nobjective: {metric: train/reward}\n", "seeds.halfwidth in"),
     ("experiment: toy\nseeds: {initial: 3, max: 9, width: 0.1}\nspace: {algorithm.tau: [0.1]}\n"
      "overrides: [algorithm=ucpo]\nobjective: {metric: train/reward}\n", "unknown seeds key 'width'"),
+    ("experiment: toy\noverrides: [algorithm=ucpo, tracking.log_last=2]\nspace: {algorithm.tau: [0.1]}\n"
+     "objective: {metric: train/reward, window: 4}\n", "tracking.log_last=2 in"),
 ]
 
 
@@ -273,6 +275,26 @@ def test_cli_sweep_prints_the_table_and_finishes_the_study_run(here: Path) -> No
     # the same study name with another sweep behind it is refused
     changed = _cli("sweep", str(path), "--seeds", "3", cwd=here)
     assert changed.returncode == 1 and "different sweep" in changed.stderr and "--name" in changed.stderr
+
+
+def test_the_objective_reads_the_same_steps_at_every_log_every(here: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """tracking.log_every changes what is logged, not what is measured: the sweep logs each step of the objective's
+    window (tracking.log_last), so a sweep logging every 5th step scores every trial exactly as one logging every
+    step, and its seed runs log steps 0, 5, 10 and the window's 8-11 only."""
+    values, logged = {}, {}
+    for every in (1, 5):
+        folder = here / f"every{every}"
+        folder.mkdir()
+        monkeypatch.chdir(folder)
+        spec = load_sweep(str(_sweep_file(folder)), [f"tracking.log_every={every}"])
+        sweep = open_sweep(spec)
+        assert [o.state for o in work(sweep).outcomes] == ["COMPLETE"] * 4
+        values[every] = {tuple(sorted(t.params.items())): t.value for t in sweep.study.get_trials()}
+        client = _client(folder)
+        logged[every] = {tuple(sorted(m.step for m in client.get_metric_history(r.info.run_id, "train/reward")))
+                         for r in _role(_runs(folder, "grid"), "seed")}
+    assert values[5] == values[1]  # bit for bit
+    assert logged == {1: {tuple(range(12))}, 5: {(0, 5, 8, 9, 10, 11)}}
 
 
 @pytest.mark.slow

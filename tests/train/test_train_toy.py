@@ -200,6 +200,11 @@ def test_log_every_logs_every_nth_step_and_the_last(tmp_path, mlflow_history):
     assert sorted(history["train/reward"]) == sorted(history["loss/policy"]) == [0, 4, 5]
 
 
+def test_log_last_logs_each_of_the_last_steps_too(tmp_path, mlflow_history):
+    run_id = train(toy(tmp_path, "steps=9", "trainer.checkpoint_every=0", "tracking.log_every=4", "tracking.log_last=3"))
+    assert sorted(mlflow_history(tmp_path, run_id)["train/reward"]) == [0, 4, 6, 7, 8]
+
+
 @pytest.mark.parametrize("overrides", [
     pytest.param(["algorithm=ucpo", "trainer.ppo_epochs=2", "trainer.staleness=1"], id="ucpo-stale-two-epochs"),
     pytest.param(["algorithm=grpo"], id="reused-update-logp"),
