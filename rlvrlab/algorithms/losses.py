@@ -50,6 +50,32 @@ def _token_means(mask: torch.Tensor, **values: torch.Tensor) -> dict[str, float]
     return dict(zip(values, (sums / mask.sum().clamp(min=1)).tolist()))
 
 
+def _clip_diagnostics(x: LossInputs, delta: torch.Tensor, ratio: torch.Tensor, eps_high: float,
+                      **flags: torch.Tensor) -> dict[str, float | None]:
+    """A ratio-clipping loss's diagnostics in one stacked reduction and one copy out: the share of response tokens
+    of each of `flags` ([B, T] bool), approx_kl (k1: the mean of -delta), ratio_mean and ratio_max, and cap_pos_mean
+    (UP paper eq. 11 over A > 0 tokens, None without any). The numbers of `_token_means`, `_ratio_stats` and `_cap_pos`
+    up to the order of summation (delta's dtype throughout): ~25 tensor operations instead of ~45, which on a toy
+    step's [64, 1] tensors are most of the statistics' time."""
+    mask = x.mask.bool()
+    positive = mask & (x.adv > 0)
+    zero = torch.zeros((), dtype=delta.dtype)
+    pi = torch.exp(x.logp.detach())
+    bound = (1.0 + eps_high) * torch.exp(x.old_logp)
+    cap = torch.where(positive & (pi < bound), torch.clamp(bound, max=1.0) - pi, zero)  # _cap_pos, on A > 0 tokens
+    rows = torch.stack([*(f.to(delta.dtype) for f in flags.values()), -delta, ratio, cap, positive.to(delta.dtype),
+                        mask.to(delta.dtype)]).detach()  # [K, B, T]
+    sums = torch.where(mask, rows, zero).flatten(1).sum(-1)
+    ratio_max = torch.where(mask, ratio.detach(), torch.full((), -math.inf, dtype=delta.dtype)).amax()
+    *shares, kl, ratio_sum, cap_sum, num_positive, count, ratio_max = torch.cat([sums, ratio_max.reshape(1)]).tolist()
+    tokens = max(count, 1.0)
+    out: dict[str, float | None] = {name: share / tokens for name, share in zip(flags, shares)}
+    out["approx_kl"] = kl / tokens
+    out["ratio_mean"], out["ratio_max"] = (ratio_sum / count, ratio_max) if count else (1.0, 1.0)
+    out["cap_pos_mean"] = cap_sum / num_positive if num_positive else None
+    return out
+
+
 def _cap_pos(x: LossInputs, eps_high: float) -> float | None:
     """UP paper eq. 11: probability still gainable before the upper clip, mean over A>0 tokens.
 
@@ -87,10 +113,11 @@ def clip_loss(
 
     def stats() -> LossStats:
         with torch.no_grad():
-            fractions = {} if dual_clip_c is None else {"dual_clip_frac": (unbounded > dual_bound) & negative}
-            means = _token_means(x.mask, clip_frac_upper=(x.adv > 0) & (ratio > 1.0 + eps_high),
-                                 clip_frac_lower=negative & (ratio < 1.0 - eps_low), approx_kl=-delta, **fractions)
-            return LossStats(**means, cap_pos_mean=_cap_pos(x, eps_high), **_ratio_stats(ratio, x.mask))
+            flags = {"clip_frac_upper": (x.adv > 0) & (ratio > 1.0 + eps_high),
+                     "clip_frac_lower": negative & (ratio < 1.0 - eps_low)}
+            if dual_clip_c is not None:
+                flags["dual_clip_frac"] = (unbounded > dual_bound) & negative
+            return LossStats(**_clip_diagnostics(x, delta, ratio, eps_high, **flags))
 
     return LossOutput(agg(per_token, x.mask), per_token, stats)
 

@@ -641,6 +641,42 @@ def test_cispo_clip_shares_by_sign_count_its_truncated_tokens() -> None:
     assert up.stats.clip_frac_pos == 0.0 and up.stats.clip_frac_neg == pytest.approx(1.0)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("case", ["random", "no A > 0 token", "no response token", "padding logp -inf"])
+@pytest.mark.parametrize(("eps_high", "dual_clip_c"), [(0.28, None), (0.28, 3.0), (math.inf, None)])
+def test_clip_diagnostics_in_one_pass_equal_each_diagnostic_on_its_own(dtype, case, eps_high, dual_clip_c) -> None:
+    """clip_loss computes its diagnostics in one stacked reduction (losses._clip_diagnostics): the same numbers as
+    the one-at-a-time helpers the other losses use (_token_means, _ratio_stats, _cap_pos), including None and the
+    defaults where a set of tokens is empty, and not fooled by padding holding -inf log-probs."""
+    logp, old, adv, mask = (t.to(dtype) for t in random_loss_batch(B=12, T=5, seed=3))
+    old = logp + (old - logp) * 3  # ratios past every bound
+    if case == "no A > 0 token":
+        adv = -adv.abs()
+    if case == "no response token":
+        mask = torch.zeros_like(mask)
+    if case == "padding logp -inf":
+        logp, old = logp.masked_fill(mask == 0, -math.inf), old.masked_fill(mask == 0, -math.inf)
+    x = A.LossInputs(logp, old, adv, mask)
+    stats = loss_fns.clip_loss(x, A.Aggregation("token-mean"), eps_low=0.2, eps_high=eps_high,
+                               dual_clip_c=dual_clip_c).stats
+    delta = torch.clamp(logp - old, min=-20.0, max=20.0)
+    ratio = torch.exp(delta)
+    flags = {"clip_frac_upper": (adv > 0) & (ratio > 1.0 + eps_high), "clip_frac_lower": (adv < 0) & (ratio < 0.8)}
+    if dual_clip_c is not None:
+        unbounded = torch.maximum(-adv * ratio, -adv * torch.clamp(ratio, 0.8, 1.0 + eps_high))
+        flags["dual_clip_frac"] = (unbounded > -adv * dual_clip_c) & (adv < 0)
+    expected = {**loss_fns._token_means(mask, approx_kl=-delta, **flags), **loss_fns._ratio_stats(ratio, mask),
+                "cap_pos_mean": loss_fns._cap_pos(x, eps_high)}
+    tolerance = 1e-6 if dtype == torch.float32 else 1e-12
+    for name, value in expected.items():
+        got = getattr(stats, name)
+        assert (got is None) == (value is None), name
+        assert value is None or got == pytest.approx(value, rel=tolerance, abs=tolerance), name
+    assert (case == "no A > 0 token") == (stats.cap_pos_mean is None) or case == "no response token"
+    if case == "no response token":
+        assert (stats.ratio_mean, stats.ratio_max, stats.approx_kl, stats.cap_pos_mean) == (1.0, 1.0, 0.0, None)
+
+
 @pytest.mark.parametrize(("loss", "up"), loss_variants())
 def test_clip_shares_by_sign_add_up_to_the_losss_clip_counts(loss: str, up: bool) -> None:
     """Every loss, with and without UP: the clipped tokens of each sign add up to those the loss counts,
