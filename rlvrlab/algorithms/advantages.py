@@ -20,7 +20,7 @@ import math
 
 import torch
 
-from .masked import group_count, group_index, group_sum, masked_whiten, padded_groups
+from .masked import group_count, group_index, group_sum, masked_whiten
 from .registry import Estimator
 from .types import AdvantageInputs, AdvantageOutput, CorrectSetStats
 
@@ -209,13 +209,6 @@ def fgrpo(inp: AdvantageInputs, *, adv_eps: float, fgrpo_gamma: float) -> Advant
     return _broadcast(scale * (scores - mean) / (std + adv_eps), inp)
 
 
-def mean_token_logp(old_logp: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """[B, T] -> [B] float64 length-normalised sequence log-prob (empty responses count as length 1)."""
-    m = mask.to(torch.float64)
-    total = torch.where(mask.bool(), old_logp.to(torch.float64), torch.zeros((), dtype=torch.float64)).sum(-1)
-    return total / m.sum(-1).clamp(min=1)
-
-
 def ucpo(inp: AdvantageInputs, *, tau: float, alpha: float, adv_eps: float) -> AdvantageOutput:
     """UCPO (Lochab et al. 2026; the UCPO repo's ``iq`` estimator, docs/references.md, "UCPO code" §1).
 
@@ -228,15 +221,13 @@ def ucpo(inp: AdvantageInputs, *, tau: float, alpha: float, adv_eps: float) -> A
     """
     if inp.old_logp is None:
         raise ValueError("ucpo needs old_logp (behaviour log-probs) to compute q")
-    scores = _scores64(inp)
-    gidx = group_index(inp.group_ids)
-    mean, std, _ = _group_mean_std(scores, gidx)
+    layout = inp.groups  # every group at once: [G, n], each row its group's rows in batch order
+    scores, index, correct = layout.scores, layout.index, layout.correct
+    mean, std, _ = _group_mean_std(scores, layout.gidx)
     adv = (scores - mean) / (std + adv_eps)  # [B] A0
-    mu = mean_token_logp(inp.old_logp, inp.mask)  # [B]
-    index, valid = padded_groups(gidx)  # every group at once: [G, n], each row its group's rows in batch order
-    positive = scores[index] > 0
+    mu = inp.mean_token_logp  # [B]
     mu_g, adv_g = mu[index], adv[index]  # adv_g: A0, read before any row is rewritten
-    correct, wrong = valid & positive, valid & ~positive
+    wrong = layout.valid & ~correct
     n_c = correct.sum(-1, keepdim=True)  # [G, 1]
     weighted = correct & (n_c >= 2)
     if bool(weighted.any()):
@@ -322,17 +313,15 @@ def correct_set_stats(inp: AdvantageInputs) -> CorrectSetStats:
     """
     if inp.old_logp is None:
         raise ValueError("correct-set statistics need old_logp")
-    scores = _scores64(inp)
-    gidx = group_index(inp.group_ids)
-    mu = mean_token_logp(inp.old_logp, inp.mask)  # [B]
-    index, valid = padded_groups(gidx)  # [G, n]: each group's rows, padded
+    layout = inp.groups  # [G, n]: each group's rows, padded (UCPO's estimator built it for the same inputs)
+    index = layout.index
     if index.numel() == 0:
         empty = torch.zeros(0, dtype=torch.float64)
         return CorrectSetStats(empty, empty, empty, empty, empty)
-    positive = scores[index] > 0
+    mu = inp.mean_token_logp  # [B]
     # H and max of softmax(mu) over each group's correct (side 0) and incorrect (side 1) members, both sides in one
     # pass over [2, G, n]; kept for groups with >= 2 members on that side (in group order)
-    members = torch.stack([valid & positive, valid & ~positive])  # [2, G, n]
+    members = torch.stack([layout.correct, layout.valid & ~layout.correct])  # [2, G, n]
     count = members.sum(-1)  # [2, G]
     keep = count >= 2
     logp = torch.log_softmax(mu[index].expand(2, -1, -1).masked_fill(~members, float("-inf")), dim=-1)

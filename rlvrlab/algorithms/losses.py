@@ -51,7 +51,7 @@ def _token_means(mask: torch.Tensor, **values: torch.Tensor) -> dict[str, float]
 
 
 def _clip_diagnostics(x: LossInputs, delta: torch.Tensor, ratio: torch.Tensor, eps_high: float,
-                      **flags: torch.Tensor) -> dict[str, float | None]:
+                      **flags: torch.Tensor) -> dict[str, Any]:
     """A ratio-clipping loss's diagnostics in one stacked reduction and one copy out: the share of response tokens
     of each of `flags` ([B, T] bool), approx_kl (k1: the mean of -delta), ratio_mean and ratio_max, and cap_pos_mean
     (UP paper eq. 11 over A > 0 tokens, None without any). The numbers of `_token_means`, `_ratio_stats` and `_cap_pos`
@@ -69,7 +69,7 @@ def _clip_diagnostics(x: LossInputs, delta: torch.Tensor, ratio: torch.Tensor, e
     ratio_max = torch.where(mask, ratio.detach(), torch.full((), -math.inf, dtype=delta.dtype)).amax()
     *shares, kl, ratio_sum, cap_sum, num_positive, count, ratio_max = torch.cat([sums, ratio_max.reshape(1)]).tolist()
     tokens = max(count, 1.0)
-    out: dict[str, float | None] = {name: share / tokens for name, share in zip(flags, shares)}
+    out: dict[str, Any] = {name: share / tokens for name, share in zip(flags, shares)}
     out["approx_kl"] = kl / tokens
     out["ratio_mean"], out["ratio_max"] = (ratio_sum / count, ratio_max) if count else (1.0, 1.0)
     out["cap_pos_mean"] = cap_sum / num_positive if num_positive else None

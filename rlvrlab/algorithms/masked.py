@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Hashable, Sequence
+from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -69,3 +70,29 @@ def group_sum(values: torch.Tensor, gidx: torch.Tensor) -> torch.Tensor:
 
 def group_count(gidx: torch.Tensor, dtype: torch.dtype = torch.float64) -> torch.Tensor:
     return group_sum(torch.ones(gidx.shape[0], dtype=dtype, device=gidx.device), gidx)
+
+
+def mean_token_logp(old_logp: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """[B, T] -> [B] float64 length-normalised sequence log-prob (empty responses count as length 1)."""
+    m = mask.to(torch.float64)
+    total = torch.where(mask.bool(), old_logp.to(torch.float64), torch.zeros((), dtype=torch.float64)).sum(-1)
+    return total / m.sum(-1).clamp(min=1)
+
+
+@dataclass(frozen=True)
+class GroupLayout:
+    """A batch laid out by prompt group: what UCPO's estimator and the correct-set statistics both read
+    (AdvantageInputs.groups builds it once per batch)."""
+
+    scores: torch.Tensor  # [B] float64: each row's outcome score (the sum of its token rewards)
+    gidx: torch.Tensor  # [B] group index, 0..G-1 in sorted-id order (group_index)
+    index: torch.Tensor  # [G, n] each group's rows in batch order, padded (padded_groups)
+    valid: torch.Tensor  # [G, n] the real entries of index
+    correct: torch.Tensor  # [G, n] real entries whose score is > 0
+
+    @staticmethod
+    def of(token_rewards: torch.Tensor, group_ids: Sequence[Hashable]) -> GroupLayout:
+        scores = token_rewards.to(torch.float64).sum(dim=-1)
+        gidx = group_index(group_ids)
+        index, valid = padded_groups(gidx)
+        return GroupLayout(scores, gidx, index, valid, valid & (scores[index] > 0))

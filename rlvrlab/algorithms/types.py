@@ -10,8 +10,11 @@ from __future__ import annotations
 
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
+from functools import cached_property
 
 import torch
+
+from .masked import GroupLayout, mean_token_logp
 
 
 @dataclass(frozen=True)
@@ -22,6 +25,20 @@ class AdvantageInputs:
     old_logp: torch.Tensor | None = None  # [B, T] behaviour log-probs (UCPO's q needs them)
     # [B] what makes two responses the same response (e.g. their token ids); None: every row is its own response
     response_keys: Sequence[Hashable] | None = None
+
+    # Built on first read and kept (the inputs are never changed in place; dataclasses.replace makes new ones), so
+    # UCPO's estimator and the same step's correct-set statistics lay the batch out once.
+    @cached_property
+    def groups(self) -> GroupLayout:
+        """The batch by prompt group: scores, group index, padded [G, n] layout and its correct entries."""
+        return GroupLayout.of(self.token_rewards, self.group_ids)
+
+    @cached_property
+    def mean_token_logp(self) -> torch.Tensor:
+        """[B] float64 mean token log-prob of each response under pi_old (masked.mean_token_logp)."""
+        if self.old_logp is None:
+            raise ValueError("the mean token log-prob needs old_logp (behaviour log-probs)")
+        return mean_token_logp(self.old_logp, self.mask)
 
 
 @dataclass(frozen=True)

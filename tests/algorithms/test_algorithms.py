@@ -227,6 +227,35 @@ def test_correct_set_stats_uniform_and_collapsed() -> None:
     assert stats.incorrect_entropy.numel() == 0  # only one incorrect response
 
 
+def test_the_group_layout_is_built_once_and_reading_it_changes_nothing() -> None:
+    """AdvantageInputs.groups and .mean_token_logp are built on first read and shared: UCPO's estimator and the
+    correct-set statistics on the same inputs give what each gives on fresh inputs, in any order and when repeated;
+    inputs made by dataclasses.replace (the loop's, once the update gave old_logp) build their own."""
+    import dataclasses
+
+    gen = torch.Generator().manual_seed(4)
+    rewards = (torch.rand(24, generator=gen) > 0.4).double().tolist()
+    inp = outcome_batch(rewards, torch.randint(1, 6, (24,), generator=gen).tolist(), [f"p{i % 5}" for i in range(24)])
+
+    def fresh():
+        return dataclasses.replace(inp)
+
+    def same(a, b):
+        return all(torch.equal(x, y) for x, y in zip(dataclasses.astuple(a), dataclasses.astuple(b)))
+
+    want_adv = adv_fns.ucpo(fresh(), tau=0.5, alpha=0.3, adv_eps=1e-6).advantages
+    want_stats = A.correct_set_stats(fresh())
+    shared = fresh()
+    assert same(A.correct_set_stats(shared), want_stats)
+    for _ in range(2):
+        assert torch.equal(adv_fns.ucpo(shared, tau=0.5, alpha=0.3, adv_eps=1e-6).advantages, want_adv)
+        assert same(A.correct_set_stats(shared), want_stats)
+    assert shared.groups is shared.groups and shared.mean_token_logp is shared.mean_token_logp
+    other = dataclasses.replace(shared, old_logp=shared.old_logp * 2)
+    assert other.groups is not shared.groups
+    assert torch.equal(other.mean_token_logp, shared.mean_token_logp * 2)
+
+
 # ----------------------------------------------------------------- losses, hand-worked
 
 
