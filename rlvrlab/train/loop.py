@@ -172,7 +172,10 @@ def _run_steps(run: Run, cfg: RunConfig, folder: Path | None, on_step, progress)
             run.tracker.finish(status)  # flushes every step logged so far
             run.rollout.close()
         finally:
-            run.verifier.close()
+            try:
+                run.verifier.close()
+            finally:
+                run.update.close()
     return run.tracker.run_id
 
 

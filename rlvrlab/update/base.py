@@ -34,6 +34,10 @@ class UpdateEngine(Protocol):
     def load(self, folder: Path) -> None:
         ...
 
+    def close(self) -> None:
+        """Put back what the engine changed outside itself; the run calls it once, at its end (passed or failed)."""
+        ...
+
 
 def clipped_norm(norm: float, max_norm: float) -> float:
     """The gradient norm after clipping to max_norm (<= 0: no clipping), as torch's clip_grad_norm_ and DeepSpeed's

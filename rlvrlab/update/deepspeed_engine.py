@@ -44,6 +44,10 @@ class DeepSpeedEngine:
         if offload_optimizer:
             config["zero_force_ds_cpu_optimizer"] = False
         optimizer = torch.optim.AdamW(module.parameters(), lr=lr, weight_decay=weight_decay, betas=betas)
+        # ZeRO-3 replaces torch.nn.functional.linear process-wide by its memory-efficient version ("This will persist
+        # unless manually reset"): kept for this run, put back by close(), so that a later run in the same process
+        # (a sweep worker, a notebook, the test suite) computes its linear layers as before
+        self._linear = torch.nn.functional.linear
         self.engine, _, _, _ = deepspeed.initialize(model=module, optimizer=optimizer, config=config)
         if world_size == 1 and zero_stage == 0:  # averaging over one rank: a copy to a flat buffer and back, per step
             self.engine.enable_backward_allreduce = False
@@ -116,3 +120,6 @@ class DeepSpeedEngine:
         path, _ = self.engine.load_checkpoint(str(folder / "deepspeed"), tag="latest")
         if path is None:
             raise FileNotFoundError(folder / "deepspeed")
+
+    def close(self) -> None:
+        torch.nn.functional.linear = self._linear

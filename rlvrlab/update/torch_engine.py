@@ -37,6 +37,9 @@ class TorchEngine:
         state = {"model": self.module.state_dict(), "optimizer": self.optimizer.state_dict()}
         torch.save(state, folder / "torch_engine.pt")
 
+    def close(self) -> None:
+        """Nothing to put back."""
+
     def load(self, folder: Path) -> None:
         state = torch.load(folder / "torch_engine.pt", weights_only=True)
         self.module.load_state_dict(state["model"])

@@ -21,7 +21,11 @@ def test_zero3_syncs_and_saves_the_gathered_weights_as_zero0_trains_them(tmp_pat
         weights = load_file(str(out / run_id / "checkpoints" / "step_000001" / "model" / "model.safetensors"))
         return mlflow_history(out, run_id), weights  # the model folder of the checkpoint after step 1
 
+    linear = torch.nn.functional.linear
     (history0, weights0), (history3, weights3) = run(0), run(3)
+    # DeepSpeed's ZeRO-3 replaced torch.nn.functional.linear for the run; the run's end put it back (a later run in
+    # this process computed its linear layers differently, ~1e-8 in its metrics)
+    assert torch.nn.functional.linear is linear
     # step 1 sampled from the weights synced after step 0: the hf engine got the full, updated weights
     assert history3["rollout/logp_gap_max"][1] < 1e-4
     assert history3["train/reward"] == history0["train/reward"]
