@@ -125,7 +125,8 @@ def test_variants_are_named_override_lists_crossed_with_the_space(here: Path) ->
     spec = load_sweep(str(path))
     assert spec.grid() == [{"variant": v, "trainer.staleness": s} for v in ("grpo", "ucpo tau=1") for s in (0, 2)]
     assert spec.overrides_for({"variant": "ucpo tau=1", "trainer.staleness": 2}, 3) == [
-        "algorithm=ucpo", "algorithm.tau=1.0", "trainer.staleness=2", "seed=3", f"experiment={spec.name}"]
+        "tracking.log_last=1", "algorithm=ucpo", "algorithm.tau=1.0", "trainer.staleness=2", "seed=3",
+        f"experiment={spec.name}"]  # tracking.log_last: the objective's window (1), each step of it logged
     changed = _sweep_file(here, path.read_text().replace("tau=1.0", "tau=0.5"), name="other.yaml")
     assert load_sweep(str(changed)).fingerprint() != spec.fingerprint()  # a variant's overrides are science
 
