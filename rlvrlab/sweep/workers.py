@@ -39,41 +39,31 @@ def run_sweep(spec: SweepSpec, storage: Optional[str] = None, *, workers: int = 
     pool: worker processes the caller started before reading the sweep file (rlvrlab.sweep.spawned), used when
     `workers` of them run here; otherwise cancelled (so is a pool that an error leaves without the study), and the
     workers are started here."""
-    try:
-        return _run_sweep(spec, storage, workers, status_only, on_progress, warn, devices, pool)
-    finally:
-        if pool is not None:
-            pool.cancel()  # nothing to do once it was given the study
-
-
-def _run_sweep(spec: SweepSpec, storage: Optional[str], workers: int, status_only: bool,
-               on_progress: Optional[OnProgress], warn: Callable[[str], None], devices: Optional[Sequence[str]],
-               pool: Optional[WorkerPool]) -> Sweep:
-    if workers > 1 and (storage or "").startswith("sqlite"):
-        raise RlvrlabError("--storage sqlite:// can hand one trial to two workers (sqlite ignores SELECT ... FOR "
-                           "UPDATE; bench/sweep_storage.py); with --workers use the default journal file or "
-                           "PostgreSQL")
-    if (storage or "").startswith("sqlite"):
-        warn("with sqlite storage run one worker at a time (two processes can claim the same trial); the default "
-             "journal file is safe for several")
-    check_locations(spec, storage, status_only=status_only)
-    launch = spec.launcher
-    placed = None
-    if not status_only and launch.gpus_per_run and launch.type != "slurm":  # Slurm gives each job its GPUs
-        placed = assign(workers, launch.gpus_per_run, visible_devices() if devices is None else list(devices))
-    if not status_only and launch.type == "slurm":
-        check_slurm(spec, storage, warn)
-    deadline = time.time() + spec.timeout if spec.timeout and not status_only else None
     started = None
-    if not status_only and launch.type != "slurm" and workers > 1:
-        # their start-up overlaps the study's opening (and, started by the caller, the sweep file's reading); placed
-        # on GPUs, they are started here, each with its devices set before it imports torch
-        usable = pool is not None and len(pool) == workers and placed is None
-        started = pool if usable else WorkerPool(workers, warm=not launch.child, visible=placed)
-    if pool is not None and pool is not started:
-        pool.cancel()
-    orders = [(spec, storage, deadline, index) for index in range(workers)]
-    try:
+    try:  # ends the caller's pool and ours on any error before they are given the study (a no-op after that)
+        if workers > 1 and (storage or "").startswith("sqlite"):
+            raise RlvrlabError("--storage sqlite:// can hand one trial to two workers (sqlite ignores SELECT ... FOR "
+                               "UPDATE; bench/sweep_storage.py); with --workers use the default journal file or "
+                               "PostgreSQL")
+        if (storage or "").startswith("sqlite"):
+            warn("with sqlite storage run one worker at a time (two processes can claim the same trial); the "
+                 "default journal file is safe for several")
+        check_locations(spec, storage, status_only=status_only)
+        launch = spec.launcher
+        placed = None
+        if not status_only and launch.gpus_per_run and launch.type != "slurm":  # Slurm gives each job its GPUs
+            placed = assign(workers, launch.gpus_per_run, visible_devices() if devices is None else list(devices))
+        if not status_only and launch.type == "slurm":
+            check_slurm(spec, storage, warn)
+        deadline = time.time() + spec.timeout if spec.timeout and not status_only else None
+        if not status_only and launch.type != "slurm" and workers > 1:
+            # their start-up overlaps the study's opening (and, started by the caller, the sweep file's reading);
+            # placed on GPUs, they are started here, each with its devices set before it imports torch
+            usable = pool is not None and len(pool) == workers and placed is None
+            started = pool if usable else WorkerPool(workers, warm=not launch.child, visible=placed)
+        if pool is not None and pool is not started:
+            pool.cancel()  # now: its processes would compete with ours for the CPU
+        orders = [(spec, storage, deadline, index) for index in range(workers)]
         opened = open_sweep(spec, storage, create=not status_only)
         if status_only:
             return opened
@@ -93,8 +83,9 @@ def _run_sweep(spec: SweepSpec, storage: Optional[str], workers: int, status_onl
                                f"was done; its MLflow study run {opened.study_run_id} ended KILLED; re-run the same "
                                "command to continue it (interrupted trials are re-run)") from None
     finally:
-        if started is not None:  # an error before they were given the study: end them (no-op after give)
-            started.cancel()
+        for spawned in (pool, started):
+            if spawned is not None:
+                spawned.cancel()
     finish_study_run(opened)
     return opened
 
