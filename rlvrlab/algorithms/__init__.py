@@ -18,10 +18,14 @@ from .losses import POLICY_LOSSES, with_unbounded_positive
 from .masked import masked_mean, masked_sum, masked_whiten
 from .registry import Estimator, PolicyLoss, bind, knobs
 from .rollout_shaping import (
-    CorrectionStats,
+    REJECTION_OPTIONS,
+    Rejection,
+    RolloutCorrection,
     groups_with_signal,
     mismatch_kl,
     overlong_penalty,
+    parse_rejection,
+    rollout_correction,
     rollout_correction_weights,
 )
 from .types import AdvantageInputs, AdvantageOutput, CorrectSetStats, LossInputs, LossOutput, LossStats
@@ -31,10 +35,14 @@ entropy_advantage_bonus = _adv.entropy_advantage_bonus
 
 
 __all__ = [
-    "CorrectionStats",
+    "REJECTION_OPTIONS",
+    "Rejection",
+    "RolloutCorrection",
     "groups_with_signal",
     "mismatch_kl",
     "overlong_penalty",
+    "parse_rejection",
+    "rollout_correction",
     "rollout_correction_weights",
     "ADVANTAGES",
     "AGGREGATIONS",

@@ -95,6 +95,7 @@ RANGES: dict[str, Range] = {
     "algorithm.ent_adv_alpha": NON_NEGATIVE,
     "algorithm.ent_adv_kappa": POSITIVE,
     "algorithm.tis_cap": POSITIVE,
+    "algorithm.tis_lower": Range(0, low_open=True, null_is_off=True),
     "algorithm.max_gen_batches": AT_LEAST_ONE,
     "algorithm.overlong_buffer": Range(0, 1, high_open=True),
     "algorithm.overlong_penalty": NON_NEGATIVE,
@@ -144,6 +145,8 @@ RANGES: dict[str, Range] = {
 # functions' signatures (rlvrlab.algorithms.knobs) and UP's off the losses' up_compatible trait.
 KNOB_READERS: dict[str, tuple[str, tuple[Any, ...]]] = {
     "algorithm.tis_cap": ("algorithm.tis_level", ("token", "sequence")),
+    "algorithm.tis_lower": ("algorithm.tis_level", ("token", "sequence")),
+    "algorithm.tis_batch_normalize": ("algorithm.tis_level", ("token", "sequence")),
     "algorithm.max_gen_batches": ("algorithm.dynamic_sampling", (True,)),
     "algorithm.loss_scale_factor": ("algorithm.agg", ("seq-mean-token-sum-norm",)),
     "model.path": ("model.tier", ("real",)),
@@ -415,6 +418,33 @@ def _rollout_correction_fits_the_loss(cfg: RunConfig) -> None:
                           "terms; use another loss or algorithm.tis_level=none")
 
 
+def _rollout_correction_bounds(cfg: RunConfig) -> None:
+    """IcePop's window and verl's rejection options and thresholds (rlvrlab.algorithms.parse_rejection reads them
+    as verl does; bounds must also be finite here)."""
+    a = cfg.algorithm
+    if a.tis_level != "none" and a.tis_lower is not None and a.tis_lower > a.tis_cap:
+        raise ConfigError(f"algorithm.tis_lower={a.tis_lower:g} is above algorithm.tis_cap={a.tis_cap:g}: IcePop keeps "
+                          "the weights inside [tis_lower, tis_cap]; lower tis_lower or raise tis_cap")
+    if a.rollout_rs is None:
+        if a.rollout_rs_threshold is not None:
+            raise ConfigError(f"algorithm.rollout_rs_threshold={a.rollout_rs_threshold} has no effect without "
+                              "algorithm.rollout_rs; name the rejection options (e.g. algorithm.rollout_rs=token_k1) "
+                              "or drop the threshold")
+        return
+    from rlvrlab.algorithms import parse_rejection  # lazily, as in _registry_choices
+
+    example = "e.g. algorithm.rollout_rs=token_k1,seq_max_k2 algorithm.rollout_rs_threshold=0.5_2.0,0.1"
+    try:
+        criteria = parse_rejection(a.rollout_rs, a.rollout_rs_threshold)
+    except ValueError as error:
+        raise ConfigError(f"algorithm.rollout_rs={a.rollout_rs} with algorithm.rollout_rs_threshold="
+                          f"{show(a.rollout_rs_threshold)}: {error}; {example}") from None
+    for criterion in criteria:
+        if not all(math.isfinite(bound) for bound in (criterion.upper, criterion.lower or 1.0)):
+            raise ConfigError(f"algorithm.rollout_rs_threshold={a.rollout_rs_threshold}: the bounds of "
+                              f"{criterion.option} must be finite numbers; {example}")
+
+
 def _token_budget_needs_an_exact_loss(cfg: RunConfig) -> None:
     t = cfg.trainer
     if t.micro_batch_tokens is None and not t.pack_by_length:
@@ -491,6 +521,7 @@ CROSS_FIELD_RULES: tuple[Callable[[RunConfig], None], ...] = (
     _betas_are_a_pair,
     _overlong_buffer_fits,
     _rollout_correction_fits_the_loss,
+    _rollout_correction_bounds,
     _token_budget_needs_an_exact_loss,
     _dynamic_sampling_needs_groups,
     _offload_needs_zero,

@@ -41,10 +41,20 @@ class AlgorithmConfig:
     entropy_coef: float = 0.0  # Ent-Reg entropy bonus, >= 0
     ent_adv_alpha: float = 0.0  # Ent-Adv entropy-shaped advantage, >= 0; 0 = off
     ent_adv_kappa: float = 2.0  # Ent-Adv cap on the entropy term relative to |A|, > 0
-    # rollout-trainer mismatch: truncated importance sampling, weight min(pi_trainer / pi_rollout, tis_cap) on every
-    # loss (verl's rollout correction); none | token | sequence
+    # rollout-trainer mismatch (verl's algorithm.rollout_correction; docs/algorithms.md maps the names): importance
+    # weights r = pi_trainer / pi_rollout on every loss, per token or one per response (verl's rollout_is); none |
+    # token | sequence
     tis_level: str = "none"
-    tis_cap: float = 2.0  # C, > 0
+    tis_cap: float = 2.0  # C, > 0: min(r, C) (TIS), or with tis_lower r inside [tis_lower, C] and 0 outside
+    tis_lower: Optional[float] = None  # IcePop's lower bound, in (0, tis_cap]; null = truncate at tis_cap instead
+    tis_batch_normalize: bool = False  # the weights divided by their batch mean (verl's rollout_is_batch_normalize)
+    # rejection sampling (verl's rollout_rs and rollout_rs_threshold, same syntax): tokens, or whole responses,
+    # whose divergence estimate is outside its bounds leave the loss; a comma-separated chain of options
+    # (token_k1..3, seq_sum_k1..3, seq_mean_k1..3, seq_max_k2..3) must all pass; null = off
+    rollout_rs: Optional[str] = None
+    # one entry per option, or one for all: "upper", or for k1 options "lower_upper" (ratio bounds; lower defaults to
+    # 1 / upper), e.g. "0.5_2.0,0.1"; required with rollout_rs
+    rollout_rs_threshold: Optional[str] = None
     # DAPO's dynamic sampling (Yu et al. 2025, §3.2): keep only groups whose verifier scores differ, sample further
     # batches until the step's prompts are filled or max_gen_batches were sampled (then no-signal groups fill the rest)
     dynamic_sampling: bool = False

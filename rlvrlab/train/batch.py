@@ -43,6 +43,9 @@ class RolloutBatch:
     truncated: torch.Tensor | None = None  # [B] bool: cut at max_new_tokens without an end-of-sequence token
     generated_batches: int = 1  # rollout batches sampled to fill this one (DAPO's dynamic sampling)
     filled_groups: int = 0  # groups without signal that filled it after max_gen_batches
+    # verl's rollout correction (rlvrlab.train.loop.correct_rollouts), set when the batch is consumed:
+    is_weights: torch.Tensor | None = None  # [B, T] importance weights (algorithm.tis_level), into every token's loss
+    kept_mask: torch.Tensor | None = None  # [B, T] the response mask after rejection sampling (algorithm.rollout_rs)
 
     def response_keys(self) -> list[tuple[int, ...]]:
         """[B] each row's response token ids: equal keys, the same response."""
@@ -75,6 +78,8 @@ class RolloutBatch:
             adv=pick(self.adv),
             scores=pick(self.scores),
             truncated=pick(self.truncated),
+            is_weights=pick(self.is_weights),
+            kept_mask=pick(self.kept_mask),
         )
 
     def to(self, device: torch.device) -> RolloutBatch:
@@ -85,17 +90,19 @@ class RolloutBatch:
                        mask=move(self.mask), rewards=move(self.rewards), engine_logp=move(self.engine_logp),
                        old_logp=move(self.old_logp), raw_logp=move(self.raw_logp), ref_logp=move(self.ref_logp),
                        old_entropy=move(self.old_entropy), adv=move(self.adv), scores=move(self.scores),
-                       truncated=move(self.truncated))
+                       truncated=move(self.truncated), is_weights=move(self.is_weights),
+                       kept_mask=move(self.kept_mask))
 
     def __len__(self) -> int:
         return self.input_ids.shape[0]
 
     def loss_mask(self, *, drop_truncated: bool) -> torch.Tensor:
-        """[B, T] the tokens the loss is taken over: the response mask, without truncated responses when asked
-        (DAPO's overlong filtering)."""
+        """[B, T] the tokens the loss is taken over: the response mask (after rejection sampling, when on), without
+        truncated responses when asked (DAPO's overlong filtering)."""
+        mask = self.mask if self.kept_mask is None else self.kept_mask
         if not drop_truncated or self.truncated is None:
-            return self.mask
-        return self.mask * (~self.truncated).to(self.mask.dtype).unsqueeze(-1)
+            return mask
+        return mask * (~self.truncated).to(mask.dtype).unsqueeze(-1)
 
 
 def collate(groups: list[list[Generation]], group_ids: list[str], rewards: list[float], *, pad_id: int,

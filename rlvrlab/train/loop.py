@@ -34,7 +34,6 @@ from rlvrlab.algorithms import (
     masked_sum,
     mismatch_kl,
     overlong_penalty,
-    rollout_correction_weights,
 )
 from rlvrlab.config.rules import overlong_buffer_tokens
 from rlvrlab.config.schema import RunConfig
@@ -290,7 +289,9 @@ def train_step(run: Run, state: TrainState, step: int, *,
     batch = state.queue.popleft()
     run.rollout.sleep()  # vLLM on GPU frees its KV cache for the update; the sync below wakes it
 
-    # 2. Advantages from outcome rewards (on each response's last token) and the behaviour log-probs.
+    # 2. verl's rollout correction (importance weights, rejection), then advantages from outcome rewards (on each
+    #    response's last token) and the behaviour log-probs.
+    correction = correct_rollouts(run, batch) if run.algorithm.rollout_correction is not None else None
     adv_inputs = set_advantages(run.algorithm, batch)
 
     # 3. Policy updates through the update engine.
@@ -326,9 +327,7 @@ def train_step(run: Run, state: TrainState, step: int, *,
         correct_entropy=h_q, correct_max_q=max_q, lag=step - batch.version,
         logp_gap_max=float(gap.max()), logp_gap_mean=float(gap.sum() / batch.mask.sum()),
         mismatch_kl=kl_k3, mismatch_kl_k1=kl_k1,
-        is_weight_mean=float(np.mean([c.weight_mean for c in update.corrections])) if update.corrections else None,
-        is_truncated_frac=(float(np.mean([c.truncated_frac for c in update.corrections]))
-                           if update.corrections else None),
+        rollout_corr=correction,
         generated_batches=float(batch.generated_batches), filled_groups=float(batch.filled_groups),
         overlong_frac=float(batch.truncated.float().mean()) if batch.truncated is not None else 0.0,
         tokens_per_s=float(batch.mask.sum()) / max(batch.generate_seconds, 1e-9), timings=t,
@@ -344,12 +343,46 @@ def _token_mean(parts: list[tuple[torch.Tensor, torch.Tensor]]) -> float:
     return float(total / count.clamp(min=1))
 
 
+def correct_rollouts(run: Run, batch: RolloutBatch) -> dict[str, float]:
+    """verl's rollout correction of this step's batch before its advantages, as verl's trainer applies it
+    (algorithm.tis_level, algorithm.rollout_rs; run.algorithm.rollout_correction): sets batch.is_weights and
+    batch.kept_mask (the response mask after rejection) and returns the metrics. pi_trainer is the behaviour
+    log-prob at temperature 1. Over every rank's rows together, so that batch normalisation and the metrics are the
+    global batch's, the same on every rank."""
+    behaviour = batch.raw_logp if batch.raw_logp is not None else batch.old_logp
+    assert behaviour is not None and run.algorithm.rollout_correction is not None  # reuse_update_logp is off
+    (trainer, engine, mask), mine = _global_rows(run, behaviour, batch.engine_logp, batch.mask)
+    out = run.algorithm.rollout_correction(trainer, engine, mask)
+    width = batch.mask.shape[1]
+    batch.kept_mask = out.mask[mine, :width]
+    batch.is_weights = None if out.weights is None else out.weights[mine, :width]
+    return out.metrics
+
+
+def _global_rows(run: Run, *tensors: torch.Tensor) -> tuple[list[torch.Tensor], slice]:
+    """[B, T] tensors of this rank -> the same over every rank's rows in rank order (zero-padded to the widest T),
+    and this rank's rows among them. One all_sum of buffers holding each rank's rows in its place and 0 elsewhere:
+    exact, since every entry has one non-zero term."""
+    rows, width = tensors[0].shape
+    if run.world_size == 1:
+        return list(tensors), slice(0, rows)
+    counts = all_sum(torch.tensor([rows if r == run.rank else 0 for r in range(run.world_size)], dtype=torch.long))
+    start, widest = int(counts[:run.rank].sum()), all_max(width)
+    gathered = []
+    for values in tensors:
+        full = torch.zeros(int(counts.sum()), widest, dtype=values.dtype, device=values.device)
+        full[start:start + rows, :width] = values
+        gathered.append(all_sum(full))
+    return gathered, slice(start, start + rows)
+
+
 def set_advantages(algo: BoundAlgorithm, batch: RolloutBatch) -> AdvantageInputs:
     """Fill batch.adv [B, T]; returns the estimator's inputs (the correct-set statistics reuse them)."""
     lengths = batch.mask.sum(-1).long()  # [B]
     token_rewards = torch.zeros_like(batch.mask)  # [B, T]
     token_rewards[torch.arange(len(batch)), lengths - 1] = batch.rewards
-    inputs = AdvantageInputs(token_rewards, batch.mask, batch.group_ids, old_logp=batch.old_logp,
+    mask = batch.mask if batch.kept_mask is None else batch.kept_mask  # after rejection sampling, as verl's
+    inputs = AdvantageInputs(token_rewards, mask, batch.group_ids, old_logp=batch.old_logp,
                              response_keys=batch.response_keys())
     batch.adv = algo.advantage(inputs).advantages
     if algo.ent_adv is not None:
@@ -366,7 +399,6 @@ class UpdateResult:
     kls: list[float] = field(default_factory=list)  # mean k3 KL to the reference, when used
     norms: list[float] = field(default_factory=list)  # gradient norm of each optimizer step
     logps: list[torch.Tensor] = field(default_factory=list)  # detached [b, T] per micro-batch, reuse_update_logp only
-    corrections: list = field(default_factory=list)  # CorrectionStats per micro-batch, with algorithm.tis_level
     order: torch.Tensor | None = None  # logps concatenated -> batch order (row_order), when packed
 
 
@@ -427,14 +459,7 @@ def update_policy(run: Run, batch: RolloutBatch, step: int, *, with_stats: bool 
                     old_logp = logp.detach()
                     result.logps.append(old_logp)
                 mask = x.loss_mask(drop_truncated=cfg.algorithm.overlong_filter)
-                weights = None
-                if cfg.algorithm.tis_level != "none":  # pi_trainer / pi_rollout of the sampling weights, truncated
-                    behaviour = x.raw_logp if x.raw_logp is not None else old_logp
-                    weights, correction = rollout_correction_weights(behaviour - x.engine_logp, mask,
-                                                                     level=cfg.algorithm.tis_level,
-                                                                     cap=cfg.algorithm.tis_cap)
-                    result.corrections.append(correction)
-                out = algo.loss(LossInputs(logp, old_logp, x.adv, mask, is_weights=weights), agg)
+                out = algo.loss(LossInputs(logp, old_logp, x.adv, mask, is_weights=x.is_weights), agg)
                 loss = out.loss
                 if run.reference is not None:
                     loss = loss + algo.kl(logp, x.ref_logp, mask, agg)
@@ -572,11 +597,13 @@ def reuse_update_logp(cfg: RunConfig) -> bool:
     """True when the no-grad pass for the behaviour log-probs can be skipped: one optimizer step per batch on
     fresh rollouts (ppo_epochs 1, mini_batches 1, staleness 0) makes them equal to the update's own forward pass
     before the step, bit for bit (tests/train/test_train_tiny.py); at temperature 1 they are also the log-probs compared
-    with the engine's; and nothing reads them before the update (no estimator with reads_old_logp, no Ent-Adv).
-    TRL skips the same pass in this case; here it was 19% of a tiny-tier step (bench/README.md)."""
+    with the engine's; and nothing reads them before the update (no estimator with reads_old_logp, no Ent-Adv, no
+    rollout correction). TRL skips the same pass in this case; here it was 19% of a tiny-tier step
+    (bench/README.md)."""
     t, a = cfg.trainer, cfg.algorithm
     return (t.ppo_epochs == 1 and t.mini_batches == 1 and t.staleness == 0 and cfg.rollout.temperature == 1.0
-            and not ADVANTAGES[a.estimator].reads_old_logp and a.ent_adv_alpha == 0)
+            and not ADVANTAGES[a.estimator].reads_old_logp and a.ent_adv_alpha == 0
+            and a.tis_level == "none" and a.rollout_rs is None)
 
 
 def _require_finite(value: float, what: str, step: int, run: Run) -> None:

@@ -2,7 +2,8 @@
 StepStats -> {"train/reward": 0.4, ...}.
 
 Groups: train/ (outcomes), loss/ (the policy loss and its diagnostics), policy/ (entropy, KL, collapse
-diagnostics), rollout/ (engine agreement, lag, throughput), time/ (seconds per stage).
+diagnostics), rollout/ (engine agreement, lag, throughput), rollout_corr/ (verl's rollout-correction metrics, verl's
+names), time/ (seconds per stage).
 """
 
 from __future__ import annotations
@@ -47,8 +48,8 @@ def step_metrics(s: StepStats) -> dict[str, float]:
         # by the sign of the advantage: under UP only the A <= 0 side's ratio enters the gradient
         **{f"loss/{side}/{name}": getattr(s.loss, f"{name}_{side}") for side in ("pos", "neg")
            for name in ("ratio_mean", "ratio_max", "approx_kl", "clip_frac")},
-        "rollout/is_weight_mean": s.is_weight_mean,  # truncated importance sampling (algorithm.tis_level)
-        "rollout/is_truncated_frac": s.is_truncated_frac,
+        # verl's rollout correction (algorithm.tis_level, algorithm.rollout_rs), as verl names them
+        **{f"rollout_corr/{name}": value for name, value in (s.rollout_corr or {}).items()},
         "policy/correct_entropy": s.correct_entropy,  # UCPO's H(q)
         "policy/correct_max_q": s.correct_max_q,
     }
@@ -75,8 +76,12 @@ def metric_names() -> list[str]:
     from rlvrlab.policy.toy import TOY_KS, ToyDiagnostics
 
     toy = ToyDiagnostics(0.0, 0.0, 0.0, 0.0, 0.0, {k: 0.0 for k in TOY_KS})
-    full = StepStats(**{f.name: 0.0 for f in fields(StepStats) if f.name not in ("loss", "timings", "lag", "toy")},
-                     loss=zero_loss, lag=0, timings=Timings(), toy=toy)
+    from rlvrlab.algorithms.rollout_shaping import correction_metric_names
+
+    full = StepStats(**{f.name: 0.0 for f in fields(StepStats)
+                        if f.name not in ("loss", "timings", "lag", "toy", "rollout_corr")},
+                     loss=zero_loss, lag=0, timings=Timings(), toy=toy,
+                     rollout_corr=dict.fromkeys(correction_metric_names(), 0.0))
     from rlvrlab.train.heldout import metric_names as eval_names
 
     return sorted(set(step_metrics(full)) | set(eval_names()))

@@ -43,8 +43,9 @@ class StepStats:
     tokens_per_s: float  # generated response tokens per second of generation
     mismatch_kl: float  # k3 estimate of KL(pi_rollout || pi_trainer) per response token, on the engine's samples
     mismatch_kl_k1: float  # the same, k1 (may be negative)
-    is_weight_mean: float | None  # mean truncated importance weight (algorithm.tis_level), None when off
-    is_truncated_frac: float | None  # share of tokens (or sequences) whose weight was cut at algorithm.tis_cap
+    # verl's rollout-correction metrics by verl's names (rlvrlab.algorithms.rollout_shaping), over the global batch;
+    # None without algorithm.tis_level or algorithm.rollout_rs
+    rollout_corr: dict[str, float] | None
     generated_batches: float  # rollout batches sampled for this step's batch (> 1 with dynamic sampling)
     filled_groups: float  # groups without signal that filled the batch after algorithm.max_gen_batches
     overlong_frac: float  # share of responses cut at max_new_tokens without an end-of-sequence token

@@ -477,22 +477,86 @@ def check_dapo_filter(case: dict, shared: dict) -> None:
 
 def check_rollout_correction(case: dict, shared: dict) -> None:
     """verl's compute_rollout_correction_weights (truncated IS, token or sequence level, optional batch
-    normalisation): the weights, and their mean before normalisation (rollout_is_mean)."""
+    normalisation): the weights and every IS metric it returns (before normalisation)."""
     require_known_params(case["params"], ("rollout_is", "rollout_is_threshold", "rollout_is_batch_normalize"), {},
                          "verl_rollout_correction.json")
     p, x = case["params"], case["inputs"]
-    weights, stats = shaping.rollout_correction_weights(
+    weights, metrics = shaping.rollout_correction_weights(
         t(x["log_ratio"], torch.float32), t(x["response_mask"], torch.float32), level=p["rollout_is"],
         cap=p["rollout_is_threshold"], normalize=p["rollout_is_batch_normalize"])
     close(weights, t(case["outputs"]["weights"], torch.float32), rtol=1e-6, what="weights")
     assert not weights.requires_grad
-    assert math.isclose(stats.weight_mean, case["outputs"]["metrics"]["rollout_is_mean"], rel_tol=1e-5, abs_tol=1e-6)
+    _same_metrics(metrics, case["outputs"]["metrics"])
+
+
+def _same_metrics(actual: Mapping[str, float], expected: Mapping[str, float], prefix: str = "") -> None:
+    """The same metric names as verl's (after its prefix), each within atol 1e-6 or rtol 1e-6 (some are exp(20) or
+    exp(40), from the +-20 clamp)."""
+    expected = {name.removeprefix(prefix): value for name, value in expected.items()}
+    assert set(actual) == set(expected), f"missing {sorted(set(expected) - set(actual))}, " \
+                                         f"extra {sorted(set(actual) - set(expected))}"
+    for name, value in expected.items():
+        assert math.isclose(actual[name], value, rel_tol=1e-6, abs_tol=1e-6), (name, actual[name], value)
+
+
+def _is_threshold(spec: float | str) -> tuple[float, float | None]:
+    """verl's rollout_is_threshold -> (algorithm.tis_cap, algorithm.tis_lower): one number truncates (TIS) at it;
+    "lower_upper" masks (IcePop) outside [lower, upper]."""
+    if isinstance(spec, str) and "_" in spec:
+        lower, upper = spec.split("_", 1)
+        return float(upper), float(lower)
+    return float(spec), None
+
+
+def check_rollout_corr_rejection(case: dict, shared: dict) -> None:
+    """verl's compute_rollout_correction_and_rejection_mask: IS weights (token or sequence level, truncated or
+    IcePop-masked, optionally normalised), the response mask after the rejection options (chained), and every
+    metric (IS, rejection per option and together, off-policy), with verl's names after its rollout_corr/ prefix."""
+    require_known_params(case["params"], ("rollout_is", "rollout_is_threshold", "rollout_is_batch_normalize",
+                                           "rollout_rs", "rollout_rs_threshold"), {},
+                         "verl_rollout_corr_rejection.json")
+    p, x, out = case["params"], shared[case["inputs"]["input_set"]], case["outputs"]
+    cap, lower = _is_threshold(p["rollout_is_threshold"])
+    rejection = shaping.parse_rejection(p["rollout_rs"], p["rollout_rs_threshold"]) if p["rollout_rs"] else ()
+    mask = torch.tensor(x["response_mask"])  # int64, as verl's
+    got = shaping.rollout_correction(t(x["old_log_prob"]), t(x["rollout_log_prob"]), mask, level=p["rollout_is"],
+                                     cap=cap, lower=lower, normalize=p["rollout_is_batch_normalize"],
+                                     rejection=rejection)
+    assert got.mask.dtype == mask.dtype and got.mask.tolist() == out["modified_response_mask"]
+    if out["rollout_is_weights"] is None:
+        assert got.weights is None
+    else:
+        assert got.weights is not None and not got.weights.requires_grad
+        close(got.weights, out["rollout_is_weights"], rtol=1e-6, what="weights")
+    _same_metrics(got.metrics, out["metrics"], prefix="rollout_corr/")
+    # the same with a float mask (the trainer's): the same weights, mask values and metrics
+    float_mask = shaping.rollout_correction(t(x["old_log_prob"]), t(x["rollout_log_prob"]), mask.float(),
+                                            level=p["rollout_is"], cap=cap, lower=lower,
+                                            normalize=p["rollout_is_batch_normalize"], rejection=rejection)
+    assert float_mask.mask.tolist() == out["modified_response_mask"]
+    _same_metrics(float_mask.metrics, out["metrics"], prefix="rollout_corr/")
+
+
+def check_rs_threshold_spec(case: dict, shared: dict) -> None:
+    """verl's reading of rollout_rs / rollout_rs_threshold: the options kept in order with their bounds, or a
+    refusal (rlvrlab raises ValueError wherever verl raises anything; its ZeroDivisionError for k1's "0" too)."""
+    require_known_params(case["params"], ("rollout_rs", "rollout_rs_threshold"), {}, "verl_rollout_rs_thresholds.json")
+    p, out = case["params"], case["outputs"]
+    if "raises" in out:
+        with pytest.raises(ValueError):
+            shaping.parse_rejection(p["rollout_rs"], p["rollout_rs_threshold"])
+        return
+    criteria = shaping.parse_rejection(p["rollout_rs"], p["rollout_rs_threshold"])
+    assert [c.option for c in criteria] == out["options"]
+    assert {c.option: {"lower": c.lower, "upper": c.upper} for c in criteria} == out["thresholds"]
 
 
 CHECKS: dict[str, Callable[[dict, dict], None]] = {
     "verl_dapo_overlong.json": check_dapo_overlong,
     "verl_dapo_filter.json": check_dapo_filter,
     "verl_rollout_correction.json": check_rollout_correction,
+    "verl_rollout_corr_rejection.json": check_rollout_corr_rejection,
+    "verl_rollout_rs_thresholds.json": check_rs_threshold_spec,
     "verl_advantages.json": check_verl_advantages,
     "verl_policy_loss_vanilla.json": check_vanilla,
     "verl_policy_loss_gspo.json": check_gspo,
@@ -590,8 +654,24 @@ def test_every_shipped_file_and_case_is_checked() -> None:
     shipped = {p.name for p in SHIPPED.glob("*.json")}
     assert shipped == set(CHECKS)
     num_cases = sum(len(json.loads((SHIPPED / name).read_text())["cases"]) for name in shipped)
-    # 69 loss/advantage cases, 16 verifier probes, 11 + 12 + 13 DAPO shaping, filter and rollout-correction cases
-    assert sum(1 for p in _cases() if p.id.startswith("shipped/")) == num_cases == 69 + 16 + 11 + 12 + 13
+    # 69 loss/advantage cases, 16 verifier probes, 11 + 12 + 13 DAPO shaping, filter and rollout-correction cases,
+    # 40 rollout-correction-and-rejection cases and 28 rejection threshold specs
+    assert sum(1 for p in _cases() if p.id.startswith("shipped/")) == num_cases == 69 + 16 + 11 + 12 + 13 + 40 + 28
+
+
+def test_every_rejection_option_is_verls_and_checked_against_it() -> None:
+    """The registry of rejection options is verl's list, and every option runs in a shipped case, alone and in a
+    chain; every metric name verl returned is one the trainer can log (correction_metric_names), and every such
+    name occurs in some case."""
+    data = json.loads((SHIPPED / "verl_rollout_corr_rejection.json").read_text())
+    assert sorted(shaping.REJECTION_OPTIONS) == data["source"]["supported_rollout_rs_options"]
+    assert shaping.SAFETY_BOUND == data["source"]["safety_bound"]
+    chains = [[o.strip() for o in c["params"]["rollout_rs"].split(",") if o.strip()]
+              for c in data["cases"] if c["params"]["rollout_rs"]]
+    assert {o for chain in chains if len(chain) == 1 for o in chain} == set(shaping.REJECTION_OPTIONS)
+    assert any(len(set(chain)) >= 4 for chain in chains)
+    logged = {name.removeprefix("rollout_corr/") for c in data["cases"] for name in c["outputs"]["metrics"]}
+    assert logged == set(shaping.correction_metric_names())
 
 
 def test_deviation_rules_change_only_documented_values() -> None:

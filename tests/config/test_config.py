@@ -215,7 +215,8 @@ def test_every_algorithm_knob_in_the_schema_is_read_by_something() -> None:
                                    # read by the trainer itself (rlvrlab/train/loop.py): DAPO's rollout side and
                                    # the rollout-trainer mismatch correction
                                    "tis_level", "tis_cap", "dynamic_sampling", "max_gen_batches", "overlong_buffer",
-                                   "overlong_penalty", "overlong_filter"}
+                                   "overlong_penalty", "overlong_filter",
+                                   "tis_lower", "tis_batch_normalize", "rollout_rs", "rollout_rs_threshold"}
     fields = {f.name for f in dataclasses.fields(AlgorithmConfig)}
     assert fields - selectors_and_trainer_terms == read
     assert set(KNOB_READERS).isdisjoint({f"algorithm.{k}" for k in read})  # derived, never listed twice

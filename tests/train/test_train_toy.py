@@ -306,9 +306,9 @@ def test_rollout_correction_with_an_exact_engine_changes_nothing(tmp_path, mlflo
     a, b = mlflow_history(tmp_path / "a", plain), mlflow_history(tmp_path / "b", corrected)
     assert a["train/reward"] == b["train/reward"]
     assert a["loss/policy"] == pytest.approx(b["loss/policy"], abs=1e-6)
-    assert all(abs(v - 1) < 1e-5 for v in b["rollout/is_weight_mean"].values())
+    assert all(abs(v - 1) < 1e-5 for v in b["rollout_corr/rollout_is_mean"].values())
     assert all(abs(v) < 1e-9 for v in b["rollout/mismatch_kl"].values())
-    assert "rollout/is_weight_mean" not in a
+    assert "rollout_corr/rollout_is_mean" not in a
 
 
 def test_overlong_filter_masks_truncated_responses_from_the_loss() -> None:

@@ -12,6 +12,10 @@ Usage (see tests/vectors/README.md):
                                    (unmodified, imported from --verl-src, driven with a real DataProto)
 * ``verl_rollout_correction.json`` -- verl/trainer/ppo/rollout_corr_helper.py
                                    compute_rollout_correction_weights (unmodified, imported)
+* ``verl_rollout_corr_rejection.json`` -- the same file's compute_rollout_correction_and_rejection_mask
+                                   (IS truncated or IcePop, rejection options and chains, all metrics)
+* ``verl_rollout_rs_thresholds.json`` -- how its compute_rollout_rejection_mask reads rollout_rs and
+                                   rollout_rs_threshold (options kept and bounds, or the error raised)
 * ``verl_dapo_filter.json``     -- the inline group filter of RayDAPOTrainer.fit in the DAPO recipe
                                    (verl-project/verl-recipe, dapo/dapo_ray_trainer.py). It is inline
                                    code, not a function, so it is TRANSCRIBED verbatim below and run on
@@ -45,6 +49,8 @@ RECIPE_FILE = "dapo/dapo_ray_trainer.py"
 RECIPE_LINES = "251-294 (RayDAPOTrainer.fit, `else:  # NOTE: When prompts after filtering ...` branch)"
 
 STUB_ROOTS = {"ray", "transformers", "orjson"}
+FILES = ["verl_dapo_overlong.json", "verl_dapo_filter.json", "verl_rollout_correction.json",
+         "verl_rollout_corr_rejection.json", "verl_rollout_rs_thresholds.json"]
 
 
 # --------------------------------------------------------------------------------------------
@@ -414,12 +420,157 @@ def make_rollout_corr(rch):
     return cases
 
 
+# --------------------------------------------------------------------------------------------
+# 4. Rollout correction and rejection (compute_rollout_correction_and_rejection_mask)
+# --------------------------------------------------------------------------------------------
+def make_rollout_corr_rejection(rch):
+    """IS (token/sequence, TIS or IcePop, batch normalisation), every rollout_rs option alone, chains of them,
+    IS with rejection, padding rows and junk on padding, log-ratios beyond the +-20 clamp; the whole public
+    function with separate trainer (old_log_prob) and rollout log-probs, so the off-policy metrics are recorded."""
+    g = torch.Generator().manual_seed(1504)
+    cases, shared, input_sets = [], {}, {}
+
+    def logps(B, T, mismatch, spread=3.0):
+        rollout = -torch.rand(B, T, generator=g, dtype=torch.float64) * spread
+        old = rollout + torch.randn(B, T, generator=g, dtype=torch.float64) * mismatch
+        return old.to(torch.float32), rollout.to(torch.float32)
+
+    def ragged(lengths, T):
+        m = torch.zeros(len(lengths), T, dtype=torch.long)
+        for i, L in enumerate(lengths):
+            m[i, :L] = 1
+        return m
+
+    def add(name, old, rollout, mask, rollout_is=None, is_thr=2.0, norm=False, rs=None, rs_thr=None):
+        proto, new_mask, met = rch.compute_rollout_correction_and_rejection_mask(
+            old_log_prob=old, rollout_log_prob=rollout, response_mask=mask, rollout_is=rollout_is,
+            rollout_is_threshold=is_thr, rollout_is_batch_normalize=norm, rollout_rs=rs, rollout_rs_threshold=rs_thr)
+        weights = None if proto is None else proto.batch["rollout_is_weights"]
+        assert weights is None or weights.dtype == torch.float32
+        assert new_mask.dtype == mask.dtype
+        for k, v in met.items():
+            assert isinstance(v, float) and np.isfinite(v), (name, k, v)
+        inputs = {"old_log_prob": old.tolist(), "rollout_log_prob": rollout.tolist(), "response_mask": mask.tolist()}
+        key = json.dumps(inputs)
+        if key not in input_sets:  # cases share inputs: each set is stored once, under its first case's name
+            input_sets[key] = name
+            shared[name] = inputs
+        cases.append({
+            "name": name,
+            "params": {"rollout_is": rollout_is, "rollout_is_threshold": is_thr, "rollout_is_batch_normalize": norm,
+                       "rollout_rs": rs, "rollout_rs_threshold": rs_thr},
+            "inputs": {"input_set": input_sets[key]},
+            "outputs": {"rollout_is_weights": None if weights is None else weights.tolist(),
+                        "modified_response_mask": new_mask.tolist(), "metrics": dict(met)},
+        })
+
+    m46 = ragged([6, 4, 2, 5], 6)
+    # importance sampling alone: truncated (TIS) or masked (IcePop, "lower_upper"), token or sequence level
+    old, ro = logps(4, 6, 0.5)
+    add("is_token_tis", old, ro, m46, "token", 2.0)
+    add("is_token_tis_norm", old, ro, m46, "token", 1.5, True)
+    add("is_token_icepop", old, ro, m46, "token", "0.5_2.0")
+    add("is_token_icepop_norm", old, ro, m46, "token", "0.8_1.25", True)
+    add("is_token_tis_threshold_as_text", old, ro, m46, "token", "2.0")
+    old, ro = logps(4, 6, 0.15)
+    add("is_seq_tis", old, ro, m46, "sequence", 2.0)
+    add("is_seq_tis_norm", old, ro, m46, "sequence", 1.5, True)
+    add("is_seq_icepop", old, ro, m46, "sequence", "0.8_1.25")
+    old, ro = logps(5, 7, 0.2)
+    m57 = ragged([7, 3, 5, 0, 6], 7)
+    add("is_seq_icepop_norm_padding_row", old, ro, m57, "sequence", "0.7_1.5", True)
+    add("is_token_icepop_norm_padding_row", old, ro, m57, "token", "0.7_1.5", True)
+
+    # each rejection option alone (k1: "lower_upper" or one number, the lower then 1/upper)
+    old, ro = logps(6, 8, 0.3)
+    m68 = ragged([8, 5, 7, 2, 8, 6], 8)
+    for option, thr in [("token_k1", "0.8_1.25"), ("token_k1", "1.5"), ("token_k2", "0.05"), ("token_k3", 0.04),
+                        ("seq_sum_k1", "0.5_2.0"), ("seq_sum_k2", "0.3"), ("seq_sum_k3", "0.25"),
+                        ("seq_mean_k1", "0.95_1.1"), ("seq_mean_k2", "0.05"), ("seq_mean_k3", "0.05"),
+                        ("seq_max_k2", "0.15"), ("seq_max_k3", "0.12")]:
+        add(f"rs_{option}_{str(thr).replace('.', 'p')}", old, ro, m68, rs=option, rs_thr=thr)
+
+    # chains: every option must pass
+    add("rs_chain_token_k1_seq_mean_k1", old, ro, m68, rs="token_k1,seq_mean_k1", rs_thr="0.5_2.0,0.9_1.1")
+    add("rs_chain_seq_sum_k3_seq_max_k2", old, ro, m68, rs="seq_sum_k3,seq_max_k2", rs_thr="0.3,0.15")
+    add("rs_chain_four", old, ro, m68, rs="token_k1,seq_mean_k1,seq_sum_k3,seq_max_k2",
+        rs_thr="0.4_2.5,0.9_1.15,1.5,0.4")
+    add("rs_chain_shared_threshold", old, ro, m68, rs="token_k2,seq_max_k3", rs_thr=0.1)
+    add("rs_chain_duplicate_option", old, ro, m68, rs="seq_mean_k1,seq_mean_k1,token_k3", rs_thr="1.1,0.2")
+    add("rs_chain_spaces_and_empty_items", old, ro, m68, rs=" token_k1 , ,seq_max_k2 ", rs_thr=" 1.5, 0.2 ")
+    add("rs_rejects_everything", old, ro, m68, rs="token_k2", rs_thr="1e-9")
+
+    # importance weights and rejection together
+    add("is_token_tis_norm_rs_chain", old, ro, m68, "token", 2.0, True, "token_k1,seq_max_k2", "0.7_1.4,0.15")
+    add("is_seq_icepop_rs_token_k1", old, ro, m68, "sequence", "0.5_2.0", False, "token_k1", "0.7_1.4")
+    old, ro = logps(5, 7, 0.2)
+    add("is_seq_tis_norm_rs_seq_mean_k3_padding_row", old, ro, m57, "sequence", 2.0, True, "seq_mean_k3", "0.02")
+
+    # log-ratios beyond the +-20 safety clamp: token ratios and sequence sums
+    old, ro = logps(4, 5, 0.3)
+    old[0, 1] = ro[0, 1] + 25.0
+    old[1, 0] = ro[1, 0] - 25.0
+    old[2, 2] = ro[2, 2] + 21.0
+    old[3, :] = ro[3, :] + 6.0  # sequence sum 24 (row of 4 tokens) -> clamped to 20
+    m45 = ragged([5, 3, 4, 4], 5)
+    add("clamp_is_token_tis", old, ro, m45, "token", 2.0)
+    add("clamp_is_token_icepop_wide", old, ro, m45, "token", "1e-12_1e9")
+    add("clamp_is_seq_tis_norm", old, ro, m45, "sequence", 1e4, True)
+    add("clamp_rs_all_k1_k2_k3", old, ro, m45, None, 2.0, False,
+        "token_k1,seq_sum_k2,seq_mean_k3,seq_max_k3", "1e-12_1e12,500,1e6,1e9")
+    add("clamp_is_seq_icepop_rs_seq_max_k2", old, ro, m45, "sequence", "1e-5_1e9", False, "seq_max_k2", "100")
+
+    # padding positions holding junk (only the mask decides), a padding row, one-token and one-row batches
+    old, ro = logps(4, 6, 0.3)
+    junk = ragged([6, 2, 0, 4], 6)
+    old = torch.where(junk.bool(), old, torch.full_like(old, 100.0))
+    ro = torch.where(junk.bool(), ro, torch.full_like(ro, -100.0))
+    add("padding_junk_is_token_rs_seq_max_k3", old, ro, junk, "token", 2.0, True, "seq_max_k3", "0.1")
+    old, ro = logps(1, 3, 0.4)
+    add("one_token", old, ro, ragged([1], 3), "sequence", 2.0, True, "token_k2,seq_sum_k1", "0.5,0.5_2.0")
+    add("one_row", old, ro, ragged([3], 3), "token", "0.5_1.5", True, "seq_mean_k2", "0.5")
+    return cases, shared
+
+
+def make_rs_threshold_specs(rch):
+    """How verl reads rollout_rs / rollout_rs_threshold: the options it keeps (de-duplicated, in order) and each
+    one's bounds, or the error it raises, through the public compute_rollout_rejection_mask."""
+    specs = [
+        ("token_k1", "2.0"), ("token_k1", 2), ("token_k1", "0.5_3"), ("seq_sum_k3", 0.5),
+        ("token_k1,seq_max_k2", "0.5_2.0,0.3"), ("token_k1,seq_max_k2", "2.0"), ("seq_mean_k1, seq_mean_k1", "1.1"),
+        ("token_k2,,token_k3", "0.1,0.2"), ("token_k1", "1.0_1.0"), ("seq_max_k3", "1e30"),
+        ("token_k4", "1"), ("seq_max_k1", "2"), ("", "1"), (" , ", "1"), ("token_k1", None), ("token_k1", ""),
+        ("token_k1", " , "), ("token_k1,token_k2", "1,2,3"), ("token_k1", "2_0.5"), ("token_k1", "0_2"),
+        ("token_k1", "-1"), ("token_k1", "0"), ("token_k1", "a_b"), ("token_k1", "inf"), ("token_k2", "0.5_1"),
+        ("token_k2", "0"), ("token_k2", "-0.1"), ("token_k2", "abc"),
+    ]
+    log_ratio, mask = torch.zeros(2, 3), torch.ones(2, 3, dtype=torch.long)
+    cases = []
+    for i, (rs, thr) in enumerate(specs):
+        case = {"name": f"spec_{i:02d}", "params": {"rollout_rs": rs, "rollout_rs_threshold": thr}}
+        try:
+            _, met = rch.compute_rollout_rejection_mask(log_ratio, mask, rollout_rs=rs, rollout_rs_threshold=thr)
+        except Exception as error:  # noqa: BLE001 - the type verl raises is what is recorded
+            case["outputs"] = {"raises": type(error).__name__, "message": str(error)}
+        else:
+            options = [k[len("rollout_rs_"):-len("_mean")] for k in met
+                       if k.endswith("_mean") and not k.endswith("_seq_mean")]
+            bounds = rch._parse_rollout_rs_thresholds(options, thr)
+            case["outputs"] = {"options": options, "thresholds": bounds}
+        cases.append(case)
+    return cases
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--verl-src", required=True, help="unzipped verl 0.9.1 wheel (dir containing verl/)")
-    ap.add_argument("--recipe", required=True, help=f"verl-recipe dapo/dapo_ray_trainer.py at {RECIPE_COMMIT}")
+    ap.add_argument("--recipe", help=f"verl-recipe dapo/dapo_ray_trainer.py at {RECIPE_COMMIT} (needed for "
+                    "verl_dapo_filter.json)")
     ap.add_argument("--out", required=True)
+    ap.add_argument("--only", nargs="+", choices=FILES, default=FILES, help="write these files only")
     args = ap.parse_args()
+    if "verl_dapo_filter.json" in args.only and not args.recipe:
+        ap.error("--recipe is needed for verl_dapo_filter.json (or leave it out with --only)")
 
     torch.manual_seed(0)
     torch.set_num_threads(1)
@@ -433,7 +584,8 @@ def main():
 
     assert os.path.abspath(verl.__file__).startswith(os.path.abspath(args.verl_src)), verl.__file__
     version = open(os.path.join(args.verl_src, "verl", "version", "version")).read().strip()
-    _check_transcription(args.recipe)
+    if args.recipe:
+        _check_transcription(args.recipe)
 
     cmd = ("/tmp/verlenv/bin/python tests/vectors/make_verl_dapo_vectors.py --verl-src /tmp/verl/src "
            f"--recipe <verl-recipe@{RECIPE_COMMIT[:12]}>/dapo/dapo_ray_trainer.py --out tests/vectors")
@@ -442,11 +594,14 @@ def main():
            "stubbed_modules": sorted(STUB_ROOTS) + ["(empty; top-level imports never called by measured code)"]}
     base = {"repo": "verl-project/verl", "version": version, "distribution": f"verl=={version} wheel (PyPI)"}
 
-    overlong = make_overlong(DataProto, DAPORewardManager, OmegaConf)
-    filt, align = make_filter(DataProto)
+    overlong = make_overlong(DataProto, DAPORewardManager, OmegaConf) if "verl_dapo_overlong.json" in args.only else []
+    filt, align = make_filter(DataProto) if "verl_dapo_filter.json" in args.only else ([], [])
     for c in filt:
         c.pop("_group_std")
-    rc = make_rollout_corr(rch)
+    rc = make_rollout_corr(rch) if "verl_rollout_correction.json" in args.only else []
+    rcr, rcr_inputs = (make_rollout_corr_rejection(rch) if "verl_rollout_corr_rejection.json" in args.only
+                       else ([], {}))
+    specs = make_rs_threshold_specs(rch) if "verl_rollout_rs_thresholds.json" in args.only else []
 
     docs = {
         "verl_dapo_overlong.json": {
@@ -482,9 +637,36 @@ def main():
                                "note": "metrics such as rollout_is_max can be exp(20)~4.85e8 in float32; "
                                        "compare those relatively"},
             "cases": rc},
+        "verl_rollout_corr_rejection.json": {
+            "source": dict(base, file="verl/trainer/ppo/rollout_corr_helper.py",
+                           function="compute_rollout_correction_and_rejection_mask",
+                           calls="compute_rollout_correction_weights, compute_is_metrics, "
+                                 "compute_rollout_rejection_mask, compute_rs_metrics, compute_offpolicy_metrics",
+                           helpers="verl/utils/torch_functional.py masked_sum, masked_mean",
+                           supported_rollout_rs_options=sorted(rch.SUPPORTED_ROLLOUT_RS_OPTIONS),
+                           safety_bound=rch.SAFETY_BOUND,
+                           note="params are the function's own arguments (rollout_is_threshold 'lower_upper' is "
+                                "IcePop); outputs.rollout_is_weights is the DataProto's tensor (null without IS); "
+                                "metrics as returned, with the 'rollout_corr/' prefix; inputs.input_set names the "
+                                "entry of shared_inputs holding the case's inputs"),
+            "generated_with": gen, "dtype": "float32 log-probs, int64 response_mask",
+            "shared_inputs": rcr_inputs,
+            "tolerance_hint": {"atol": 1e-6, "rtol": 1e-6,
+                               "note": "metrics such as rollout_is_max (exp(20)) or chi2_seq (exp(40)) are large; "
+                                       "compare those relatively"},
+            "cases": rcr},
+        "verl_rollout_rs_thresholds.json": {
+            "source": dict(base, file="verl/trainer/ppo/rollout_corr_helper.py",
+                           function="compute_rollout_rejection_mask (log_ratio zeros [2, 3], response_mask ones)",
+                           also="_parse_rollout_rs_thresholds(options kept, rollout_rs_threshold) for the bounds of "
+                                "an accepted spec; options kept are read off the returned metric names in order",
+                           note="outputs.raises is the exception type verl raises for a refused spec"),
+            "generated_with": gen, "cases": specs},
     }
     os.makedirs(args.out, exist_ok=True)
     for fn, doc in docs.items():
+        if fn not in args.only:
+            continue
         with open(os.path.join(args.out, fn), "w") as fh:
             json.dump(doc, fh, indent=1, allow_nan=False)
             fh.write("\n")
