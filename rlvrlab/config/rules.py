@@ -477,6 +477,16 @@ def _offload_needs_zero(cfg: RunConfig) -> None:
                           "optimizer states); set trainer.zero_stage to 1, 2 or 3")
 
 
+def _fp32_accumulation_needs_zero(cfg: RunConfig) -> None:
+    # DeepSpeed 0.19.8's _do_optimizer_sanity_check: a bf16 model with fp32 gradient accumulation has an optimizer
+    # wrapper at ZeRO 1-3 only (tests/update/test_deepspeed_engine.py builds the engine and sees it raise)
+    t = cfg.trainer
+    if t.engine == "deepspeed" and cfg.model.dtype == "bfloat16" and t.zero_stage == 0 and t.grad_accum_fp32:
+        raise ConfigError("trainer.grad_accum_fp32=true at trainer.zero_stage=0: DeepSpeed 0.19.8 cannot accumulate "
+                          "fp32 gradients of a bf16 model without ZeRO (NotImplementedError); set trainer.zero_stage "
+                          "to 1, 2 or 3, or trainer.grad_accum_fp32=false")
+
+
 def _world_size_divides_prompts(cfg: RunConfig) -> None:
     n = cfg.trainer.world_size
     if n is not None and cfg.rollout.prompts_per_step % n:
@@ -525,6 +535,7 @@ CROSS_FIELD_RULES: tuple[Callable[[RunConfig], None], ...] = (
     _token_budget_needs_an_exact_loss,
     _dynamic_sampling_needs_groups,
     _offload_needs_zero,
+    _fp32_accumulation_needs_zero,
     _world_size_divides_prompts,
     _architecture_is_complete,
     _fits_the_devices,

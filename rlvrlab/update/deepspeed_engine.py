@@ -1,5 +1,6 @@
 """DeepSpeed as the update engine: ZeRO 0-3, AdamW (optionally offloaded), gradient clipping, fp32/bf16 (with fp32
-gradient accumulation as an option), CPU or GPU.
+gradient accumulation as an option at ZeRO 1-3: DeepSpeed 0.19.8 has none at ZeRO-0), CPU or GPU. Under bf16 it
+casts the module's parameters to bf16 and builds fp32 master weights from them.
 
 The optimizer is a plain torch AdamW handed to DeepSpeed: DeepSpeed's own fused/CPU Adam would compile an
 extension first (~2 min on CPU, docs/platform.md). Losses arrive normalised by global token/sequence counts,

@@ -311,6 +311,9 @@ BAD_OVERRIDES = [
     (["dataset.template=Q: {question}"], "dataset.template has no {prompt} placeholder"),
     (["model=toy"], "model.tier=toy with dataset countdown: the toy policy answers only the toy dataset"),
     (["model.dtype=bfloat16", "trainer.engine=torch"], "model.dtype=bfloat16 trains with DeepSpeed's bf16 mixed precision"),
+    (["model.dtype=bfloat16", "trainer.grad_accum_fp32=true"], "trainer.grad_accum_fp32=true at trainer.zero_stage=0: "
+     "DeepSpeed 0.19.8 cannot accumulate fp32 gradients of a bf16 model without ZeRO (NotImplementedError); set "
+     "trainer.zero_stage to 1, 2 or 3, or trainer.grad_accum_fp32=false"),
     (["model=toy", "dataset=toy", "model.toy_num_correct=16"], "model.toy_num_correct=16 must be below model.toy_num_responses=16"),
     (["trainer.mini_batches=3"], "trainer.mini_batches=3 does not divide the 64 responses per step"),
     (["trainer.betas=[0.9]"], "trainer.betas=[0.9] must be two values"),

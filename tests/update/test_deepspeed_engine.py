@@ -57,3 +57,35 @@ def test_any_number_of_micro_batches_makes_the_step_plain_adamw_makes(micro_batc
         assert norms[0] == pytest.approx(norms[1], rel=1e-6)
         torch.testing.assert_close(engine.module.weight, plain.module.weight, atol=1e-7, rtol=0)
         torch.testing.assert_close(engine.module.bias, plain.module.bias, atol=1e-7, rtol=0)
+
+
+@pytest.mark.parametrize("stage", [0, 2, 3])  # ZeRO-1: tests/update/test_deepspeed_options.py trains a step
+def test_fp32_accumulation_of_a_bf16_model_is_refused_exactly_where_deepspeed_refuses_it(stage):
+    """DeepSpeed 0.19.8 builds no optimizer for a bf16 model that accumulates fp32 gradients without ZeRO
+    (NotImplementedError in _do_optimizer_sanity_check); rlvrlab.config.rules refuses that configuration at
+    composition, in one line, and no other stage."""
+    import torch
+
+    from rlvrlab.config import compose
+    from rlvrlab.errors import ConfigError
+    from rlvrlab.update.deepspeed_engine import DeepSpeedEngine
+
+    refused = None
+    try:
+        compose(None, [f"trainer.zero_stage={stage}", "model.dtype=bfloat16", "trainer.grad_accum_fp32=true"])
+    except ConfigError as error:
+        refused = str(error)
+    try:
+        engine = DeepSpeedEngine(torch.nn.Linear(4, 1), lr=0.1, weight_decay=0.0, betas=(0.9, 0.999), grad_clip=1.0,
+                                 zero_stage=stage, bf16=True, micro_batch_size=2, accumulation_steps=2, world_size=1,
+                                 grad_accum_fp32=True)
+    except NotImplementedError:
+        deepspeed_refuses = True
+    else:
+        deepspeed_refuses = False
+        assert engine.engine.get_data_types() == (torch.bfloat16, torch.float32)
+        engine.close()
+    assert deepspeed_refuses == (stage == 0)
+    assert (refused is not None) == deepspeed_refuses
+    if refused is not None:
+        assert "trainer.zero_stage" in refused and "trainer.grad_accum_fp32=false" in refused and "\n" not in refused
