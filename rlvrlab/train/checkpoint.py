@@ -17,6 +17,7 @@ import torch.distributed as dist
 from rlvrlab import rundir
 from rlvrlab.rundir import complete, latest, step_of
 from rlvrlab.train.batch import RolloutBatch
+from rlvrlab.update.base import full_weights
 
 KEEP = 2
 
@@ -44,8 +45,9 @@ def save(run, state: TrainState) -> Path:
     rng = {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
     torch.save({"step": state.step, "next_batch": state.next_batch, "queue": list(state.queue), "rng": rng},
                tmp / f"state_rank{run.rank}.pt")
-    # ZeRO-3 shards every weight: all ranks take part in gathering them; rank 0 writes the full tensors
-    full = {k: v.cpu() for k, v in run.update.weights()} if getattr(run.update, "zero_stage", 0) == 3 else None
+    # ZeRO-3 shards every weight: all ranks take part in gathering them; rank 0 writes the full tensors and is the
+    # only one to keep them
+    full = full_weights(run.update.weights(), keep=run.rank == 0) if getattr(run.update, "zero_stage", 0) == 3 else None
     if run.rank == 0:
         run.save_model(run.update.module, tmp / rundir.MODEL, full)
     _barrier()

@@ -47,6 +47,19 @@ def clipped_norm(norm: float, max_norm: float) -> float:
     return norm * min(1.0, max_norm / (norm + 1e-6))
 
 
+def full_weights(weights: Iterable[tuple[str, torch.Tensor]], *, keep: bool) -> dict[str, torch.Tensor] | None:
+    """`weights` (an engine's weights()) drawn to the end, as CPU tensors where `keep` (the rank that writes them),
+    else None. Every rank must call it: under ZeRO-3 each entry is a gather all ranks take part in. A rank that does
+    not keep them drops each gathered tensor before the next is gathered, so it holds one parameter's full copy at a
+    time, not the whole model's (host memory: 16.4 GB per rank for an 8B model in bf16)."""
+    kept: dict[str, torch.Tensor] | None = {} if keep else None
+    for name, tensor in weights:
+        if kept is not None:
+            kept[name] = tensor.cpu()
+        del tensor  # released before the generator gathers the next one
+    return kept
+
+
 # Clipping as torch.nn.utils does it, without its Python layers. For one table (the toy tier) torch's clip_grad_norm_
 # and get_total_norm spend about 2/3 of their time grouping, checking and entering no_grad (30 against 12 us a call
 # alone, ~110 against ~50 us inside a training step, bench/README.md); the toy step calls them four times. Where the
