@@ -7,6 +7,7 @@ from __future__ import annotations
 import random
 import shutil
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -34,7 +35,10 @@ def _barrier() -> None:
         dist.barrier()
 
 
-def save(run, state: TrainState) -> Path:
+def save(run, state: TrainState, *, before_complete: Callable[[], None] | None = None) -> Path:
+    """Write the checkpoint of `state` (after step state.step - 1). before_complete: called on rank 0 once every file
+    is written, before the folder is marked COMPLETE (the loop waits there for the metrics of the checkpoint's steps
+    to be stored: a complete checkpoint never runs ahead of them); an error there leaves the folder incomplete."""
     final = rundir.checkpoint_dir(run.run_dir, state.step)
     tmp = rundir.partial_checkpoint_dir(run.run_dir, state.step)
     if run.rank == 0:
@@ -52,6 +56,8 @@ def save(run, state: TrainState) -> Path:
         run.save_model(run.update.module, tmp / rundir.MODEL, full)
     _barrier()
     if run.rank == 0:
+        if before_complete is not None:
+            before_complete()
         rundir.write_complete(tmp, state.step)  # the step and the sha256 of every file, written last
         shutil.rmtree(final, ignore_errors=True)
         tmp.rename(final)

@@ -151,9 +151,11 @@ def _run_steps(run: Run, cfg: RunConfig, folder: Path | None, on_step, progress)
                 progress(step, stats)
             every = cfg.trainer.checkpoint_every
             if every and (state.step % every == 0 or state.step == cfg.steps):
-                run.tracker.flush(wait=False)  # the metrics so far are written while the checkpoint is
-                checkpoint.save(run, state)
-                run.tracker.flush()  # both are stored before the next step (nothing was logged in between)
+                # the metrics so far are written while the checkpoint is; the checkpoint is marked COMPLETE only
+                # once they are stored, so that a kill or a full disk never leaves a checkpoint ahead of them (a
+                # resume from it would leave a hole in every metric)
+                run.tracker.flush(wait=False)
+                checkpoint.save(run, state, before_complete=run.tracker.flush)
             _fault_injection(step, kill_after)
         if state.step == cfg.steps and run.heldout is not None:  # the final policy, logged at step `steps`
             run.tracker.log_metrics(cfg.steps, _evaluate(run, cfg.steps))
