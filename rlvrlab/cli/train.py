@@ -118,8 +118,12 @@ def _print_done(cfg: RunConfig, run_id: str) -> None:
     from rlvrlab.tracking.store import store
 
     output_dir = Path(cfg.output_dir).expanduser().resolve()
-    uri = store(output_dir, cfg.tracking.uri).uri
     console = Console(soft_wrap=True)
+    if cfg.tracking.backend == "none":
+        console.print(f"[green]done[/]: run [bold]{run_id}[/], not recorded (tracking.backend=none)")
+        console.print(f"  checkpoints and resolved config: {escape(str(output_dir / run_id))}")
+        return
+    uri = store(output_dir, cfg.tracking.uri).uri
     console.print(f"[green]done[/]: MLflow run [bold]{run_id}[/] (experiment {escape(repr(cfg.experiment))}) in "
                   f"{escape(uri)}")
     ui = escape(shlex.join(["mlflow", "ui", "--backend-store-uri", uri]))

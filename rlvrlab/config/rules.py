@@ -30,6 +30,7 @@ CHOICES: dict[str, tuple[Any, ...]] = {
     "trainer.engine": ("deepspeed", "torch"),
     "trainer.zero_stage": (0, 1, 2, 3),
     "algorithm.tis_level": ("none", "token", "sequence"),
+    "tracking.backend": ("mlflow", "none"),
 }
 
 
@@ -172,6 +173,7 @@ KNOB_READERS: dict[str, tuple[str, tuple[Any, ...]]] = {
     "trainer.pack_by_length": ("trainer.micro_batch_tokens", (None,)),  # an explicit budget takes its place
     "trainer.gradient_checkpointing": ("model.tier", ("tiny", "real")),
     "model.architecture": ("model.tier", ("real",)),
+    "tracking.uri": ("tracking.backend", ("mlflow",)),
 }
 
 

@@ -171,6 +171,9 @@ class TrainerConfig:
 
 @dataclass
 class TrackingConfig:
+    # mlflow: params, tags, artifacts and step metrics in an MLflow store; none: nothing recorded (no MLflow
+    # import: a node without mlflow, bench/device_check.sh), the run folder's config.yaml and checkpoints only
+    backend: str = "mlflow"
     uri: Optional[str] = None  # MLflow tracking URI; null = sqlite file mlflow.db in output_dir
     log_every: int = 1  # log step metrics at steps 0, n, 2n, ... and the last step, >= 1
     # ... and at each of the last m steps, whatever log_every (the steps a sweep's objective window or a report's

@@ -376,6 +376,9 @@ def _check_composes(spec: SweepSpec, where: str) -> None:
     from rlvrlab.config import compose
 
     base = compose(spec.experiment, spec.overrides_for({}, spec.seeds[0]))
+    if base.tracking.backend != "mlflow":
+        raise ConfigError(f"tracking.backend={base.tracking.backend} in {where}: a sweep reads its objective from the "
+                          "seed runs' MLflow records; drop the override (the default is mlflow)")
     if base.tracking.log_last < spec.objective.window:
         raise ConfigError(f"{LOG_LAST}={base.tracking.log_last} in {where} is below objective.window "
                           f"{spec.objective.window}: each step the objective reads must be logged; drop the override "

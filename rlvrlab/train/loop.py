@@ -77,7 +77,8 @@ class RunInterrupted(KeyboardInterrupt):
 
 
 class NothingLeft(Exception):
-    """`--resume` of a FINISHED run that has trained all its steps: nothing was done and its records are unchanged."""
+    """`--resume` of a FINISHED run (or, tracking.backend=none, any run) that has trained all its steps: nothing was
+    done and its records are unchanged."""
 
     def __init__(self, run_id: str, steps: int):
         super().__init__(run_id)
@@ -243,11 +244,14 @@ def _nothing_left_or_extension(cfg: RunConfig, run_id: str, folder: Path, run_fo
     """Raise NothingLeft for a FINISHED run whose checkpoint holds all its steps; else the steps the run had before
     this resume when steps= extends it (None when it keeps its steps)."""
     from rlvrlab.config.compose import compose
-    from rlvrlab.tracking.mlflow_tracker import quiet_client
-    from rlvrlab.tracking.store import store
 
     saved = compose(rundir.config_file(run_folder)).steps
     if rundir.step_of(folder) >= cfg.steps:
+        if cfg.tracking.backend == "none":  # no records a resume could finish: the checkpoint holds every step
+            raise NothingLeft(run_id, cfg.steps)
+        from rlvrlab.tracking.mlflow_tracker import quiet_client
+        from rlvrlab.tracking.store import store
+
         try:
             status = quiet_client(store(cfg.output_dir, cfg.tracking.uri).uri).get_run(run_id).info.status
         except Exception:  # no such run: build() says so in one line

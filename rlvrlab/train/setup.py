@@ -6,6 +6,7 @@ Bad paths and unreadable data fail here, in one line, before any model is loaded
 from __future__ import annotations
 
 import copy
+import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -267,6 +268,8 @@ def _tracker(cfg: RunConfig, output_dir: Path, run_id: str | None, rank: int,
     """This rank's tracker, and for a new run on rank 0 the resolved config YAML it recorded (else None)."""
     if rank != 0:
         return NullTracker(run_id or ""), None
+    if cfg.tracking.backend == "none":  # nothing recorded; the id names the run folder (as an MLflow run id would)
+        return NullTracker(run_id or uuid.uuid4().hex), None
     from rlvrlab.tracking.mlflow_tracker import MlflowTracker
 
     output_dir.mkdir(parents=True, exist_ok=True)
