@@ -109,6 +109,7 @@ class Sampling:
     max_model_len: int | None = None  # vllm: longest prompt + max_new_tokens; None: the model's own context
     sleep_mode: bool = False  # vllm on a GPU: sleep while the trainer updates (training's engine)
     seeding: str = "request"  # vllm: request (a seed per prompt) | engine (one generator per rank)
+    extensible_kv_cache: bool = False  # vllm >= 0.33 on CUDA: keep its extensible KV cache (rollout.vllm_engine)
 
     @classmethod
     def of(cls, cfg: RunConfig) -> Sampling:
@@ -117,7 +118,8 @@ class Sampling:
         r = cfg.rollout
         return cls(engine=r.engine, temperature=r.temperature, top_p=r.top_p, max_new_tokens=r.max_new_tokens,
                    dtype=cfg.model.dtype, gpu_memory_utilization=r.vllm_gpu_memory_utilization,
-                   max_model_len=sequence_tokens(cfg), sleep_mode=True, seeding=r.vllm_seeding)
+                   max_model_len=sequence_tokens(cfg), sleep_mode=True, seeding=r.vllm_seeding,
+                   extensible_kv_cache=r.vllm_extensible_kv_cache)
 
 
 ROLLOUT_ENGINES = CHOICES["rollout.engine"]
@@ -141,7 +143,8 @@ def rollout_engine(sampling: Sampling, folder: Path, tokenizer, *, seed: int,
                           gpu_memory_utilization=sampling.gpu_memory_utilization, dtype=sampling.dtype,
                           seed=engine_seed, max_model_len=_within_context(sampling.max_model_len, folder),
                           sleep_mode=sampling.sleep_mode, external_launcher=world_size > 1,
-                          per_request_seeds=sampling.seeding == "request")
+                          per_request_seeds=sampling.seeding == "request",
+                          extensible_kv_cache=sampling.extensible_kv_cache)
     if sampling.engine != "hf":
         raise RlvrlabError(f"rollout engine {sampling.engine!r} is unknown; expected one of "
                            f"{', '.join(ROLLOUT_ENGINES)}")

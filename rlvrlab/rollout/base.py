@@ -33,9 +33,11 @@ class RolloutEngine(Protocol):
         """Replace the engine's weights with the trainer's (names as in the HF model's state_dict)."""
         ...
 
-    def sleep(self) -> None:
+    def sleep(self, *, keep_weights: bool = True) -> None:
         """Give the accelerator memory back while the trainer updates (vLLM on GPU); a no-op where it is not
-        needed. The next sync_weights or generate wakes the engine."""
+        needed. The next sync_weights or generate wakes the engine. keep_weights=False: the caller rewrites every
+        weight with sync_weights before the next generate, so the engine may drop its weights instead of keeping
+        a copy."""
         ...
 
     def close(self) -> None:

@@ -99,7 +99,7 @@ class HFEngine:
     def sync_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> None:
         self.model.load_state_dict(dict(named_tensors), strict=True)  # every tensor, tied ones included
 
-    def sleep(self) -> None:
+    def sleep(self, *, keep_weights: bool = True) -> None:
         pass  # shares memory with nothing worth freeing
 
     def close(self) -> None:

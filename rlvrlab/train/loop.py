@@ -293,7 +293,8 @@ def train_step(run: Run, state: TrainState, step: int, *,
     while len(state.queue) <= cfg.trainer.staleness:
         state.queue.append(generate(run, state, version=step, timings=t))
     batch = state.queue.popleft()
-    run.rollout.sleep()  # vLLM on GPU frees its KV cache for the update; the sync below wakes it
+    # vLLM on GPU frees its KV cache for the update; the sync below wakes it
+    run.rollout.sleep(keep_weights=not weights_rewritten_before_next_generate(cfg))
 
     # 2. verl's rollout correction (importance weights, rejection), then advantages from outcome rewards (on each
     #    response's last token) and the behaviour log-probs.
@@ -540,7 +541,8 @@ def generate(run: Run, state: TrainState, *, version: int, timings: Timings) -> 
     batch.generate_seconds = timings.generate - seconds_before
     batch.generated_batches, batch.filled_groups = state.next_batch - first, filled
 
-    run.rollout.sleep()  # vLLM on a GPU gives the device back before the trainer's log-prob pass and update
+    # vLLM on a GPU gives the device back before the trainer's log-prob pass and update
+    run.rollout.sleep(keep_weights=not weights_rewritten_before_next_generate(cfg))
     tic = time.perf_counter()
     temperature, old, raw, ref, ent = cfg.rollout.temperature, [], [], [], []
     reuse = reuse_update_logp(cfg)
@@ -610,6 +612,19 @@ def reuse_update_logp(cfg: RunConfig) -> bool:
     return (t.ppo_epochs == 1 and t.mini_batches == 1 and t.staleness == 0 and cfg.rollout.temperature == 1.0
             and not ADVANTAGES[a.estimator].reads_old_logp and a.ent_adv_alpha == 0
             and a.tis_level == "none" and a.rollout_rs is None)
+
+
+def weights_rewritten_before_next_generate(cfg: RunConfig) -> bool:
+    """True when every sleep of the rollout engine is followed by a sync of every weight before its next generate,
+    so the engine may drop its weights while asleep (vLLM's sleep level 2) instead of copying them to host memory.
+
+    At staleness 0 a step generates one batch, sleeps, updates and syncs the update engine's full state dict
+    (UpdateEngine.weights()); held-out evaluation samples after the sync. At staleness s > 0 the first step generates
+    s + 1 batches back to back, each followed by a sleep and none by a sync, so the weights must be kept.
+    tests/rollout/test_vllm_sleep.py records the calls of real runs to hold the loop to this; on a GPU the
+    rollout/logp_gap_max the step logs (engine vs trainer log-probs of the tokens just sampled) shows that what the
+    sync wrote is what the engine samples from."""
+    return cfg.trainer.staleness == 0
 
 
 def _require_finite(value: float, what: str, step: int, run: Run) -> None:

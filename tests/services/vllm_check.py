@@ -17,7 +17,12 @@
        weights back restores the first samples exactly;
    (d) engine seeding (no request seeds, rollout.vllm_seeding=engine): the engine's own stream moves on from
        call to call, restarts from its seed, leaves the trainer's global generator where it was, and the
-       log-probs are still the raw ones.
+       log-probs are still the raw ones;
+   (e) a generate in either mode leaves the trainer's python, NumPy and torch RNG states as they were, and the
+       keyword arguments rlvrlab hands vllm.LLM are all fields of this vLLM's EngineArgs.
+   "samples" holds the token ids and log-probs of the first request-seeded call and of the first two engine-seeded
+   calls; `--repro` (a second fresh process, on the model an earlier run left in --workdir) builds the engine with
+   the same seed and makes only those three calls, for the test to compare the two processes.
 The script only measures; tests/services/test_vllm_engine.py holds the thresholds.
 """
 
@@ -26,6 +31,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import random
 import sys
 import tempfile
@@ -105,12 +111,67 @@ def max_gap(gens, ref) -> float:
     return max(abs(a - b) for g, r in zip(gens, ref) for a, b in zip(g.logp, r))
 
 
+def flat(rows):
+    return [g for row in rows for g in row]
+
+
+def samples(rows) -> list:
+    """Token ids and log-probs of every response of one call (JSON keeps floats exactly)."""
+    return [[list(g.response_ids), list(g.logp)] for g in flat(rows)]
+
+
+def trainer_rng() -> tuple:
+    import numpy as np
+
+    return random.getstate(), np.random.get_state(), torch.get_rng_state()
+
+
+def same_rng(a: tuple, b: tuple) -> bool:
+    import numpy as np
+
+    return a[0] == b[0] and all(np.array_equal(x, y) for x, y in zip(a[1], b[1])) and torch.equal(a[2], b[2])
+
+
+def start_engine(folder: Path, dtype: str):
+    from rlvrlab.rollout.vllm_engine import VLLMEngine
+
+    return VLLMEngine(model_path=str(folder), temperature=TEMPERATURE, top_p=TOP_P, max_new_tokens=MAX_NEW,
+                      gpu_memory_utilization=0.02, dtype=dtype, seed=0)
+
+
+def repro(work: Path) -> dict:
+    """The three calls of "samples" in a fresh process: the engine built with the same seed, nothing else done."""
+    import numpy as np
+    from transformers import AutoTokenizer
+
+    folder = work / "model"
+    tok = AutoTokenizer.from_pretrained(folder)
+    prompts = [tok(t)["input_ids"] for t in PROMPTS_TEXT]
+    engine = start_engine(folder, "float32")
+    # the trainer's generators are where this process alone puts them: what is sampled must not depend on them
+    random.seed(os.getpid())
+    np.random.seed(os.getpid())
+    torch.manual_seed(os.getpid())
+    request = engine.generate(prompts, n=N, seed=SEED)
+    engine.per_request_seeds = False
+    first = engine.generate(prompts, n=N, seed=SEED)
+    second = engine.generate(prompts, n=N, seed=SEED)
+    engine.close()
+    return {"samples": {"request": samples(request), "engine_first": samples(first),
+                        "engine_second": samples(second)}, "total_s": round(time.perf_counter() - T0, 2)}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--workdir", default=None)
     ap.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
+    ap.add_argument("--repro", action="store_true", help="only the calls of 'samples' (float32, model in --workdir)")
     args = ap.parse_args()
     work = Path(args.workdir or tempfile.mkdtemp(prefix="vllm-check-"))
+    if args.repro:
+        print("VLLM_CHECK_RESULT " + json.dumps(repro(work)))
+        sys.stdout.flush()
+        return
     res: dict = {"torch": torch.__version__, "dtype": args.dtype, "max_new_tokens": MAX_NEW}
 
     import transformers
@@ -129,28 +190,44 @@ def main() -> None:
     t = time.perf_counter()
     import vllm
 
-    from rlvrlab.rollout.vllm_engine import VLLMEngine
+    from rlvrlab.rollout.vllm_engine import (
+        EXTENSIBLE_KV_CACHE_ARG,
+        _host_memory_bytes,
+        engine_arg_names,
+        engine_kwargs,
+    )
 
     res["vllm"] = vllm.__version__
     res["import_vllm_s"] = round(time.perf_counter() - t, 2)
+    # (e) every argument rlvrlab may hand vllm.LLM, on CPU and GPU, is a field of this vLLM's EngineArgs
+    names = engine_arg_names(vllm)
+    res["vllm_has_extensible_kv_cache"] = EXTENSIBLE_KV_CACHE_ARG in names
+    passed: set[str] = set()
+    for on_cpu in (True, False):
+        passed |= set(engine_kwargs(model_path=str(folder), dtype=args.dtype, seed=0, on_cpu=on_cpu, arg_names=names,
+                                    gpu_memory_utilization=0.02, host_memory_bytes=_host_memory_bytes(),
+                                    kv_cache_bytes=2**28, max_model_len=64, external_launcher=True,
+                                    sleep_mode=True))
+    res["engine_kwargs_unknown_to_vllm"] = sorted(passed - names)
+    random.seed(7)
     torch.manual_seed(7)
     rng_probe = torch.rand(1).item()
     torch.manual_seed(7)
     t = time.perf_counter()
-    engine = VLLMEngine(model_path=str(folder), temperature=TEMPERATURE, top_p=TOP_P, max_new_tokens=MAX_NEW,
-                        gpu_memory_utilization=0.02, dtype=args.dtype, seed=0)
+    engine = start_engine(folder, args.dtype)
     res["engine_start_s"] = round(time.perf_counter() - t, 2)
     res["trainer_rng_untouched"] = torch.rand(1).item() == rng_probe  # the engine kept the global RNG state
     res["on_cpu"] = engine.on_cpu
 
     t = time.perf_counter()
+    before = trainer_rng()
     a = engine.generate(prompts, n=N, seed=SEED)
+    res["request_seeding_keeps_trainer_rng"] = same_rng(trainer_rng(), before)
     res["generate_s"] = round(time.perf_counter() - t, 3)
     t = time.perf_counter()
     b = engine.generate(prompts, n=N, seed=SEED)
     res["generate_again_s"] = round(time.perf_counter() - t, 3)
     c = engine.generate(prompts, n=N, seed=SEED + 1)
-    flat = lambda r: [g for row in r for g in row]  # noqa: E731
     fa, fb, fc = flat(a), flat(b), flat(c)
     res["shape_ok"] = len(a) == len(prompts) and all(len(row) == N for row in a) and all(
         g.prompt_ids == tuple(p) for row, p in zip(a, prompts) for g in row)
@@ -211,11 +288,14 @@ def main() -> None:
 
     # (d) engine seeding: the same engine switched to one stream of its own
     engine.per_request_seeds = False
-    probe_state = torch.get_rng_state()
-    first = flat(engine.generate(prompts, n=N, seed=SEED))
-    second = flat(engine.generate(prompts, n=N, seed=SEED))
-    res["engine_seeding_trainer_rng_untouched"] = torch.equal(torch.get_rng_state(), probe_state)
-    engine._stream = None  # as a new engine with the same seed
+    before = trainer_rng()
+    first_rows = engine.generate(prompts, n=N, seed=SEED)
+    second_rows = engine.generate(prompts, n=N, seed=SEED)
+    res["engine_seeding_trainer_rng_untouched"] = same_rng(trainer_rng(), before)
+    first, second = flat(first_rows), flat(second_rows)
+    res["samples"] = {"request": samples(a), "engine_first": samples(first_rows),
+                      "engine_second": samples(second_rows)}
+    engine.streams.state = None  # as a new engine with the same seed
     again = flat(engine.generate(prompts, n=N, seed=SEED + 5))
     res["engine_seeding_shape_ok"] = len(first) == len(fa) and all(len(g.logp) == len(g.response_ids) for g in first)
     res["engine_seeding_stream_moves_on"] = [g.response_ids for g in first] != [g.response_ids for g in second]
