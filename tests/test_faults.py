@@ -733,3 +733,43 @@ def test_sigkill_at_many_moments_never_leaves_a_checkpoint_ahead_of_the_metrics(
     train(compose("toy", args), resume=run_id)
     assert client(output_dir).get_run(run_id).info.status == "FINISHED"
     assert {key: set(s) for key, s in _metric_steps(output_dir, run_id).items()} == want
+
+
+# --------------------------------------------------------- 8. issue 39: workers, hostile input, silent surprises
+def test_sweep_workers_beyond_the_machine_are_refused_before_any_starts(tmp_path: Path) -> None:
+    """`--workers` far beyond a grid of one trial more than this machine holds: capped at the trials, still beyond
+    the machine, refused in one line that names --oversubscribe, before any worker, study or run folder exists."""
+    from rlvrlab.sweep.spawned import machine_limit
+
+    limit = machine_limit()[0]
+    grid = ", ".join(f"{0.01 * (i + 1):.2f}" for i in range(limit + 1))
+    path = tmp_path / "wide.yaml"
+    path.write_text(SWEEP.replace("steps=100000", "steps=2").replace("[0.0, 1.0]", f"[{grid}]"))
+    one_line_error(rlvrlab("sweep", str(path), "--workers", str(limit + 5), cwd=tmp_path),
+                   f"--workers {limit + 5} (capped at the sweep's {limit + 1} trials): {limit + 1} worker processes",
+                   f"give --workers {limit} or fewer, or add --oversubscribe")
+    assert [p.name for p in tmp_path.iterdir()] == ["wide.yaml"]
+
+
+@pytest.mark.slow
+def test_sweep_workers_never_outnumber_the_trials_left(tmp_path: Path, monkeypatch) -> None:
+    """--workers 2 for a sampler budget of one trial, then for a budget of two with one done: each time one trial is
+    left, and it runs in this process (a second worker would have been started for nothing)."""
+    import multiprocessing
+
+    from rlvrlab.sweep.spec import load_sweep
+    from rlvrlab.sweep.trials import open_sweep
+    from rlvrlab.sweep.workers import run_sweep
+    from rlvrlab.tracking import tags as T
+
+    monkeypatch.chdir(tmp_path)
+    path = tmp_path / "left.yaml"
+    text = SWEEP.replace("steps=100000", "steps=2").replace("sampler: grid", "sampler: random").replace(
+        "[0.0, 1.0]", "{low: 0.0, high: 1.0}") + "budget: {trials: 1}\n"
+    for budget in (1, 2):
+        path.write_text(text.replace("trials: 1", f"trials: {budget}"))
+        run_sweep(load_sweep(str(path)), workers=2, oversubscribe=True)
+    trials = open_sweep(load_sweep(str(path)), create=False).study.get_trials()
+    assert [t.state.name for t in trials] == ["COMPLETE", "COMPLETE"]
+    assert [t.system_attrs[T.WORKER].split(":")[1] for t in trials] == [str(os.getpid())] * 2
+    assert multiprocessing.active_children() == []

@@ -12,7 +12,10 @@ from rich.table import Table
 from rlvrlab.cli.options import OverridesArg
 
 SweepArg = Annotated[str, typer.Argument(help="A sweep file (sweeps/NAME.yaml or a path).", show_default=False)]
-WorkersOpt = Annotated[int, typer.Option("--workers", min=1, help="Trials run in parallel processes on this machine.")]
+WorkersOpt = Annotated[int, typer.Option("--workers", min=1, help="Trials run in parallel processes on this machine "
+                                         "(at most the trials left; refused beyond a core and ~400 MiB each).")]
+OversubscribeOpt = Annotated[bool, typer.Option(
+    "--oversubscribe", help="Start --workers processes even beyond a core and ~400 MiB of available memory each.")]
 StorageOpt = Annotated[Optional[str], typer.Option(
     "--storage", help="Optuna storage: a journal file path, or an RDB URL such as postgresql://user:pw@host/db "
     "for workers on several machines. Default: <output_dir>/optuna.journal.", show_default=False)]
@@ -38,7 +41,8 @@ SlurmOpt = Annotated[Optional[list[str]], typer.Option(
 
 def sweep(sweep_file: SweepArg, overrides: OverridesArg = None, workers: WorkersOpt = 1, storage: StorageOpt = None,
           name: NameOpt = None, seeds: SeedsOpt = None, status: StatusOpt = False, launcher: LauncherOpt = None,
-          nproc: NprocOpt = None, gpus_per_run: GpusOpt = None, slurm: SlurmOpt = None) -> None:
+          nproc: NprocOpt = None, gpus_per_run: GpusOpt = None, slurm: SlurmOpt = None,
+          oversubscribe: OversubscribeOpt = False) -> None:
     """Run (or continue) an Optuna study: each trial trains every seed and scores the objective from MLflow.
 
     [dim]rlvrlab sweep sweeps/ucpo_tau.yaml                      # toy tier, 5 seeds per value of tau
@@ -54,10 +58,13 @@ def sweep(sweep_file: SweepArg, overrides: OverridesArg = None, workers: Workers
     """
     from contextlib import nullcontext
 
-    from rlvrlab.sweep.spawned import WorkerPool  # imports nothing heavy
+    from rlvrlab.sweep.spawned import WorkerPool, machine_limit  # imports nothing heavy
 
-    # the worker pool first: its start-up overlaps all that follows (placed on GPUs, it starts once devices are known)
-    early = workers > 1 and not status and launcher != "slurm" and gpus_per_run is None
+    # the worker pool first: its start-up overlaps all that follows (placed on GPUs, it starts once devices are known).
+    # Only a pool the machine holds is started before the file is read (--oversubscribe or not): run_sweep caps the
+    # count at the sweep's trials, and refuses what the machine cannot hold, before it starts any worker itself
+    early = workers > 1 and not status and launcher != "slurm" and gpus_per_run is None and \
+        workers <= machine_limit()[0]
     with WorkerPool(workers, warm=launcher != "process") if early else nullcontext() as pool:
         from rlvrlab.sweep.spec import load_sweep
         from rlvrlab.sweep.workers import check_locations, run_sweep
@@ -78,7 +85,8 @@ def sweep(sweep_file: SweepArg, overrides: OverridesArg = None, workers: Workers
 
         try:
             opened = run_sweep(spec, storage, workers=workers, status_only=status, on_progress=show, pool=pool,
-                               warn=lambda message: err.print(f"warning: {message}", style="yellow"))
+                               warn=lambda message: err.print(f"warning: {message}", style="yellow"),
+                               oversubscribe=oversubscribe)
         finally:
             progress.stop()
     console = Console(soft_wrap=True)

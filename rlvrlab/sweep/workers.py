@@ -20,7 +20,7 @@ from rlvrlab import outputs
 from rlvrlab.errors import RlvrlabError
 from rlvrlab.procs import signal_name, stop_at_safe_points, stop_requested
 from rlvrlab.sweep.placement import assign, visible_devices
-from rlvrlab.sweep.spawned import WorkerPool
+from rlvrlab.sweep.spawned import WORKER_BYTES, WorkerPool, machine_limit
 from rlvrlab.sweep.spec import SweepSpec
 from rlvrlab.sweep.summary import finished_trials, summarize
 from rlvrlab.sweep.trials import Sweep, finish_study_run, open_sweep, work
@@ -33,8 +33,12 @@ OnProgress = Callable[[int, Optional[int], str], None]
 
 def run_sweep(spec: SweepSpec, storage: Optional[str] = None, *, workers: int = 1, status_only: bool = False,
               on_progress: Optional[OnProgress] = None, warn: Callable[[str], None] = lambda message: None,
-              devices: Optional[Sequence[str]] = None, pool: Optional[WorkerPool] = None) -> Sweep:
+              devices: Optional[Sequence[str]] = None, pool: Optional[WorkerPool] = None,
+              oversubscribe: bool = False) -> Sweep:
     """Open (or create) the study and run it to its end; with status_only, open it and run nothing.
+    workers: never more than the sweep's trials (a grid's points, a sampler's budget.trials) nor, once the study is
+    open, than its trials not yet done; more than this machine holds (a core and spawned.WORKER_BYTES of available
+    memory each) is refused before any worker starts, unless oversubscribe.
     devices: the GPUs that spec.launcher.gpus_per_run places workers on (default: the ones this machine shows).
     pool: worker processes the caller started before reading the sweep file (rlvrlab.sweep.spawned), used when
     `workers` of them run here; otherwise cancelled (so is a pool that an error leaves without the study), and the
@@ -50,6 +54,8 @@ def run_sweep(spec: SweepSpec, storage: Optional[str] = None, *, workers: int = 
                  "default journal file is safe for several")
         check_locations(spec, storage, status_only=status_only)
         launch = spec.launcher
+        if not status_only and launch.type != "slurm":  # Slurm's workers are jobs on other machines
+            workers = _workers_here(spec, workers, oversubscribe)
         placed = None
         if not status_only and launch.gpus_per_run and launch.type != "slurm":  # Slurm gives each job its GPUs
             placed = assign(workers, launch.gpus_per_run, visible_devices() if devices is None else list(devices))
@@ -63,10 +69,17 @@ def run_sweep(spec: SweepSpec, storage: Optional[str] = None, *, workers: int = 
             started = pool if usable else WorkerPool(workers, warm=not launch.child, visible=placed)
         if pool is not None and pool is not started:
             pool.cancel()  # now: its processes would compete with ours for the CPU
-        orders = [(spec, storage, deadline, index) for index in range(workers)]
         opened = open_sweep(spec, storage, create=not status_only)
         if status_only:
             return opened
+        left = _trials_left(opened)
+        if started is not None and left is not None and left < len(started):  # a continued study
+            if left > 1:
+                started.trim(left)
+            else:
+                started.cancel()
+                started = None
+        orders = [(spec, storage, deadline, index) for index in range(len(started or ()))]
         _study_run_status(opened, "RUNNING")  # continued after a stop: its study run (KILLED) runs again
         report = on_progress or (lambda done, total, status: None)
         try:
@@ -88,6 +101,29 @@ def run_sweep(spec: SweepSpec, storage: Optional[str] = None, *, workers: int = 
                 spawned.cancel()
     finish_study_run(opened)
     return opened
+
+
+def _workers_here(spec: SweepSpec, requested: int, oversubscribe: bool) -> int:
+    """The worker processes to start on this machine: `requested`, at most the sweep's trials; refused (one line)
+    beyond what the machine holds unless oversubscribe."""
+    total = spec.total_trials()
+    workers = requested if total is None else max(1, min(requested, total))
+    if workers == 1 or oversubscribe:  # one worker is this process: nothing is started
+        return workers
+    limit, has = machine_limit()
+    if workers > limit:
+        capped = f" (capped at the sweep's {total} trials)" if workers < requested else ""
+        raise RlvrlabError(f"--workers {requested}{capped}: {workers} worker processes need {workers} cores and "
+                           f"~{workers * WORKER_BYTES / 2**30:.1f} GiB of memory ({WORKER_BYTES >> 20} MiB each), and "
+                           f"this machine has {has}; give --workers {limit} or fewer, or add --oversubscribe to "
+                           "start them anyway")
+    return workers
+
+
+def _trials_left(opened: Sweep) -> Optional[int]:
+    """Trials of the study not yet done (None: a sampler with a timeout and no trial budget)."""
+    total = opened.spec.total_trials()
+    return None if total is None else max(0, total - finished_trials(opened))
 
 
 def check_locations(spec: SweepSpec, storage: Optional[str], *, status_only: bool) -> None:
