@@ -76,6 +76,24 @@ def file_lock(path: Path) -> Iterator[None]:
         os.close(fd)  # closing releases the lock
 
 
+@contextmanager
+def shared_file_lock(path: Path) -> Iterator[None]:
+    """A shared lock on `path` for the duration of the block: waits while a `file_lock` holder works, writes nothing
+    (a missing file is not created: no lock then)."""
+    import fcntl
+
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except FileNotFoundError:
+        yield
+        return
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH)
+        yield
+    finally:
+        os.close(fd)
+
+
 class RunLock:
     """One writer per run: `<run_dir>/.lock` holds the pid, host and start time of the process training the run,
     under an flock(2) lock the kernel releases when that process dies. A lock file left by a dead process on this

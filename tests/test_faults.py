@@ -773,3 +773,39 @@ def test_sweep_workers_never_outnumber_the_trials_left(tmp_path: Path, monkeypat
     assert [t.state.name for t in trials] == ["COMPLETE", "COMPLETE"]
     assert [t.system_attrs[T.WORKER].split(":")[1] for t in trials] == [str(os.getpid())] * 2
     assert multiprocessing.active_children() == []
+
+
+@pytest.mark.slow
+def test_a_sweep_stopped_at_each_point_of_its_start_up_is_continued_by_the_same_command(finished, tmp_path: Path,
+                                                                                       monkeypatch, capsys) -> None:
+    """The same sweep command SIGKILLed six times in a row, each run continuing the start-up the one before stopped
+    and stopped itself one point further: after creating the Optuna study, after recording part of the sweep,
+    after opening its MLflow study run, after recording that run's id, after enqueueing one grid point, after all
+    of them. After each stop `--status` shows the study and writes nothing; the seventh run finishes the start-up
+    and runs each grid point once, under one MLflow study run."""
+    from rlvrlab.cli.sweep import sweep
+    from rlvrlab.sweep.spec import load_sweep
+    from rlvrlab.sweep.trials import open_sweep
+
+    (tmp_path / "runs").mkdir()
+    shutil.copy(finished[0] / "mlflow.db", tmp_path / "runs" / "mlflow.db")  # a store whose tables exist
+    path = tmp_path / "start.yaml"
+    path.write_text(SWEEP.replace("steps=100000", "steps=4"))
+    monkeypatch.chdir(tmp_path)
+    for phase in ["created", "attrs", "study_run", "run_id", "grid", "enqueued"]:
+        killed = subprocess.run([sys.executable, "-m", "rlvrlab.cli.main", "sweep", str(path)], capture_output=True,
+                                text=True, timeout=TIMEOUT, env={**os.environ, "RLVRLAB_KILL_IN_START": phase})
+        assert killed.returncode == -signal.SIGKILL, (phase, killed.stderr)
+        before = {p: p.read_bytes() for p in files_under(tmp_path) if p.is_file()}
+        capsys.readouterr()
+        sweep(str(path), status=True)
+        assert "its start-up stopped before it was done" in capsys.readouterr().out, phase
+        assert {p: p.read_bytes() for p in files_under(tmp_path) if p.is_file()} == before, phase  # nothing written
+
+    sweep(str(path))
+    trials = open_sweep(load_sweep(str(path)), create=False).study.get_trials()
+    assert sorted((t.params["algorithm.tau"], t.state.name) for t in trials) == [(0.0, "COMPLETE"), (1.0, "COMPLETE")]
+    mlflow = client(tmp_path / "runs")
+    runs = mlflow.search_runs([mlflow.get_experiment_by_name("start").experiment_id])
+    roles = sorted((r.data.tags["rlvrlab.role"], r.info.status) for r in runs)
+    assert roles == [("seed", "FINISHED")] * 2 + [("study", "FINISHED")] + [("trial", "FINISHED")] * 2

@@ -148,6 +148,10 @@ def _print_summary(console: Console, opened) -> None:
     if summary.best is not None:
         shown = " ".join(f"{k}={format_value(v)}" for k, v in summary.best.params.items())
         console.print(f"[bold]best[/]: trial {summary.best.number}: {shown} -> {summary.best.value:.4f}")
+    if not opened.started:  # --status of a study whose start-up stopped (killed, a store that was held)
+        console.print(f"study {spec.name!r} in {masked(opened.storage_url)}: its start-up stopped before it was done; "
+                      "re-run the sweep command without --status to finish it and run the trials")
+        return
     console.print(f"records: Optuna study {spec.name!r} in {masked(opened.storage_url)}; MLflow experiment "
                   f"{spec.name!r} (study run {opened.study_run_id}) in {opened.mlflow_uri}")
     password = "   (with your password for ***)" if "***" in masked(opened.storage_url) else ""

@@ -7,6 +7,9 @@ How the pieces fit:
   sqlite, which ignores SELECT ... FOR UPDATE: bench/sweep_storage.py), so two workers never run the same point
   (Optuna's GridSampler alone re-runs points under concurrency). Samplers ask for new trials only when no
   enqueued trial waits.
+- Start-up (`_initialise`: the sweep recorded, the MLflow study run opened, the grid enqueued, the study marked
+  ready) is done by one process under a file lock beside the storage file, and each phase is skipped where done:
+  a start-up stopped at any point is finished by the same command; --status writes nothing.
 - Liveness (`rlvrlab.sweep.liveness`): a trial whose worker died is failed and re-enqueued; its finished seed runs
   are reused by the retry, so no seed is trained or counted twice.
 - A seed run that fails (non-finite loss, bad data) fails its trial with the reason; the sweep goes on, and a
@@ -18,8 +21,11 @@ from __future__ import annotations
 import functools
 import math
 import os
+import signal
 import time
+import uuid
 from collections.abc import Callable
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
@@ -32,6 +38,7 @@ from optuna.trial import TrialState
 
 from rlvrlab.config import compose, config_hash
 from rlvrlab.errors import RlvrlabError
+from rlvrlab.outputs import file_lock, shared_file_lock
 from rlvrlab.procs import raise_if_stop_requested, stop_at_safe_points
 from rlvrlab.report.stats import seeds_for_halfwidth, t_interval
 from rlvrlab.sweep.launch import run_seed_process
@@ -85,6 +92,12 @@ class Sweep:
     def study_run_id(self) -> str:
         return self.study.user_attrs[T.MLFLOW_RUN_ID]
 
+    @property
+    def started(self) -> bool:
+        """Its start-up is done (sweep recorded, MLflow study run opened, grid enqueued). False only for a study
+        opened with create=False (--status) whose start-up stopped: the next sweep command finishes it."""
+        return bool(self.study.user_attrs.get(T.READY))
+
     def client(self):
 
         return quiet_client(self.mlflow_uri)
@@ -96,48 +109,68 @@ class Sweep:
 
 
 def open_sweep(spec: SweepSpec, storage: Optional[str] = None, *, create: bool = True, worker: int = 0) -> Sweep:
-    """Create the study (enqueue its grid, open its MLflow study run) or load it, checking it is the same sweep.
+    """Load the study, checking it is the same sweep. create=True (the sweep command): create it first when it does
+    not exist, and finish its start-up (`_initialise`) wherever an earlier one stopped. create=False (--status, and
+    workers given a study their parent opened): write nothing.
 
     worker: this process's index among the invocation's workers. The sampler's seed mixes sampler_seed with it
     and with the number of trials the study already has, so that a resumed study or a second worker does not
     draw the same points again (a sampler re-created with one fixed seed repeats its first draws). A study run
     by one worker from start to end is reproducible."""
-
-
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     base = compose(spec.experiment, spec.overrides_for({}, spec.seeds[0]))
     output_dir = Path(base.output_dir).expanduser().resolve()
     url = storage_url(base.output_dir, storage)
-    backend = open_storage(url)
-    existing = _trial_count(backend, spec.name)
-    salt = os.getpid() if "://" in url else 0  # RDB: workers on other machines have other indices' twins
-    seed = int(np.random.SeedSequence([spec.sampler_seed, existing, worker, salt]).generate_state(1)[0])
-    sampler, pruner = make_sampler(spec, seed), make_pruner(spec, base.steps)
-    direction = spec.objective.direction
-    created = False
-    if create:
-        try:
-            study = optuna.create_study(study_name=spec.name, storage=backend, sampler=sampler, pruner=pruner,
-                                        direction=direction)
-            created = True
-        except optuna.exceptions.DuplicatedStudyError:
-            pass
-    if not created:
-        try:
-            study = optuna.load_study(study_name=spec.name, storage=backend, sampler=sampler, pruner=pruner)
-        except KeyError:
-            names = [s.study_name for s in optuna.get_all_study_summaries(backend, include_best_trial=False)]
-            raise RlvrlabError(f"no study {spec.name!r} in {masked(url)}; studies there: "
-                               f"{', '.join(names) or 'none'} (run the sweep without --status to start it)") from None
     where = store(output_dir, base.tracking.uri)
-    uri, artifact_root = where.uri, where.artifact_root
-    sweep = Sweep(spec, study, backend, url, backend.get_study_id_from_name(spec.name), uri, artifact_root,
-                  output_dir, base.steps)
-    if created:
-        _initialise(sweep)
-    else:
-        _wait_ready(sweep)
+    lock = _start_lock(url)
+    # a creator holds the lock from before the storage file exists to the end of the start-up; a reader waits for it
+    with nullcontext() if lock is None else file_lock(lock) if create else shared_file_lock(lock):
+        backend = open_storage(url)
+        existing = _trial_count(backend, spec.name)
+        salt = os.getpid() if "://" in url else 0  # RDB: workers on other machines have other indices' twins
+        seed = int(np.random.SeedSequence([spec.sampler_seed, existing, worker, salt]).generate_state(1)[0])
+        sampler, pruner = make_sampler(spec, seed), make_pruner(spec, base.steps)
+        created = False
+        if create:
+            try:
+                study = optuna.create_study(study_name=spec.name, storage=backend, sampler=sampler, pruner=pruner,
+                                            direction=spec.objective.direction)
+                created = True
+                _stop_point("created")
+            except optuna.exceptions.DuplicatedStudyError:
+                pass
+        if not created:
+            try:
+                study = optuna.load_study(study_name=spec.name, storage=backend, sampler=sampler, pruner=pruner)
+            except KeyError:
+                names = [s.study_name for s in optuna.get_all_study_summaries(backend, include_best_trial=False)]
+                raise RlvrlabError(f"no study {spec.name!r} in {masked(url)}; studies there: "
+                                   f"{', '.join(names) or 'none'} (run the sweep without --status to start it)"
+                                   ) from None
+        sweep = Sweep(spec, study, backend, url, backend.get_study_id_from_name(spec.name), where.uri,
+                      where.artifact_root, output_dir, base.steps)
+        _check_same_sweep(sweep)  # before anything is written into it
+        if create and not sweep.started:
+            if not (created or lock is not None):  # a server: its creator, on another machine, may be at work
+                _wait_ready(sweep)
+            _initialise(sweep)  # under the lock, a study not ready had a creator that stopped
+            _check_same_sweep(sweep)
     return sweep
+
+
+def _start_lock(url: str) -> Optional[Path]:
+    """The file lock that one creator holds over a study's creation and start-up, beside a storage file (the
+    journal, a sqlite database): a command that finds the study not ready under it knows its creator stopped (the
+    kernel releases a killed holder's lock), and a reader (--status, a worker) waits under a shared lock while a
+    live one works. None for a server (PostgreSQL), whose creator may be on another machine: `_wait_ready` waits
+    for it."""
+    if "://" not in url:
+        path = Path(url).expanduser()
+    elif url.startswith("sqlite:///"):
+        path = Path(url.removeprefix("sqlite:///")).expanduser()
+    else:
+        return None
+    return path.with_name(path.name + ".start.lock")
 
 
 def _trial_count(storage, name: str) -> int:
@@ -147,31 +180,59 @@ def _trial_count(storage, name: str) -> int:
         return 0
 
 
-def _initialise(sweep: Sweep) -> None:
-    """Once per study, by the process that created it: record the sweep, open the MLflow study run, enqueue the
-    grid, then mark the study ready (other workers wait for that mark)."""
+def _stop_point(phase: str) -> None:
+    """RLVRLAB_KILL_IN_START=phase: SIGKILL this process at that point of a study's start-up (created, attrs,
+    study_run, run_id, grid, enqueued), for tests of a sweep stopped there; read at each point (a few per study)."""
+    if os.environ.get("RLVRLAB_KILL_IN_START") == phase:
+        os.kill(os.getpid(), signal.SIGKILL)
 
+
+def _initialise(sweep: Sweep) -> None:
+    """A study's start-up, by one process: record the sweep, open its MLflow study run, enqueue the grid, then mark
+    the study ready (workers are given it only then). Each phase is skipped where an earlier start-up did it, so
+    one stopped at any point (killed, or failing on a held store) is finished by the next sweep command, with no
+    grid point enqueued twice and no second study run."""
     spec, study = sweep.spec, sweep.study
-    study.set_user_attr(T.FINGERPRINT, spec.fingerprint())
-    study.set_user_attr(T.SEEDS, list(spec.seeds))
-    study.set_user_attr(T.OBJECTIVE, f"{spec.objective.aggregate} over seeds of {spec.objective.metric} "
-                        f"(last {spec.objective.window} logged steps), {spec.objective.direction}")
-    client = sweep.client()
+    recorded = study.user_attrs
+    for key, value in {
+        T.FINGERPRINT: spec.fingerprint(), T.SEEDS: list(spec.seeds),
+        T.OBJECTIVE: f"{spec.objective.aggregate} over seeds of {spec.objective.metric} "
+                     f"(last {spec.objective.window} logged steps), {spec.objective.direction}",
+        T.START_KEY: uuid.uuid4().hex,
+    }.items():
+        if key not in recorded:
+            study.set_user_attr(key, value)
+            _stop_point("attrs")
+    if T.MLFLOW_RUN_ID not in recorded:
+        study.set_user_attr(T.MLFLOW_RUN_ID, _open_study_run(sweep, study.user_attrs[T.START_KEY]))
+        _stop_point("run_id")
+    _enqueue_grid(sweep)
+    _stop_point("enqueued")
+    study.set_user_attr(T.READY, True)
+
+
+def _open_study_run(sweep: Sweep, key: str) -> str:
+    """The study's MLflow run: the one an earlier start-up created (tagged with the study's start key) or a new one;
+    its sweep file and params are recorded (again: the same values are accepted)."""
+    spec, client = sweep.spec, sweep.client()
     experiment_id = experiment_id_for(client, spec.name, sweep.artifact_root)
-    run = client.create_run(experiment_id, run_name=f"study {spec.name}", tags={
-        T.ROLE: "study", T.STUDY: spec.name, T.STORAGE: masked(sweep.storage_url),
-        T.FINGERPRINT: spec.fingerprint()})
-    client.log_text(run.info.run_id, spec.file.read_text(), "sweep.yaml")
-    client.log_batch(run.info.run_id, params=_params({
+    found = client.search_runs([experiment_id], filter_string=f"tags.`{T.START_KEY}` = '{key}'", max_results=1)
+    if found:
+        run_id = found[0].info.run_id
+    else:
+        run_id = client.create_run(experiment_id, run_name=f"study {spec.name}", tags={
+            T.ROLE: "study", T.STUDY: spec.name, T.STORAGE: masked(sweep.storage_url),
+            T.FINGERPRINT: spec.fingerprint(), T.START_KEY: key}).info.run_id
+        _stop_point("study_run")
+    client.log_text(run_id, spec.file.read_text(), "sweep.yaml")
+    client.log_batch(run_id, params=_params({
         "sampler": spec.sampler, "seeds": list(spec.seeds), "objective.metric": spec.objective.metric,
         "objective.direction": spec.objective.direction, "objective.window": spec.objective.window,
         "objective.aggregate": spec.objective.aggregate, "overrides": " ".join(spec.overrides),
         "experiment": spec.experiment or "default", "pruner": spec.pruner.type,
         **({"seeds.adaptive": f"initial={spec.adaptive.initial} max={spec.adaptive.max} "
                               f"halfwidth={spec.adaptive.halfwidth}"} if spec.adaptive else {})}))
-    study.set_user_attr(T.MLFLOW_RUN_ID, run.info.run_id)
-    _enqueue_grid(sweep)
-    study.set_user_attr(T.READY, True)
+    return run_id
 
 
 def _enqueue_grid(sweep: Sweep) -> None:
@@ -179,11 +240,14 @@ def _enqueue_grid(sweep: Sweep) -> None:
     if sweep.spec.sampler != "grid":
         return
 
-    taken = {_point_key(t.params) for t in sweep.study.get_trials(deepcopy=False) if t.state != optuna.trial.
-             TrialState.FAIL or t.user_attrs.get(T.FAILURE) == "run"}
+    # a WAITING trial has no params yet: its point is in the fixed params enqueue_trial gave it
+    taken = {_point_key(t.params or t.system_attrs.get("fixed_params", {}))
+             for t in sweep.study.get_trials(deepcopy=False)
+             if t.state != TrialState.FAIL or t.user_attrs.get(T.FAILURE) == "run"}
     for point in sweep.spec.grid():
         if _point_key(point) not in taken:
             sweep.study.enqueue_trial(point, skip_if_exists=False)
+            _stop_point("grid")
 
 
 def _point_key(params: dict) -> tuple:
@@ -191,24 +255,20 @@ def _point_key(params: dict) -> tuple:
 
 
 def _wait_ready(sweep: Sweep, timeout: float = 30.0) -> None:
-    """Check the loaded study is this sweep; wait for its creator to finish enqueueing (or finish it for a creator
-    that died in between)."""
-    fingerprint = sweep.study.user_attrs.get(T.FINGERPRINT)
+    """Wait up to `timeout` seconds for the study's creator (on another machine: a server storage) to finish its
+    start-up; the caller finishes it after that."""
     deadline = time.monotonic() + timeout
-    while not sweep.study.user_attrs.get(T.READY):
-        if time.monotonic() > deadline:
-            if fingerprint is None:
-                _initialise(sweep)
-            else:
-                _enqueue_grid(sweep)
-                sweep.study.set_user_attr(T.READY, True)
-            break
+    while not sweep.started and time.monotonic() < deadline:
         time.sleep(0.2)
-        fingerprint = sweep.study.user_attrs.get(T.FINGERPRINT)
-    if fingerprint is not None and fingerprint != sweep.spec.fingerprint():
 
-        raise RlvrlabError(mismatch_message(sweep.spec, masked(sweep.storage_url), fingerprint, sweep.client(),
-                                            sweep.study.user_attrs.get(T.MLFLOW_RUN_ID)))
+
+def _check_same_sweep(sweep: Sweep) -> None:
+    """The study was started from this sweep (or its start-up stopped before recording which)."""
+    fingerprint = sweep.study.user_attrs.get(T.FINGERPRINT)
+    if fingerprint is not None and fingerprint != sweep.spec.fingerprint():
+        run_id = sweep.study.user_attrs.get(T.MLFLOW_RUN_ID)
+        raise RlvrlabError(mismatch_message(sweep.spec, masked(sweep.storage_url), fingerprint,
+                                            sweep.client() if run_id else None, run_id))
 
 
 # --------------------------------------------------------------------------------------------------- the workers

@@ -44,6 +44,8 @@ BEST_VALUE = attr("best_value")
 # Optuna study and trial attributes (rlvrlab.sweep)
 MLFLOW_RUN_ID = attr("mlflow_run_id")  # the MLflow run of a study or trial
 READY = attr("ready")  # the study's creator finished enqueueing its grid
+START_KEY = attr("start_key")  # a random key of a study, also tagged on its MLflow study run: a start-up
+# stopped before recording the run's id finds that run again (rlvrlab.sweep.trials._initialise)
 SEEDS = attr("seeds")
 VALUES = attr("values")  # a trial's objective value per seed
 RUN_IDS = attr("run_ids")  # a trial's MLflow seed run per seed
