@@ -809,3 +809,60 @@ def test_a_sweep_stopped_at_each_point_of_its_start_up_is_continued_by_the_same_
     runs = mlflow.search_runs([mlflow.get_experiment_by_name("start").experiment_id])
     roles = sorted((r.data.tags["rlvrlab.role"], r.info.status) for r in runs)
     assert roles == [("seed", "FINISHED")] * 2 + [("study", "FINISHED")] + [("trial", "FINISHED")] * 2
+
+
+
+def test_yaml_alias_bombs_and_keys_given_twice_are_one_line(tmp_path: Path) -> None:
+    """A "billion laughs" experiment file (nine aliases of nine, nine levels deep) is refused from its structure in
+    a moment (it took 37 s and then a MemoryError), so is an alias to the value holding it; a key given twice (YAML
+    keeps the last and drops the earlier block without a word) is refused with both lines, in experiment and sweep
+    files and in override values."""
+    bomb = tmp_path / "bomb.yaml"
+    bomb.write_text("defaults: {algorithm: grpo, model: toy, dataset: toy}\nl0: &a [x, x, x, x, x, x, x, x, x]\n"
+                    + "".join(f"l{i + 1}: &{chr(98 + i)} [{', '.join(['*' + chr(97 + i)] * 9)}]\n" for i in range(8)))
+    one_line_error(rlvrlab("config", "show", str(bomb)), "bomb.yaml: its aliases (*name) expand it to 490329072 values")
+    bomb.write_text("defaults: {algorithm: grpo, model: toy, dataset: toy}\nsteps: &a [*a]\n")
+    one_line_error(rlvrlab("config", "show", str(bomb)), "an alias (*name) refers to the value that holds it")
+    twice = tmp_path / "twice.yaml"
+    twice.write_text("defaults: {algorithm: grpo, model: toy, dataset: toy}\ntrainer:\n  lr: 0.1\nsteps: 3\n"
+                     "trainer:\n  lr: 0.2\n")
+    one_line_error(rlvrlab("config", "show", str(twice)), "twice.yaml: key 'trainer' is given twice in one mapping "
+                   "(lines 2 and 5)", "remove one or merge them")
+    one_line_error(rlvrlab("config", "show", "toy", "rollout.group_size={a: 1, a: 2}"),
+                   "key 'a' is given twice in one mapping (line 1)")
+    sweep = tmp_path / "twice_sweep.yaml"
+    sweep.write_text(SWEEP.replace("steps=100000", "steps=4").replace("space:\n", "space:\n  algorithm.tau: [0.5]\n"))
+    one_line_error(rlvrlab("sweep", str(sweep), "--status", cwd=tmp_path), "key 'algorithm.tau' is given twice "
+                   "in one mapping (lines 6 and 7)")
+    merged = tmp_path / "merged.yaml"  # a merge key's keys given again below it: YAML's way to override, allowed
+    merged.write_text("defaults: {algorithm: grpo, model: toy, dataset: toy}\nbase: &base {lr: 0.1, weight_decay: 0.0}"
+                      "\ntrainer: {<<: *base, lr: 0.2}\n".replace("base: &base", "x-base: &base"))
+    result = rlvrlab("config", "show", str(merged))
+    assert "unknown key 'x-base'" in result.stderr  # the merge itself read fine; the extra top key is refused
+
+
+@pytest.mark.parametrize("text, fragment", [
+    ("seeds: 5000000000", "seeds in {} must be a count from 1 to 10000"),
+    ("seeds: 100000000000000000000", "seeds in {} must be a count from 1 to 10000"),
+    ("seeds: [0, 99999999999999999999]", "a list of at most 10000 distinct seeds from 0 to 4294967295"),
+    ("seeds: {initial: 2, max: 100000000000, halfwidth: 0.1}", "seeds.max in {} must be an integer from"),
+    ("budget: {timeout: .nan}", "budget.timeout in {} must be a number from 0 to 1e+15"),
+    ("sampler_seed: null", "sampler_seed in {} must be an integer from 0 to 1e+15"),
+])
+def test_sweep_numbers_beyond_their_bounds_are_refused_at_load(tmp_path: Path, text: str, fragment: str) -> None:
+    from rlvrlab.errors import ConfigError
+    from rlvrlab.sweep.spec import load_sweep
+
+    path = tmp_path / "bounds.yaml"
+    path.write_text(SWEEP.replace("steps=100000", "steps=4").replace("seeds: 1", text))
+    with pytest.raises(ConfigError) as refused:
+        load_sweep(str(path))
+    assert fragment.format(path) in str(refused.value)
+
+
+def test_huge_seeds_and_rates_are_one_line_at_composition(tmp_path: Path) -> None:
+    path = tmp_path / "many.yaml"
+    path.write_text(SWEEP.replace("steps=100000", "steps=4").replace("seeds: 1", "seeds: 5000000000"))
+    one_line_error(rlvrlab("sweep", str(path), "--status", cwd=tmp_path), "seeds in", "from 1 to 10000")
+    one_line_error(rlvrlab("config", "show", "toy", "trainer.lr=1e38"), "trainer.lr=1e+38 is out of range",
+                   "in (0, 1000]")

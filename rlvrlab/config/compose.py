@@ -27,6 +27,7 @@ from omegaconf.errors import OmegaConfBaseException
 from rlvrlab.config.rules import show, unknown, validate
 from rlvrlab.config.schema import RunConfig
 from rlvrlab.config.shipped import shipped_dir
+from rlvrlab.config.yamlfile import load as load_yaml
 from rlvrlab.errors import ConfigError
 
 # config section -> its folder of group files
@@ -232,17 +233,19 @@ def _parse_value(key: str, raw: str) -> Any:
     keeps the text as typed where YAML would read something else, so `dataset.template=Q: {prompt}` works."""
     text_field = FIELD_TYPES.get(key) in (str, Optional[str])
     try:
-        value = yaml.safe_load(raw)
-    except yaml.YAMLError as error:
+        value = load_yaml(raw, f"{key}={raw}")
+    except (yaml.YAMLError, ConfigError) as error:  # ConfigError: a key given twice, aliases without bound
         if text_field:
             return raw
+        if isinstance(error, ConfigError):
+            raise
         raise ConfigError(f"{key}={raw}: not a YAML value ({_yaml_problem(error)}); quote it or fix it") from error
     return raw if text_field and not isinstance(value, (str, type(None))) else value
 
 
 def _load_mapping(path: Path) -> dict[str, Any]:
     try:
-        content = yaml.safe_load(path.read_text(encoding="utf-8"))
+        content = load_yaml(path.read_text(encoding="utf-8"), _display(path))
     except UnicodeDecodeError as error:
         raise ConfigError(f"{_display(path)} is not a text file (byte {error.start} is not UTF-8); give a YAML "
                           "file") from None

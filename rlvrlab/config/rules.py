@@ -123,7 +123,9 @@ RANGES: dict[str, Range] = {
     "rollout.max_new_tokens": AT_LEAST_ONE,
     "rollout.vllm_gpu_memory_utilization": Range(0, 1, low_open=True),
     "rollout.max_prompt_tokens": AT_LEAST_ONE,
-    "trainer.lr": POSITIVE,
+    # AdamW's step is lr / (1 - beta1^t), at most lr / 1.1e-16 for a float64 beta1 < 1: with lr <= 1e3 it stays
+    # within float32 (torch refused 1e38 with an overflow traceback); no useful rate comes near the bound
+    "trainer.lr": Range(0, 1e3, low_open=True),
     "trainer.weight_decay": NON_NEGATIVE,
     "trainer.grad_clip": NON_NEGATIVE,
     "trainer.ppo_epochs": AT_LEAST_ONE,

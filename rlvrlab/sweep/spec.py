@@ -42,8 +42,9 @@ from typing import Any, Optional
 
 import yaml
 
-from rlvrlab.config.rules import unknown
+from rlvrlab.config.rules import RANGES, unknown
 from rlvrlab.config.shipped import shipped_dir
+from rlvrlab.config.yamlfile import load as load_yaml
 from rlvrlab.errors import ConfigError
 
 SAMPLERS = ("grid", "tpe", "random")
@@ -59,6 +60,8 @@ VARIANT = "variant"  # the space key of `variants:`
 _FIXED_KEYS = ("seed", "experiment")  # set by the sweep: seeds from `seeds:`, the MLflow experiment from the name
 _NOT_SCIENCE = ("output_dir=", "tracking.")  # overrides that move records, not results (not in the fingerprint)
 LOG_LAST = "tracking.log_last"  # set by the sweep to the objective's window (SweepSpec.overrides_for)
+MAX_SEEDS = 10_000  # seeds of one trial, each a training run; a count is expanded to a list (5e9 was a MemoryError)
+MAX_SEED = int(RANGES["seed"].high)  # what the config accepts as a run's seed
 
 
 
@@ -243,7 +246,7 @@ def load_sweep(name: str, overrides: Sequence[str] = (), *, seeds: Optional[int]
     path = sweep_file(name)
     where = str(path)
     try:
-        body = yaml.safe_load(path.read_text()) or {}
+        body = load_yaml(path.read_text(), where) or {}
     except yaml.YAMLError as error:
         raise ConfigError(f"{where} is not valid YAML ({str(error).splitlines()[0]}); fix the file") from None
     if not isinstance(body, dict):
@@ -284,9 +287,9 @@ def load_sweep(name: str, overrides: Sequence[str] = (), *, seeds: Optional[int]
     pruner = Pruner(
         type=_choice(pruner_body.get("type", "none"), PRUNERS, "pruner.type", where),
         warmup_steps=int(_optional_number(pruner_body.get("warmup_steps", 0), "pruner.warmup_steps", where,
-                                          integer=True)),
+                                          integer=True, null=False)),
         startup_trials=int(_optional_number(pruner_body.get("startup_trials", 5), "pruner.startup_trials", where,
-                                            integer=True)),
+                                            integer=True, null=False)),
     )
     sweep_name = study or body.get("name") or path.stem
     if not isinstance(sweep_name, str) or not sweep_name.strip():
@@ -296,7 +299,8 @@ def load_sweep(name: str, overrides: Sequence[str] = (), *, seeds: Optional[int]
         raise ConfigError(f"experiment in {where} must be an experiment name or a path to its YAML file")
     if experiment is not None and not experiment.endswith((".yaml", ".yml")) and os.sep in experiment:
         experiment = str((path.parent / experiment).resolve())
-    sampler_seed = int(_optional_number(body.get("sampler_seed", 0), "sampler_seed", where, integer=True))
+    sampler_seed = int(_optional_number(body.get("sampler_seed", 0), "sampler_seed", where, integer=True,
+                                        null=False))
     launch = _launcher(body.get("launcher"), body.get("slurm"), where, launcher, nproc, gpus_per_run, slurm)
     spec = SweepSpec(sweep_name, path, experiment, tuple(all_overrides), space, sampler, sampler_seed, seed_list,
                      objective, trials, timeout, pruner, variants, adaptive, launch)
@@ -322,7 +326,7 @@ def _launcher(body: Any, slurm_body: Any, where: str, kind: Optional[str], nproc
         key, equals, value = text.partition("=")
         if not equals or key.strip() not in SLURM_KEYS:
             raise ConfigError(f"--slurm {text}: give KEY=VALUE with KEY one of {', '.join(SLURM_KEYS)}")
-        settings[key.strip()] = yaml.safe_load(value) if value.strip() else None
+        settings[key.strip()] = load_yaml(value, f"--slurm {text}") if value.strip() else None
     for key in ("nodes", "gpus_per_node", "cpus_per_task", "time"):
         value = settings.get(key)
         if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
@@ -479,12 +483,14 @@ def _objective(body: Any, where: str) -> Objective:
 
 
 def _seeds(value: Any, where: str) -> tuple[int, ...]:
-    if isinstance(value, int) and not isinstance(value, bool) and value >= 1:
+    if isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= MAX_SEEDS:
         return tuple(range(value))
-    if isinstance(value, list) and value and all(isinstance(s, int) and not isinstance(s, bool) and s >= 0
-                                                  for s in value) and len(set(value)) == len(value):
+    if isinstance(value, list) and 0 < len(value) <= MAX_SEEDS and all(
+            isinstance(s, int) and not isinstance(s, bool) and 0 <= s <= MAX_SEED for s in value) \
+            and len(set(value)) == len(value):
         return tuple(value)
-    raise ConfigError(f"seeds in {where} must be a count >= 1, a list of distinct seeds >= 0 or "
+    raise ConfigError(f"seeds in {where} must be a count from 1 to {MAX_SEEDS} (each seed is a training run of every "
+                      f"trial), a list of at most {MAX_SEEDS} distinct seeds from 0 to {MAX_SEED}, or "
                       "{initial: 3, max: 20, halfwidth: 0.02}, e.g. seeds: 5")
 
 
@@ -497,8 +503,9 @@ def _adaptive(value: Any, where: str) -> Optional[AdaptiveSeeds]:
     if not (isinstance(initial, int) and not isinstance(initial, bool) and initial >= 2):
         raise ConfigError(f"seeds.initial in {where} must be an integer >= 2 (an interval needs 2 seeds), "
                           f"e.g. {example}")
-    if not (isinstance(most, int) and not isinstance(most, bool) and most >= initial):
-        raise ConfigError(f"seeds.max in {where} must be an integer >= seeds.initial ({initial}), e.g. {example}")
+    if not (isinstance(most, int) and not isinstance(most, bool) and initial <= most <= MAX_SEEDS):
+        raise ConfigError(f"seeds.max in {where} must be an integer from seeds.initial ({initial}) to {MAX_SEEDS}, "
+                          f"e.g. {example}")
     if isinstance(width, bool) or not isinstance(width, (int, float)) or not width > 0:
         raise ConfigError(f"seeds.halfwidth in {where} must be a number > 0 (the 95% half-width of the objective), "
                           f"e.g. {example}")
@@ -522,10 +529,15 @@ def _choice(value: Any, options: Sequence[str], name: str, where: str) -> str:
     return value
 
 
-def _optional_number(value: Any, name: str, where: str, *, integer: bool = False) -> Optional[float]:
-    if value is None:
+def _optional_number(value: Any, name: str, where: str, *, integer: bool = False, null: bool = True
+                     ) -> Optional[float]:
+    if value is None and null:
         return None
     kinds = (int,) if integer else (int, float)
-    if isinstance(value, bool) or not isinstance(value, kinds) or value < 0:
-        raise ConfigError(f"{name} in {where} must be a{'n integer' if integer else ' number'} >= 0 or null")
+    if value is None or isinstance(value, bool) or not isinstance(value, kinds) or not 0 <= value <= MAX_NUMBER:
+        raise ConfigError(f"{name} in {where} must be a{'n integer' if integer else ' number'} from 0 to "
+                          f"{MAX_NUMBER:.0e}{' or null' if null else ''}")
     return value
+
+
+MAX_NUMBER = 1e15  # budget, pruner and sampler numbers: beyond any real use, and a float (nan and inf are refused)
