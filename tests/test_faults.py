@@ -866,3 +866,94 @@ def test_huge_seeds_and_rates_are_one_line_at_composition(tmp_path: Path) -> Non
     one_line_error(rlvrlab("sweep", str(path), "--status", cwd=tmp_path), "seeds in", "from 1 to 10000")
     one_line_error(rlvrlab("config", "show", "toy", "trainer.lr=1e38"), "trainer.lr=1e+38 is out of range",
                    "in (0, 1000]")
+
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@pytest.mark.slow  # three commands
+def test_an_unreachable_tracking_uri_fails_in_seconds_in_one_line(tmp_path: Path) -> None:
+    """A tracking.uri nobody answers at: train, sweep and report each say so in one line at once (MLflow's own
+    client retried for minutes, silently), before anything is written."""
+    uri = f"http://127.0.0.1:{_free_port()}"
+    sweep = tmp_path / "s.yaml"
+    sweep.write_text(SWEEP.replace("steps=100000", "steps=4"))
+    for command in (["train", "toy", "steps=2", f"tracking.uri={uri}", f"output_dir={tmp_path / 'runs'}"],
+                    ["sweep", str(sweep), f"tracking.uri={uri}", f"output_dir={tmp_path / 'runs'}"],
+                    ["report", "--experiment", "toy", "--tracking-uri", uri]):
+        one_line_error(rlvrlab(*command, cwd=tmp_path), f"tracking.uri {uri}: no MLflow server answered within 5 s",
+                       "Connection refused")
+    assert [p.name for p in tmp_path.iterdir()] == ["s.yaml"]
+
+
+def test_a_tracking_server_that_does_not_answer_or_is_not_mlflow_is_one_error() -> None:
+    import http.server
+    import threading
+
+    from rlvrlab.tracking.store import check_reachable
+
+    with socket.socket() as silent:  # accepts connections (the kernel's backlog) and never answers
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(8)
+        uri = f"http://127.0.0.1:{silent.getsockname()[1]}"
+        with pytest.raises(RlvrlabError, match=f"tracking.uri {uri}: no MLflow server answered within 0.2 s"):
+            check_reachable(uri, timeout=0.2)
+
+    class Server(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802 - http.server's name
+            self.send_response(200 if self.path == "/mlflow/health" else 404)
+            self.end_headers()
+            self.wfile.write(b"OK")
+
+        def log_message(self, *args) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Server)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        base = f"http://127.0.0.1:{server.server_address[1]}"
+        with pytest.raises(RlvrlabError, match=f"GET {base}/health answered HTTP 404, not an MLflow server's OK"):
+            check_reachable(base)
+        check_reachable(f"{base}/mlflow/")  # an MLflow server under a path prefix
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_a_jsonl_line_beyond_its_bound_is_one_line_before_the_model_is_loaded(tmp_path: Path) -> None:
+    """A 2 MiB line in a JSONL dataset: `eval` names it in one line while reading the file, before any model is
+    loaded or prompt tokenised (a 50 MB line took an evaluation past 8 GiB)."""
+    from rlvrlab.data import MAX_LINE_BYTES
+
+    data = tmp_path / "big.jsonl"
+    with data.open("w") as handle:
+        handle.write(json.dumps({"problem": "1 + 1?", "answer": "2"}) + "\n")
+        handle.write(json.dumps({"problem": "x" * 2 * MAX_LINE_BYTES, "answer": "2"}) + "\n")
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text("{}")  # never read: the dataset fails first
+    one_line_error(rlvrlab("eval", "pass-at-k", "--model", str(model), "--dataset", "math500", "--set",
+                           f"dataset.path={data}", "--set", "dataset.expected_rows=null", "--out",
+                           str(tmp_path / "out"), cwd=tmp_path), f"{data} line 2 is longer than 1 MiB")
+    assert not (tmp_path / "out").exists()
+
+
+def test_eval_refuses_a_prompt_beyond_the_model_context_before_sampling() -> None:
+    from rlvrlab.config import compose
+    from rlvrlab.data.problems import Problem
+    from rlvrlab.eval.pipeline import Dataset, _rendered
+    from rlvrlab.policy.tiny import tokenizer_corpus, train_tokenizer
+
+    problems = [Problem(id="short", prompt="1 2 -> 3:", answer="1 2 -> 3"),
+                Problem(id="long", prompt="1 2 -> 3: " * 40, answer="1 2 -> 3")]
+    tokenizer = train_tokenizer(tokenizer_corpus(problems, lambda problem: ["1+2"]))
+    dataset = Dataset(compose("default").dataset, problems, "synthetic")
+    with pytest.raises(RlvrlabError, match="problem long's prompt has [0-9]+ tokens, which with 32 new tokens is "
+                                           "more than the model's context of 128"):
+        _rendered(dataset, tokenizer, 128, 32)
+    render = _rendered(dataset, tokenizer, None, 32)  # a model that does not say: nothing to check
+    assert render(problems[0]) == tokenizer("1 2 -> 3:").input_ids

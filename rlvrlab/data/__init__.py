@@ -23,9 +23,10 @@ Empty prompts or answers are errors. Every malformed row is reported as one line
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import json
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -250,16 +251,38 @@ def _kind(value: object) -> str:
     return f"{names.get(type(value), type(value).__name__)} ({preview})"
 
 
+# The longest JSONL line (one problem) read: a prompt beyond it is longer than any model's context, and the memory a
+# longer one takes is unbounded (a 50 MB line took an evaluation past 8 GiB before it was killed).
+MAX_LINE_BYTES = 1 << 20
+
+
+def _jsonl_lines(path: Path) -> Iterator[tuple[int, str]]:
+    """(1-based line number, text) of each line, split at "\\n" only (JSON may hold U+2028), each read with a bound:
+    a line longer than MAX_LINE_BYTES is one error naming it, before it is held in memory whole."""
+    offset = 0
+    with path.open("rb") as handle:
+        for number in itertools.count(1):
+            raw = handle.readline(MAX_LINE_BYTES + 2)  # the line, its "\\n" and one byte to tell it is longer
+            if not raw:
+                return
+            if len(raw.rstrip(b"\r\n")) > MAX_LINE_BYTES:
+                raise RlvrlabError(f"{path} line {number} is longer than {MAX_LINE_BYTES >> 20} MiB, the most one "
+                                   "problem's row may hold (its prompt alone would be hundreds of thousands of "
+                                   "tokens); fix or remove the line")
+            try:
+                text = raw.decode("utf-8")
+            except UnicodeDecodeError as error:
+                raise RlvrlabError(f"{path} is not UTF-8 text (byte {offset + error.start}); a JSONL file is UTF-8 "
+                                   "JSON, one object per line") from None
+            offset += len(raw)
+            yield number, text
+
+
 def _read_rows(path: Path, fmt: str) -> list[tuple[str, dict]]:
     """(where, row) pairs: where is "line N" (JSONL, 1-based) or "row N (0-based)" (Parquet)."""
     if fmt == "jsonl":
         rows = []
-        try:
-            text = path.read_text(encoding="utf-8")
-        except UnicodeDecodeError as error:
-            raise RlvrlabError(f"{path} is not UTF-8 text (byte {error.start}); a JSONL file is UTF-8 JSON, "
-                               "one object per line") from None
-        for number, line in enumerate(text.split("\n"), start=1):  # not splitlines: JSON may hold U+2028
+        for number, line in _jsonl_lines(path):
             if not line.strip():
                 continue
             try:

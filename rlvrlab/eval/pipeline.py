@@ -22,10 +22,11 @@ from rlvrlab.components import Sampling
 from rlvrlab.config import compose
 from rlvrlab.config.schema import DatasetConfig, RunConfig
 from rlvrlab.data import load_problems
+from rlvrlab.data.problems import Problem
 from rlvrlab.errors import RlvrlabError
 from rlvrlab.eval.run import aggregate, check_ks, evaluate, mlflow_metrics, open_sampler, write_outputs
 from rlvrlab.tracking import tags as T
-from rlvrlab.tracking.store import store
+from rlvrlab.tracking.store import check_reachable, store
 
 SPLITS = ("auto", "train", "eval", "all")
 
@@ -289,6 +290,7 @@ def _evaluate_one(target: Target, request: EvalRequest, ks: list[int], progress:
     outputs.check_dir(out, f"--out {out}")
     experiment = request.experiment or (f"{target.run_cfg.experiment}-eval" if target.run_cfg else "eval")
     where = store(request.output_dir, target.run_cfg.tracking.uri if target.run_cfg else None)
+    check_reachable(where.uri)  # before any sampling: its records go there at the end
     summary, files = _sample_and_score(target, datasets, pools, sampling, ks=ks, n=request.n, seed=request.seed,
                                        out=out, progress=progress)
     run_id = _track(target, datasets, sampling, summary, files, ks=ks, n=request.n, seed=request.seed, name=name,
@@ -301,11 +303,12 @@ def _sample_and_score(target: Target, datasets: list[Dataset], pools: list, samp
     sampler = open_sampler(target.folder, sampling, seed=seed)
     records, samples = [], []
     try:
-        for d, pool in zip(datasets, pools):
+        context = _context(target.folder)
+        renders = [_rendered(d, sampler.tokenizer, context, sampling.max_new_tokens) for d in datasets]
+        for d, pool, render in zip(datasets, pools, renders):
             label = f"{d.cfg.name} ({n} samples/problem)"
             if progress is not None:
                 progress(label, 0, len(d.problems))
-            render = components.prompt_renderer(d.cfg, sampler.tokenizer)
             with pool:
                 result = evaluate(sampler, d.problems, render, n=n, ks=ks, seed=seed, pool=pool, dataset=d.cfg.name,
                                   progress=None if progress is None else
@@ -321,6 +324,32 @@ def _sample_and_score(target: Target, datasets: list[Dataset], pools: list, samp
             "ks": ks, "seed": seed, **{f"sampling.{key}": value for key, value in vars(sampling).items()}}
     files = write_outputs(out, records, samples, {"meta": meta, "datasets": summary}, ks)
     return summary, files
+
+
+def _context(folder: Path) -> Optional[int]:
+    """The model's context in tokens (config.json's max_position_embeddings), None when it does not say."""
+    import json
+
+    try:
+        context = json.loads((folder / "config.json").read_text()).get("max_position_embeddings")
+    except (OSError, ValueError):
+        return None
+    return int(context) if isinstance(context, int) and context > 0 else None
+
+
+def _rendered(d: Dataset, tokenizer, context: Optional[int], new_tokens: int) -> Callable[[Problem], list[int]]:
+    """Every problem's prompt ids, rendered once before any is sampled (problem -> ids); a prompt that, with
+    new_tokens, does not fit the model's context is one error (a longer one is cut or extrapolated by the engine, or
+    takes memory without bound), naming the longest."""
+    render = components.prompt_renderer(d.cfg, tokenizer)
+    ids = {p.id: render(p) for p in d.problems}
+    longest = max(d.problems, key=lambda p: len(ids[p.id]), default=None)
+    if context is not None and longest is not None and len(ids[longest.id]) + new_tokens > context:
+        raise RlvrlabError(f"dataset {d.cfg.name}: problem {longest.id}'s prompt has {len(ids[longest.id])} tokens, "
+                           f"which with {new_tokens} new tokens is more than the model's context of {context} "
+                           "(max_position_embeddings); shorten the prompts (dataset.template, dataset.fewshot), lower "
+                           "--max-new-tokens, or leave the problem out")
+    return lambda problem: ids[problem.id]
 
 
 def _track(target: Target, datasets: list[Dataset], sampling: Sampling, summary: dict, files: list[Path], *,

@@ -131,11 +131,13 @@ def check_locations(spec: SweepSpec, storage: Optional[str], *, status_only: boo
     file can be (or, for --status, exists: looking at a study creates nothing)."""
     from rlvrlab.config import compose
     from rlvrlab.sweep.storage import storage_url
+    from rlvrlab.tracking.store import check_reachable, store
 
     base = compose(spec.experiment, spec.overrides_for({}, spec.seeds[0]))
     url = storage_url(base.output_dir, storage)
     if not status_only:
         outputs.check_dir(base.output_dir, f"output_dir={base.output_dir}")
+    check_reachable(store(base.output_dir, base.tracking.uri).uri)
     if "://" in url:
         return
     if status_only and not Path(url).expanduser().is_file():

@@ -19,6 +19,7 @@ from pathlib import Path
 
 from rlvrlab.errors import RlvrlabError
 from rlvrlab.outputs import file_lock
+from rlvrlab.tracking.store import check_reachable
 
 _BATCH = 1000  # MLflow's limit of metrics per log_batch call
 _PARAMS_BATCH = 100  # ... and of params
@@ -39,6 +40,7 @@ def quiet_client(uri: str):
     for name in ("alembic", "mlflow"):
         logging.getLogger(name).setLevel(logging.WARNING)
     if not uri.startswith("sqlite:///"):
+        check_reachable(uri)  # a server that does not answer: one line in seconds, not minutes of MLflow's retries
         return MlflowClient(tracking_uri=uri)
     lock = Path(uri.removeprefix("sqlite:///")).expanduser().parent / STORE_LOCK
     try:

@@ -9,6 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from rlvrlab.errors import RlvrlabError
+
 
 @dataclass(frozen=True)
 class Store:
@@ -26,3 +28,37 @@ def store(output_dir: str | Path, uri: str | None = None) -> Store:
         return Store(uri, None)
     folder = Path(output_dir).expanduser().resolve()
     return Store(default_uri(folder), folder / "mlartifacts")
+
+
+# How long one look at an MLflow server may take before a command gives up on it. MLflow's own client retries an
+# unreachable server 7 times with backoff (MLFLOW_HTTP_REQUEST_MAX_RETRIES), each try up to 120 s: a train run
+# pointed at a closed port sat silent for 4 min 24 s here before a traceback.
+REACH_SECONDS = 5.0
+_reached: set[str] = set()  # URIs that answered in this process: each is looked at once
+
+
+def check_reachable(uri: str, timeout: float = REACH_SECONDS) -> None:
+    """An http(s) tracking URI answers an MLflow server's GET /health within `timeout` seconds (401/403: a server
+    behind authentication, which MLflow's client handles); else a one-line RlvrlabError. Other URIs (sqlite, a
+    local folder) pass."""
+    if not uri.startswith(("http://", "https://")) or uri in _reached:
+        return
+    import urllib.error
+    import urllib.request
+
+    health = uri.rstrip("/") + "/health"
+    fix = ("start the server (mlflow server --host HOST --port PORT), fix tracking.uri, or leave tracking.uri out to "
+           "record in output_dir's own sqlite store")
+    try:
+        with urllib.request.urlopen(health, timeout=timeout) as answer:
+            answer.read(64)
+    except urllib.error.HTTPError as error:
+        if error.code not in (401, 403):
+            raise RlvrlabError(f"tracking.uri {uri}: GET {health} answered HTTP {error.code}, not an MLflow server's "
+                               f"OK; {fix}") from None
+    except (urllib.error.URLError, OSError, ValueError) as error:
+        reason = getattr(error, "reason", None) or error
+        raise RlvrlabError(f"tracking.uri {uri}: no MLflow server answered within {timeout:g} s ({reason}); "
+                           f"{fix}") from None
+    _reached.add(uri)
+

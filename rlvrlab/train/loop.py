@@ -40,6 +40,7 @@ from rlvrlab.config.schema import RunConfig
 from rlvrlab.errors import RlvrlabError
 from rlvrlab.procs import raise_if_stop_requested, stop_at_safe_points
 from rlvrlab.tracking import tags as T
+from rlvrlab.tracking.store import check_reachable, store
 from rlvrlab.train import checkpoint
 from rlvrlab.train.batch import (
     RolloutBatch,
@@ -95,6 +96,8 @@ def train(cfg: RunConfig, *, resume: str | None = None, on_step: OnStep | None =
     warn = warn or _stderr_warning
     output_dir = outputs.check_dir(cfg.output_dir, f"output_dir={cfg.output_dir}")
     rank, _ = world()
+    if rank == 0 and cfg.tracking.backend == "mlflow":  # in seconds, not after the model is built (or never)
+        check_reachable(store(output_dir, cfg.tracking.uri).uri)
     lock = None
     folder = None
     extended_from, notes = None, []
@@ -250,7 +253,6 @@ def _nothing_left_or_extension(cfg: RunConfig, run_id: str, folder: Path, run_fo
         if cfg.tracking.backend == "none":  # no records a resume could finish: the checkpoint holds every step
             raise NothingLeft(run_id, cfg.steps)
         from rlvrlab.tracking.mlflow_tracker import quiet_client
-        from rlvrlab.tracking.store import store
 
         try:
             status = quiet_client(store(cfg.output_dir, cfg.tracking.uri).uri).get_run(run_id).info.status
