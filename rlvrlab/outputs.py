@@ -25,6 +25,9 @@ def check_dir(path: str | Path, what: str) -> Path:
         folder = folder.resolve()
     except (OSError, RuntimeError) as error:  # a symlink loop
         raise RlvrlabError(f"{what}: {folder} cannot be resolved ({error}); give another folder") from None
+    too_long = _too_long(folder)
+    if too_long:
+        raise RlvrlabError(f"{what}: {too_long}; give a shorter path")
     probe = folder
     while not probe.exists():
         if probe.is_symlink():  # a dangling link
@@ -38,6 +41,30 @@ def check_dir(path: str | Path, what: str) -> Path:
         raise RlvrlabError(f"{what}: cannot write in {folder} (the {which} is read-only or not yours); give a "
                            "folder you can write in, or fix its permissions")
     return folder
+
+
+# What rlvrlab writes below a folder it is given, at most: a run's checkpoint files
+# (<run id>/checkpoints/.tmp_step_000010/model/model.safetensors, ~80 bytes) and MLflow's artifacts
+# (mlartifacts/<experiment id>/<run id>/artifacts/params/<param>.txt, ~140 bytes), with room to spare.
+BELOW_BYTES = 256
+
+
+def _too_long(folder: Path) -> str | None:
+    """Why the file system cannot hold `folder` and what is written below it (a name longer than NAME_MAX, a path
+    longer than PATH_MAX less BELOW_BYTES), or None."""
+    try:
+        name_max, path_max = os.pathconf(folder.anchor, "PC_NAME_MAX"), os.pathconf(folder.anchor, "PC_PATH_MAX")
+    except (OSError, ValueError):
+        name_max, path_max = 255, 4096
+    for part in folder.parts[1:]:
+        if len(os.fsencode(part)) > name_max:
+            return (f"its folder name {part[:24]}... is {len(os.fsencode(part))} bytes long, more than the "
+                    f"{name_max} a name may have on this file system")
+    length = len(os.fsencode(str(folder)))
+    if length + BELOW_BYTES > path_max:
+        return (f"{str(folder)[:40]}... is {length} bytes long; with the {BELOW_BYTES} bytes of what is written below "
+                f"it that is more than the {path_max} a path may have on this file system")
+    return None
 
 
 def check_file_target(path: str | Path, what: str) -> Path:

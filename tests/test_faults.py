@@ -957,3 +957,20 @@ def test_eval_refuses_a_prompt_beyond_the_model_context_before_sampling() -> Non
         _rendered(dataset, tokenizer, 128, 32)
     render = _rendered(dataset, tokenizer, None, 32)  # a model that does not say: nothing to check
     assert render(problems[0]) == tokenizer("1 2 -> 3:").input_ids
+
+
+
+def test_an_output_path_too_long_for_the_file_system_is_one_line(tmp_path: Path) -> None:
+    from rlvrlab import outputs
+
+    long_name = tmp_path / ("a" * 300) / "runs"
+    with pytest.raises(RlvrlabError, match="its folder name a{24}... is 300 bytes long, more than the 255"):
+        outputs.check_dir(long_name, "output_dir=...")
+    deep = tmp_path / "/".join(["b" * 200] * 20)
+    with pytest.raises(RlvrlabError, match="with the 256 bytes of what is written below it that is more than the 4096"):
+        outputs.check_dir(deep, "--out ...")
+    for_sqlite = tmp_path / "/".join(["c" * 150] * 3)  # fine for the file system, too long for sqlite's store
+    one_line_error(rlvrlab("train", "toy", "steps=2", f"output_dir={for_sqlite}"),
+                   f"output_dir {for_sqlite}: the MLflow store", "sqlite opens at most 504")
+    one_line_error(rlvrlab("train", "toy", "steps=2", f"output_dir={long_name}"), "is 300 bytes long")
+    assert [p.name for p in tmp_path.iterdir()] == []

@@ -6,6 +6,7 @@ Default: `sqlite:///<output_dir>/mlflow.db` with artifacts in `<output_dir>/mlar
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -18,15 +19,26 @@ class Store:
     artifact_root: Path | None  # None: the server's own artifact root
 
 
+# sqlite's unix file layer opens paths of fewer than 512 bytes, its journal's ("-journal") included: the longest
+# store path that opened here (sqlite 3.40) was 504 bytes, 505 failed with "unable to open database file".
+SQLITE_PATH_BYTES = 504
+
+
 def default_uri(output_dir: Path) -> str:
     return f"sqlite:///{Path(output_dir).expanduser().resolve() / 'mlflow.db'}"
 
 
 def store(output_dir: str | Path, uri: str | None = None) -> Store:
-    """The store of runs under `output_dir`, or the one at `uri` when given."""
+    """The store of runs under `output_dir`, or the one at `uri` when given. RlvrlabError for an output_dir too
+    long for sqlite to open its store in."""
     if uri:
         return Store(uri, None)
     folder = Path(output_dir).expanduser().resolve()
+    database = len(os.fsencode(str(folder / "mlflow.db")))
+    if database > SQLITE_PATH_BYTES:
+        raise RlvrlabError(f"output_dir {folder}: the MLflow store {folder / 'mlflow.db'} would be {database} bytes "
+                           f"long, and sqlite opens at most {SQLITE_PATH_BYTES}; give a shorter output_dir (or "
+                           "tracking.uri= of an MLflow server)")
     return Store(default_uri(folder), folder / "mlartifacts")
 
 
