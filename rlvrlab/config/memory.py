@@ -1,19 +1,33 @@
 """Per-GPU memory of a run, estimated before anything is loaded: the update (weights, gradients, AdamW states by
-ZeRO stage and world size, activations from the batch shape and the model's shape) and the rollout engine (vLLM's
-share of the device, or the hf engine's copy and KV cache).
+ZeRO stage and world size, activations from the batch shape and the model's shape), the optimizer step, the rollout
+engine (vLLM's share of the device, or the hf engine's copy and KV cache) and the fixed overheads of a CUDA process.
 
 Sources of the formulas (docs/scaling.md, "Memory estimate", lists the assumptions and the measured tolerance):
 - weights, gradients and optimizer states by ZeRO stage: Rajbhandari et al. 2020, "ZeRO", §5 (mixed precision:
   2 + 2 + 12 bytes per parameter, stage 1 partitions the 12, stage 2 also the gradients, stage 3 also the weights);
-  fp32 training keeps 4 + 4 + 8. DeepSpeed's bucket sizes are its defaults (DS_BUCKET_ELEMENTS).
+  fp32 training keeps 4 + 4 + 8, plus the fp32 partition DeepSpeed's ZeRO-1/2 clones from the weights
+  (deepspeed/runtime/zero/stage_1_and_2.py, single_partition_of_fp32_groups). DeepSpeed's bucket sizes are its
+  defaults (DS_BUCKET_ELEMENTS).
 - activations of a decoder layer: the tensors a Llama/Qwen layer of transformers keeps for backward (two RMSNorms,
   q/k/v and RoPE, attention output, o_proj input, SwiGLU's four intermediate tensors), with SDPA attention (no
   seq x seq matrix; Korthikanti et al. 2022, "Reducing Activation Recomputation", Table 2, without the 5as/h term).
   Gradient checkpointing keeps one hidden state per layer and recomputes one layer at a time.
 - logits: the response positions only (`logits_to_keep`), the lm_head output plus the fp32 copies the log-prob
-  and its backward hold (rlvrlab.train.batch.logp_and_entropy).
+  and its backward hold (rlvrlab.train.batch.logp_and_entropy); the token entropy: a logged one is computed
+  ENTROPY_CHUNK_ELEMENTS logits at a time (two fp32 temporaries of a piece), one in the loss keeps its softmax for
+  backward and its backward four more [positions, vocab] fp32 tensors (measured).
+- a tied embedding's gradient: autograd sums the lm_head's and the embedding's contributions at the end of
+  backward, two vocab x hidden tensors beside the gradient (measured at Qwen2.5-0.5B's shape).
+- the optimizer step: torch's AdamW on CUDA (multi-tensor) takes the square root of every second moment it steps
+  at once (torch/optim/adam.py, _multi_tensor_adam); ZeRO-1 flattens, and bf16 gradients are cast to, an fp32
+  gradient partition first (stage_1_and_2.py, step). On the CPU (on_gpu=False) AdamW loops over its tensors, two
+  temporaries of the largest at a time (_single_tensor_adam).
 - vLLM: gpu_memory_utilization is the share of the whole device vLLM may take (weights, activations, KV cache);
-  it sleeps (level 1: KV freed, weights offloaded) while the trainer updates.
+  it sleeps (level 1: KV freed, weights offloaded) while the trainer updates. vLLM >= 0.33's extensible KV cache
+  (rollout.vllm_extensible_kv_cache) caps PyTorch's allocator for the whole process at about device - KV cache -
+  VLLM_CAP_MARGIN after warm-up, and its sleep() leaves the cap: the trainer's update and step must fit under it.
+- fixed overheads per GPU (CUDA context, cuBLAS workspaces, NCCL, vLLM's CUDA graphs): the constants below, from
+  the figures docs/scaling.md cites.
 
 Pure functions of a RunConfig and the model's config.json values; no torch.
 """
@@ -30,9 +44,20 @@ from rlvrlab.config.schema import RunConfig
 from rlvrlab.errors import ConfigError
 
 GIB = 2**30
+MIB = 2**20
 DS_BUCKET_ELEMENTS = 500_000_000  # DeepSpeed's default reduce_bucket_size and allgather_bucket_size (set explicitly)
 DS_MAX_LIVE_PARAMETERS = 1_000_000_000  # DeepSpeed's default stage3_max_live_parameters
 TINY_VOCAB_BOUND = 320  # rlvrlab.policy.tiny.VOCAB_SIZE: the tiny tokenizer's vocabulary is at most this
+# logits (positions x vocabulary) per piece of a logged token entropy (rlvrlab.train.batch): its two fp32
+# temporaries stay under 2 x 128 MiB whatever the batch
+ENTROPY_CHUNK_ELEMENTS = 2**25
+# Fixed overheads of one GPU's process (sources and measured figures: docs/scaling.md, "Memory estimate"). The
+# first two lie outside PyTorch's caching allocator, the last two inside it (what a per-process cap limits).
+CUDA_CONTEXT_BYTES = 512 * MIB  # the CUDA context, kernels loaded lazily (CUDA >= 11.7): ~300-400 MB at start
+NCCL_BYTES = GIB  # one NCCL communicator's buffers and channels among the ranks (world_size > 1)
+CUBLAS_WORKSPACE_BYTES = 64 * MIB  # PyTorch's cuBLAS workspaces on Hopper: 32 MiB per handle and stream, two streams
+CUDA_GRAPHS_BYTES = GIB  # vLLM's captured CUDA graphs (rollout.engine=vllm), kept while it sleeps
+VLLM_CAP_MARGIN = GIB // 2  # vLLM >= 0.33's extensible KV cache: PyTorch's cap is device - KV cache - this
 
 
 @dataclass(frozen=True)
@@ -75,6 +100,11 @@ class Architecture:
         mlp = 4 * self.intermediate  # gate, up, silu(gate), silu(gate) * up
         return norms + attention + mlp
 
+    @property
+    def largest_tensor(self) -> int:
+        """Elements of the largest weight: the embedding (vocab x hidden) in any model of a real vocabulary."""
+        return max(self.vocab * self.hidden, self.intermediate * self.hidden, self.heads * self.head_dim * self.hidden)
+
 
 def architecture(cfg: RunConfig) -> Architecture | None:
     """The model's shape: the tiny tier's from its knobs (vocabulary bounded), a real model's from
@@ -97,8 +127,8 @@ def architecture(cfg: RunConfig) -> Architecture | None:
 
 @dataclass(frozen=True)
 class MemoryEstimate:
-    """Bytes per GPU of one rank. The update phase holds the trainer's state and one micro-batch's activations;
-    the rollout phase holds the trainer's state and the engine."""
+    """Bytes per GPU of one rank in each phase of a step: the update (forward and backward of one micro-batch), the
+    optimizer step and the rollout, each on top of the trainer's resident state and the fixed overheads."""
 
     world_size: int
     device_bytes: int
@@ -110,8 +140,14 @@ class MemoryEstimate:
     reference: int
     activations: int
     logits: int
+    entropy: int  # the token entropy's temporaries (logged) or its tensors for backward (an entropy term)
+    tied_gradient: int  # a tied embedding's two gradient contributions, summed at the end of backward
+    optimizer_step: int  # AdamW's temporaries and ZeRO's fp32 gradient partition during the step
     engine: int  # vLLM's share of the device, or the hf engine's weights and KV cache
-    engine_asleep_in_update: bool  # vLLM sleeps during the update; the hf engine's weights stay
+    engine_asleep_in_update: bool  # vLLM sleeps during the update and the step; the hf engine's weights stay
+    overhead: int  # the fixed overheads (CUDA context, NCCL, cuBLAS workspaces, vLLM's CUDA graphs); 0 on the CPU
+    overhead_outside_allocator: int  # their part outside PyTorch's caching allocator (CUDA context, NCCL)
+    cap: int | None  # vLLM's cap on PyTorch's allocator during the update and the step (extensible KV cache)
 
     @property
     def resident(self) -> int:
@@ -119,34 +155,72 @@ class MemoryEstimate:
         return self.weights + self.master_weights + self.gradients + self.optimizer + self.buffers + self.reference
 
     @property
+    def _awake_engine(self) -> int:
+        return 0 if self.engine_asleep_in_update else self.engine
+
+    @property
     def update(self) -> int:
-        return self.resident + self.activations + self.logits + (0 if self.engine_asleep_in_update else self.engine)
+        """Backward's peak: one micro-batch's activations, logits and entropy alive with every gradient (backward
+        frees activations as gradients appear: a sum that errs high), or at backward's end the tied embedding's
+        gradient sum, whichever is larger."""
+        batch = max(self.activations + self.logits + self.entropy, self.tied_gradient)
+        return self.overhead + self.resident + batch + self._awake_engine
+
+    @property
+    def step(self) -> int:
+        return self.overhead + self.resident + self.optimizer_step + self._awake_engine
 
     @property
     def rollout(self) -> int:
-        return self.resident + self.engine
+        return self.overhead + self.resident + self.engine
+
+    @property
+    def trainer(self) -> int:
+        """The trainer's own peak (update or step) without the rollout engine and the fixed overheads: what a
+        CPU process of the same run holds (tests/services/qwen_shape_memory.py measures it)."""
+        return max(self.update, self.step) - self._awake_engine - self.overhead
+
+    @property
+    def under_cap(self) -> int:
+        """What the update and the step ask of PyTorch's caching allocator (everything but the CUDA context and
+        NCCL): what vLLM's cap limits."""
+        return max(self.update, self.step) - self.overhead_outside_allocator
 
     @property
     def peak(self) -> int:
-        return max(self.update, self.rollout)
+        return max(self.update, self.step, self.rollout)
+
+    @property
+    def fits_device(self) -> bool:
+        return self.peak <= self.device_bytes
+
+    @property
+    def fits_cap(self) -> bool:
+        return self.cap is None or self.under_cap <= self.cap
 
     @property
     def fits(self) -> bool:
-        return self.peak <= self.device_bytes
+        return self.fits_device and self.fits_cap
 
     def rows(self) -> list[tuple[str, float]]:
         """(name, GiB) of each part and phase, for `rlvrlab config show --memory`."""
         parts = [("weights", self.weights), ("fp32 master weights", self.master_weights),
                  ("gradients", self.gradients), ("AdamW states", self.optimizer), ("DeepSpeed buffers", self.buffers),
                  ("reference model", self.reference), ("activations (one micro-batch)", self.activations),
-                 ("logits (one micro-batch)", self.logits), ("rollout engine", self.engine),
-                 ("update phase", self.update), ("rollout phase", self.rollout), ("peak", self.peak),
-                 ("device", self.device_bytes)]
-        return [(name, value / GIB) for name, value in parts]
+                 ("logits (one micro-batch)", self.logits), ("token entropy (one micro-batch)", self.entropy),
+                 ("tied embedding's gradient sum", self.tied_gradient), ("optimizer step temporaries",
+                 self.optimizer_step), ("rollout engine", self.engine),
+                 ("CUDA context/NCCL/cuBLAS/graphs", self.overhead), ("update phase", self.update),
+                 ("optimizer step phase", self.step), ("rollout phase", self.rollout), ("peak", self.peak)]
+        if self.cap is not None:
+            parts += [("update/step under vLLM's cap", self.under_cap), ("vLLM's cap (extensible KV)", self.cap)]
+        return [(name, value / GIB) for name, value in [*parts, ("device", self.device_bytes)]]
 
     def summary(self) -> str:
+        cap = f"; {self.under_cap / GIB:.1f} under vLLM's cap of {self.cap / GIB:.1f}" if self.cap is not None else ""
         return (f"~{self.peak / GIB:.1f} GiB per GPU at {self.world_size} GPU(s) (update {self.update / GIB:.1f}, "
-                f"rollout {self.rollout / GIB:.1f}) of {self.device_bytes / GIB:.0f} GiB")
+                f"step {self.step / GIB:.1f}, rollout {self.rollout / GIB:.1f}) of {self.device_bytes / GIB:.0f} GiB"
+                f"{cap}")
 
 
 def sequence_tokens(cfg: RunConfig) -> int:
@@ -162,9 +236,9 @@ def micro_batch_rows(cfg: RunConfig, world_size: int) -> int:
     return max(1, min(cfg.trainer.micro_batch_size, rows_per_mini))
 
 
-def update_parts(cfg: RunConfig, arch: Architecture, world_size: int) -> dict[str, int]:
-    """Bytes per rank of the trainer's state and of one micro-batch's forward and backward (see the module
-    docstring for the sources)."""
+def update_parts(cfg: RunConfig, arch: Architecture, world_size: int, *, on_gpu: bool = True) -> dict[str, int]:
+    """Bytes per rank of the trainer's state, of one micro-batch's forward and backward and of the optimizer step
+    (see the module docstring for the sources). on_gpu=False: the step as torch's AdamW runs it on the CPU."""
     t, n, psi = cfg.trainer, world_size, arch.params
     bf16 = cfg.model.dtype == "bfloat16"
     deepspeed = t.engine == "deepspeed"
@@ -174,7 +248,9 @@ def update_parts(cfg: RunConfig, arch: Architecture, world_size: int) -> dict[st
     share = {k: (1 / n if stage >= k else 1.0) for k in (1, 2, 3)}
     offload = deepspeed and t.offload_optimizer
     weights = int(psi * param_bytes * share[3])
-    master = 0 if (not bf16 or offload) else int(psi * 4 * share[1])
+    # fp32 masters: bf16's, and the fp32 partition ZeRO-1/2 clones even from fp32 weights (ZeRO-3 steps fp32 weights
+    # in place)
+    master = 0 if offload or not (bf16 or stage in (1, 2)) else int(psi * 4 * share[1])
     optimizer = 0 if offload else int(psi * 8 * share[1])
     gradients = int(psi * grad_bytes * share[2])
     buffers = 0
@@ -199,8 +275,37 @@ def update_parts(cfg: RunConfig, arch: Architecture, world_size: int) -> dict[st
         activations = tokens * compute * arch.layers * arch.layer_activation_elements()
     # lm_head output; fp32 copy (bf16 only), / temperature, log_softmax (kept for backward), its gradient
     logits = positions * arch.vocab * (compute + (4 if bf16 else 0) + 3 * 4)
+    if cfg.algorithm.entropy_coef > 0:  # in the loss: softmax kept for backward, four fp32 tensors in its backward
+        entropy = positions * arch.vocab * 5 * 4
+    else:  # logged: softmax and softmax x logits of one piece at a time (rlvrlab.train.batch)
+        entropy = 2 * 4 * min(positions * arch.vocab, max(1, ENTROPY_CHUNK_ELEMENTS // arch.vocab) * arch.vocab)
+    tied_gradient = 2 * arch.vocab * arch.hidden * param_bytes if arch.tied else 0
+    stepped = int(psi * share[1])  # elements AdamW steps on this rank: its fp32 partition, or every weight
+    optimizer_step = 0
+    if not offload:
+        flat = bf16 or stage >= 1  # DeepSpeed steps flat fp32 partitions; plain fp32 weights are stepped as they are
+        optimizer_step = 4 * stepped if on_gpu else 2 * 4 * (stepped if flat else arch.largest_tensor)
+        if deepspeed and (stage == 1 or (stage == 2 and grad_bytes == 2)):
+            optimizer_step += 4 * stepped  # ZeRO-1's flattened, or bf16's fp32-cast, gradient partition
     return dict(weights=weights, master_weights=master, gradients=gradients, optimizer=optimizer, buffers=buffers,
-                reference=reference, activations=activations, logits=logits)
+                reference=reference, activations=activations, logits=logits, entropy=entropy,
+                tied_gradient=tied_gradient, optimizer_step=optimizer_step)
+
+
+def vllm_cap(cfg: RunConfig, arch: Architecture, device_bytes: int) -> int | None:
+    """vLLM >= 0.33's cap on PyTorch's allocator with its extensible KV cache on (rollout.vllm_extensible_kv_cache),
+    which its sleep() does not lift: device - KV cache - VLLM_CAP_MARGIN, the KV cache taken at its largest,
+    gpu_memory_utilization's share less vLLM's weights (its profiled activations and graphs left in: the cap errs
+    low). None when there is no such cap."""
+    r = cfg.rollout
+    if r.engine != "vllm" or not r.vllm_extensible_kv_cache:
+        return None
+    kv_cache = max(0, int(r.vllm_gpu_memory_utilization * device_bytes) - arch.params * _dtype_bytes(cfg))
+    return device_bytes - kv_cache - VLLM_CAP_MARGIN
+
+
+def _dtype_bytes(cfg: RunConfig) -> int:
+    return 2 if cfg.model.dtype == "bfloat16" else 4
 
 
 def engine_bytes(cfg: RunConfig, arch: Architecture, world_size: int, device_bytes: int) -> int:
@@ -215,12 +320,18 @@ def engine_bytes(cfg: RunConfig, arch: Architecture, world_size: int, device_byt
     return arch.params * compute + kv
 
 
-def estimate(cfg: RunConfig, arch: Architecture, *, world_size: int, device_bytes: int) -> MemoryEstimate:
-    """Per-GPU memory of `cfg` on `world_size` ranks of `device_bytes` each."""
-    parts = update_parts(cfg, arch, world_size)
+def estimate(cfg: RunConfig, arch: Architecture, *, world_size: int, device_bytes: int,
+             on_gpu: bool = True) -> MemoryEstimate:
+    """Per-GPU memory of `cfg` on `world_size` ranks of `device_bytes` each. on_gpu=False: the same run's memory in
+    a CPU process, without the fixed GPU overheads and with the CPU's optimizer step."""
+    parts = update_parts(cfg, arch, world_size, on_gpu=on_gpu)
+    vllm = cfg.rollout.engine == "vllm"
+    outside = (CUDA_CONTEXT_BYTES + (NCCL_BYTES if world_size > 1 else 0)) if on_gpu else 0
+    inside = (CUBLAS_WORKSPACE_BYTES + (CUDA_GRAPHS_BYTES if vllm else 0)) if on_gpu else 0
     return MemoryEstimate(world_size=world_size, device_bytes=device_bytes, **parts,
-                          engine=engine_bytes(cfg, arch, world_size, device_bytes),
-                          engine_asleep_in_update=cfg.rollout.engine == "vllm")
+                          engine=engine_bytes(cfg, arch, world_size, device_bytes), engine_asleep_in_update=vllm,
+                          overhead=outside + inside, overhead_outside_allocator=outside,
+                          cap=vllm_cap(cfg, arch, device_bytes))
 
 
 def planned_world_size(cfg: RunConfig) -> int:
@@ -229,14 +340,20 @@ def planned_world_size(cfg: RunConfig) -> int:
 
 
 def check_fits(cfg: RunConfig, arch: Architecture, *, world_size: int, device_bytes: int) -> MemoryEstimate:
-    """The estimate, or a one-line ConfigError when it does not fit the devices."""
+    """The estimate, or a one-line ConfigError when it does not fit the devices or vLLM's cap."""
     found = estimate(cfg, arch, world_size=world_size, device_bytes=device_bytes)
+    if found.cap is not None and found.fits_device and not found.fits_cap:
+        raise ConfigError(f"this run does not fit under vLLM's extensible-KV-cache cap: update and step ask "
+                          f"{found.under_cap / GIB:.1f} GiB of PyTorch per GPU at {world_size} GPU(s), capped at "
+                          f"{found.cap / GIB:.1f} GiB (device - KV cache - 0.5 GiB, kept while vLLM sleeps); set "
+                          "rollout.vllm_extensible_kv_cache=false (rlvrlab config show --memory itemises it)")
     if not found.fits:
         fewest = next((n for n in (2, 4, 8, 16, 32, 64) if n > world_size and estimate(
             cfg, arch, world_size=n, device_bytes=device_bytes).fits and cfg.rollout.prompts_per_step % n == 0), None)
         more = f"trainer.world_size={fewest} (and launch that many ranks)" if fewest else "more GPUs"
+        knob = ", rollout.vllm_extensible_kv_cache=false" if found.cap is not None else ""
         raise ConfigError(f"this run does not fit: {found.summary()}; use {more}, trainer.zero_stage=3, "
                           "trainer.offload_optimizer=true, trainer.gradient_checkpointing=true or a smaller "
-                          "trainer.micro_batch_size or trainer.micro_batch_tokens (rlvrlab config show --memory "
-                          "itemises it)")
+                          f"trainer.micro_batch_size or trainer.micro_batch_tokens{knob} (rlvrlab config show "
+                          "--memory itemises it)")
     return found

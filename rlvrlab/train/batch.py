@@ -17,6 +17,7 @@ import numpy as np
 import torch
 
 from rlvrlab.algorithms import entropy_from_logits
+from rlvrlab.config.memory import ENTROPY_CHUNK_ELEMENTS
 from rlvrlab.data.problems import Problem
 from rlvrlab.rollout.base import Generation
 
@@ -241,8 +242,8 @@ def logp_and_entropy(model: torch.nn.Module, batch: RolloutBatch, *, temperature
     """Per-token log-probs [B, T] of the response under logits / temperature, and their entropy [B, T].
 
     The forward runs on the batch cut to its own longest row (own_width); the results are padded back to T with
-    zeros. The entropy is computed outside the autograd graph unless entropy_grad (an entropy term in the loss):
-    when it is only logged, its [B, T, V] intermediates are not kept for backward."""
+    zeros. The entropy is computed outside the autograd graph, in pieces (logged_entropy), unless entropy_grad (an
+    entropy term in the loss): when it is only logged, its [B, T, V] intermediates are not kept for backward."""
     width = batch.mask.shape[1]
     cut = own_width(batch)
     logits = token_logits(model, cut, prompt_cache=prompt_cache)  # [B, t, V]
@@ -252,9 +253,22 @@ def logp_and_entropy(model: torch.nn.Module, batch: RolloutBatch, *, temperature
     logp = torch.log_softmax(logits, dim=-1).gather(-1, targets.unsqueeze(-1)).squeeze(-1) * cut.mask
     entropy = None
     if with_entropy:
-        with torch.set_grad_enabled(entropy_grad and torch.is_grad_enabled()):
-            entropy = _padded(entropy_from_logits(logits if entropy_grad else logits.detach()) * cut.mask, width)
+        in_loss = entropy_grad and torch.is_grad_enabled()  # in one piece: its tensors are kept for backward anyway
+        entropy = _padded((entropy_from_logits(logits) if in_loss else logged_entropy(logits)) * cut.mask, width)
     return _padded(logp, width), entropy
+
+
+@torch.no_grad()
+def logged_entropy(logits: torch.Tensor) -> torch.Tensor:
+    """[B, t] token entropy of [B, t, V] logits outside autograd, ENTROPY_CHUNK_ELEMENTS logits at a time: in one
+    piece its two fp32 temporaries of [B, t, V] would come on top of the logits the pass keeps for backward (the
+    memory estimate counts one piece's). Equal to entropy_from_logits of the whole up to float rounding."""
+    b, t, v = logits.shape
+    per = max(1, ENTROPY_CHUNK_ELEMENTS // v)  # positions per piece
+    if t <= per:  # whole rows, per // t of them a piece
+        rows = per // t
+        return torch.cat([entropy_from_logits(logits[i:i + rows]) for i in range(0, b, rows)])
+    return torch.stack([torch.cat([entropy_from_logits(piece) for piece in row.split(per)]) for row in logits])
 
 
 def _padded(values: torch.Tensor, width: int) -> torch.Tensor:

@@ -1,5 +1,6 @@
-"""rlvrlab.config.memory: the per-GPU memory estimate, the check at composition, `config show --memory`, and the
-estimate against the peak memory measured on the CPU (tests/services/memory_check.py; docs/scaling.md)."""
+"""rlvrlab.config.memory: the per-GPU memory estimate, the check at composition, `config show --memory`, vLLM's
+extensible-KV-cache cap, and the estimate against the peak memory measured on the CPU, at small shapes
+(tests/services/memory_check.py) and at Qwen2.5-0.5B's (tests/services/qwen_shape_memory.py; docs/scaling.md)."""
 
 import json
 import os
@@ -111,3 +112,110 @@ def test_micro_batches_packed_by_tokens_are_estimated_at_their_budget():
     assert one["activations"] == rows["activations"] // memory.micro_batch_rows(cfg, 8)  # a row goes alone
     # pack_by_length: at most micro_batch_size rows at their longest allowed, the full budget's estimate
     assert memory.update_parts(compose(QWEN3_8B), arch, 8) == same  # the experiment itself
+
+
+UCPO_1_5B = str(REPO / "experiments" / "ucpo_r1_1.5b.yaml")
+# Qwen2.5-0.5B's config.json: 494M parameters, 151,936-token vocabulary, tied embeddings
+QWEN2_5_0_5B = memory.Architecture(hidden=896, layers=24, intermediate=4864, heads=14, kv_heads=2, head_dim=64,
+                                   vocab=151_936, tied=True)
+
+
+def test_fixed_gpu_overheads_by_world_size_and_engine_and_none_on_the_cpu():
+    cfg = compose(QWEN3_8B)
+    arch = memory.architecture(cfg)
+    eight = memory.estimate(cfg, arch, world_size=8, device_bytes=140 * memory.GIB)
+    inside = memory.CUBLAS_WORKSPACE_BYTES + memory.CUDA_GRAPHS_BYTES  # vLLM's graphs: rollout.engine=vllm
+    assert eight.overhead == memory.CUDA_CONTEXT_BYTES + memory.NCCL_BYTES + inside
+    assert eight.overhead_outside_allocator == memory.CUDA_CONTEXT_BYTES + memory.NCCL_BYTES
+    one = memory.estimate(compose(None), memory.architecture(compose(None)), world_size=1, device_bytes=memory.GIB)
+    assert one.overhead == memory.CUDA_CONTEXT_BYTES + memory.CUBLAS_WORKSPACE_BYTES  # hf engine, no NCCL
+    assert one.rollout == one.overhead + one.resident + one.engine  # counted in every phase
+    cpu = memory.estimate(cfg, arch, world_size=8, device_bytes=140 * memory.GIB, on_gpu=False)
+    assert cpu.overhead == 0 and eight.update - cpu.update == eight.overhead
+    assert ("CUDA context/NCCL/cuBLAS/graphs", eight.overhead / memory.GIB) in eight.rows()
+
+
+def test_the_logged_entropy_is_counted_in_pieces_and_an_entropy_term_whole():
+    cfg = compose(QWEN3_8B)
+    arch = memory.architecture(cfg)
+    positions = memory.update_parts(cfg, arch, 8)["logits"] // (arch.vocab * (2 + 4 + 12))
+    per_piece = memory.ENTROPY_CHUNK_ELEMENTS // arch.vocab  # 220 positions of Qwen3's 151,936 tokens
+    assert positions > per_piece  # a micro-batch of the experiment is several pieces
+    assert memory.update_parts(cfg, arch, 8)["entropy"] == 2 * 4 * per_piece * arch.vocab <= 2 * 4 * 2**25
+    in_loss = memory.update_parts(compose(QWEN3_8B, ["algorithm.entropy_coef=0.001"]), arch, 8)
+    assert in_loss["entropy"] == 5 * 4 * positions * arch.vocab  # softmax kept, four fp32 tensors in its backward
+    short = memory.update_parts(compose(None), memory.architecture(compose(None)), 1)  # the tiny model: one piece
+    assert short["entropy"] == 2 * 4 * short["logits"] // 16
+
+
+def test_tied_embeddings_fp32_zero_partitions_and_the_optimizer_step():
+    cfg = compose(None)  # fp32, DeepSpeed ZeRO-0, one micro-batch of 8 rows x (1024 + 32) tokens
+    psi, embedding = QWEN2_5_0_5B.params, QWEN2_5_0_5B.vocab * QWEN2_5_0_5B.hidden
+    assert QWEN2_5_0_5B.largest_tensor == embedding and psi == pytest.approx(494e6, rel=0.01)
+    zero0 = memory.update_parts(cfg, QWEN2_5_0_5B, 1)
+    assert zero0["tied_gradient"] == 2 * embedding * 4  # the lm_head's and the embedding's contributions, summed
+    untied = memory.update_parts(cfg, memory.Architecture(**{**vars(QWEN2_5_0_5B), "tied": False}), 1)
+    assert untied["tied_gradient"] == 0
+    assert zero0["master_weights"] == 0 and zero0["optimizer_step"] == 4 * psi  # multi-tensor AdamW: sqrt(v) of all
+    cpu = memory.update_parts(cfg, QWEN2_5_0_5B, 1, on_gpu=False)
+    assert cpu["optimizer_step"] == 2 * 4 * embedding  # the CPU's loop: two temporaries of its largest tensor
+    for stage in (1, 2):  # ZeRO-1/2 clone an fp32 partition of fp32 weights too, and step it flat
+        zero = memory.update_parts(compose(None, [f"trainer.zero_stage={stage}"]), QWEN2_5_0_5B, 2)
+        assert zero["master_weights"] == int(psi * 4 / 2)
+        assert zero["optimizer_step"] == int(psi / 2) * 4 * (2 if stage == 1 else 1)  # ZeRO-1 flattens its gradients
+    assert memory.update_parts(compose(None, ["trainer.zero_stage=3"]), QWEN2_5_0_5B, 2)["master_weights"] == 0
+    bf16 = compose(QWEN3_8B, ["trainer.grad_accum_fp32=false"])
+    arch = memory.architecture(bf16)
+    assert memory.update_parts(bf16, arch, 8)["optimizer_step"] == 2 * 4 * int(arch.params / 8)  # + the fp32 cast
+    assert memory.update_parts(compose(QWEN3_8B), arch, 8)["optimizer_step"] == 4 * int(arch.params / 8)
+    offload = memory.update_parts(compose(QWEN3_8B, ["trainer.offload_optimizer=true"]), arch, 8)
+    assert offload["optimizer_step"] == 0
+    found = memory.estimate(cfg, QWEN2_5_0_5B, world_size=1, device_bytes=80 * memory.GIB)
+    assert found.step == found.overhead + found.resident + found.optimizer_step + found.engine  # hf engine awake
+    assert found.peak == max(found.update, found.step, found.rollout)
+
+
+@pytest.mark.parametrize("experiment, world_size, device_gib", [(UCPO_1_5B, 1, 141), (QWEN3_8B, 8, 140)],
+                         ids=["ucpo_r1_1.5b", "up_grpo_qwen3_8b"])
+def test_vllms_extensible_kv_cache_cap_refuses_the_gpu_experiments(experiment, world_size, device_gib):
+    """vLLM >= 0.33's extensible KV cache caps PyTorch at about device - KV cache - 0.5 GiB for the whole process,
+    sleep or not: the update and the step must fit under the cap, which both shipped GPU experiments do not."""
+    from dataclasses import replace
+
+    device = device_gib * memory.GIB
+    cfg = compose(experiment, [f"trainer.device_memory_gib={device_gib}"])
+    arch = memory.architecture(cfg)
+    assert cfg.rollout.engine == "vllm" and not cfg.rollout.vllm_extensible_kv_cache
+    off = memory.check_fits(cfg, arch, world_size=world_size, device_bytes=device)
+    assert off.cap is None and off.fits and "vLLM's cap (extensible KV)" not in dict(off.rows())
+    on = memory.estimate(replace(cfg, rollout=replace(cfg.rollout, vllm_extensible_kv_cache=True)), arch,
+                         world_size=world_size, device_bytes=device)
+    kv_cache = int(cfg.rollout.vllm_gpu_memory_utilization * device) - arch.params * 2  # bf16 weights
+    assert on.cap == device - kv_cache - memory.GIB // 2 and on.fits_device and not on.fits
+    assert on.under_cap == max(on.update, on.step) - on.overhead_outside_allocator > on.cap
+    rows = dict(on.rows())
+    assert rows["vLLM's cap (extensible KV)"] == on.cap / memory.GIB
+    with pytest.raises(ConfigError) as caught:
+        compose(experiment, [f"trainer.device_memory_gib={device_gib}", "rollout.vllm_extensible_kv_cache=true"])
+    message = str(caught.value)
+    assert "\n" not in message and "extensible-KV-cache cap" in message
+    assert "set rollout.vllm_extensible_kv_cache=false" in message
+
+
+@pytest.mark.slow
+@pytest.mark.heavy
+def test_the_estimate_against_the_measured_peak_at_qwen2_5_0_5b_shape(tmp_path):
+    """A randomly initialised model of Qwen2.5-0.5B's shape with a 151,936-entry tokenizer, built here (no hub), two
+    DeepSpeed steps of rlvrlab's update path in a fresh process (tests/services/qwen_shape_memory.py: fp32, ZeRO-0,
+    the entropy logged): the peak resident memory over the baseline before the model is loaded against the
+    estimate of the same config on the CPU, which leaves out the fixed GPU overheads (CUDA context, NCCL, cuBLAS,
+    CUDA graphs) and steps AdamW as the CPU does."""
+    script, folder, out = REPO / "tests" / "services" / "qwen_shape_memory.py", tmp_path / "qwen", tmp_path / "m.json"
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO)}
+    for args in (["--build", str(folder)], [str(out), str(folder)]):
+        result = subprocess.run([sys.executable, str(script), *args], cwd=REPO, env=env, capture_output=True,
+                                text=True, timeout=600)
+        assert result.returncode == 0, result.stderr[-3000:]
+    found = json.loads(out.read_text())
+    assert found["params"] == QWEN2_5_0_5B.params and found["rows"] == 2 and found["tokens"] == 32
+    assert LOW <= found["measured"] / found["estimate"] <= HIGH, found

@@ -60,6 +60,28 @@ def test_the_entropy_is_outside_the_graph_unless_the_loss_uses_it():
     assert torch.allclose(logged, trained.detach()) and torch.equal(logp.detach(), logp2.detach())
 
 
+def test_the_logged_entropy_in_pieces_equals_the_entropy_in_one(monkeypatch):
+    """logged_entropy bounds its temporaries to ENTROPY_CHUNK_ELEMENTS logits a piece: whole rows a piece, several
+    or one, or a row split along its positions; each gives entropy_from_logits of the whole to 1e-6."""
+    from rlvrlab.algorithms import entropy_from_logits
+    from rlvrlab.train import batch as batch_module
+
+    pieces: list[tuple[int, ...]] = []
+    whole = batch_module.entropy_from_logits
+    monkeypatch.setattr(batch_module, "entropy_from_logits", lambda x: pieces.append(tuple(x.shape)) or whole(x))
+    monkeypatch.setattr(batch_module, "ENTROPY_CHUNK_ELEMENTS", 7 * 1000)  # 7 positions of a 1000-token vocabulary
+    generator = torch.Generator().manual_seed(0)
+    for shape, expected in [((5, 3, 1000), [(2, 3, 1000)] * 2 + [(1, 3, 1000)]),  # two rows of 3 positions a piece
+                            ((2, 7, 1000), [(1, 7, 1000)] * 2),  # one row a piece
+                            ((2, 16, 1000), [(7, 1000), (7, 1000), (2, 1000)] * 2)]:  # rows split at 7 positions
+        logits = 4 * torch.randn(shape, generator=generator)
+        pieces.clear()
+        chunked = batch_module.logged_entropy(logits)
+        assert pieces == expected and max(p[-2] * (p[0] if len(p) == 3 else 1) for p in pieces) <= 7
+        assert chunked.shape == shape[:2] and not chunked.requires_grad
+        assert torch.allclose(chunked, entropy_from_logits(logits), rtol=0, atol=1e-6)
+
+
 def _random_batch(sizes: list[tuple[int, int]]):
     groups = [[Generation(tuple(range(1, p + 1)), tuple(range(1, t + 1)), "", tuple(0.0 for _ in range(t)))]
               for p, t in sizes]
