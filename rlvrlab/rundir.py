@@ -6,9 +6,10 @@
             model/                        weights as safetensors (+ tokenizer): a loadable HF folder (tiny, real)
             deepspeed/ | torch_engine.pt  the update engine's own state
             state_rank<r>.pt              step, data position, staleness queue, RNG states
-            COMPLETE                      written last, with the sha256 of every file: a folder without it is
-                                          ignored (a kill mid-save loses nothing); one whose files no longer match
-                                          is skipped for the newest intact one (a damaged disk loses one interval)
+            COMPLETE                      written last, with the sha256 of every file (each hashed by the rank
+                                          that wrote it: `writer_rank`): a folder without it is ignored (a kill
+                                          mid-save loses nothing); one whose files no longer match is skipped for
+                                          the newest intact one (a damaged disk loses one interval)
         checkpoints/.tmp_step_000010/     a checkpoint being written
         .lock                             pid, host and start time of the process training the run (one writer)
 """
@@ -17,6 +18,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
+from collections.abc import Iterable
 from pathlib import Path
 
 CONFIG = "config.yaml"
@@ -64,11 +67,38 @@ def file_sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
-def write_complete(folder: Path, step: int) -> None:
+def checkpoint_files(folder: Path) -> list[str]:
+    """The files of a checkpoint folder that COMPLETE lists, as paths relative to it, sorted: all but COMPLETE."""
+    return [str(p.relative_to(folder)) for p in sorted(folder.rglob("*")) if p.is_file() and p.name != COMPLETE]
+
+
+def checksums(folder: Path, names: Iterable[str]) -> dict[str, str]:
+    """name -> sha256 of the file `folder / name`."""
+    return {name: file_sha256(folder / name) for name in names}
+
+
+# the per-rank files of a checkpoint: this loop's state_rank<r>.pt and DeepSpeed's shards, whose names carry their
+# data-parallel rank (zero_pp_rank_<r>_mp_rank_00_optim_states.pt under ZeRO 1-3, bf16_ prefixed with bf16, and
+# zero_pp_rank_<r>_mp_rank_00_model_states.pt under ZeRO-3); with neither pipeline nor tensor parallel in DeepSpeed,
+# the data-parallel rank is the global rank
+_RANK_FILE = re.compile(r"(?:^|/)(?:state_rank(\d+)\.pt|(?:bf16_)?zero_pp_rank_(\d+)_[^/]*)$")
+
+
+def writer_rank(name: str, world_size: int) -> int:
+    """The rank that writes file `name` (relative to a checkpoint folder) of a run on `world_size` ranks: r for the
+    per-rank files (state_rank<r>.pt, DeepSpeed's zero_pp_rank_<r>_... shards), else 0 (model/, DeepSpeed's
+    mp_rank_00_model_states.pt and zero_to_fp32.py, the torch engine's file)."""
+    match = _RANK_FILE.search(name)
+    rank = int(match.group(1) or match.group(2)) if match else 0
+    return rank if rank < world_size else 0
+
+
+def write_complete(folder: Path, step: int, sums: dict[str, str] | None = None) -> None:
     """Mark a fully written checkpoint folder complete: COMPLETE holds the step and the sha256 of every file in it
-    (verified before the checkpoint is read: `damage`)."""
-    sums = {str(p.relative_to(folder)): file_sha256(p) for p in sorted(folder.rglob("*"))
-            if p.is_file() and p.name != COMPLETE}
+    (verified before the checkpoint is read: `damage`). sums: those checksums, computed by the ranks that wrote the
+    files (rlvrlab.train.checkpoint); None: computed here."""
+    if sums is None:
+        sums = checksums(folder, checkpoint_files(folder))
     text = json.dumps({"step": step, "sha256": sums}, indent=1, sort_keys=True)
     tmp = folder / f".{COMPLETE}.tmp"
     tmp.write_text(text + "\n")

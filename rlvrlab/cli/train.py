@@ -18,7 +18,8 @@ from rlvrlab.errors import RlvrlabError
 ResumeOpt = Annotated[
     Optional[str],
     typer.Option("--resume", help="Continue this MLflow run from its last checkpoint (same config; "
-                 "output_dir=, tracking.uri= and steps= may be given).", show_default=False),
+                 "output_dir=, tracking.uri=, trainer.dist_timeout_minutes= and steps= may be given).",
+                 show_default=False),
 ]
 
 TagOpt = Annotated[

@@ -34,8 +34,8 @@ from rlvrlab.errors import ConfigError
 GROUP_FOLDERS = {"algorithm": "algorithms", "model": "models", "dataset": "datasets"}
 
 # Fields that do not change what is trained or how, so runs that differ only in them share a hash (seeds of
-# one configuration are grouped by it).
-NOT_HASHED = ("seed", "output_dir", "tracking", "experiment")
+# one configuration are grouped by it); a dotted name is a field of a section.
+NOT_HASHED = ("seed", "output_dir", "tracking", "experiment", "trainer.dist_timeout_minutes")
 
 
 _TYPE_NAMES = {
@@ -111,7 +111,13 @@ def _schema() -> DictConfig:
 
 def config_hash(cfg: RunConfig) -> str:
     """12 hex digits of sha256 over the resolved config without NOT_HASHED; independent of key order."""
-    science = {key: value for key, value in dataclasses.asdict(cfg).items() if key not in NOT_HASHED}
+    science = dataclasses.asdict(cfg)
+    for key in NOT_HASHED:
+        *sections, name = key.split(".")
+        fields = science
+        for section in sections:
+            fields = fields[section]
+        del fields[name]
     return hashlib.sha256(json.dumps(science, sort_keys=True).encode()).hexdigest()[:12]
 
 

@@ -134,6 +134,7 @@ RANGES: dict[str, Range] = {
     "trainer.micro_batch_tokens": Range(1, null_is_off=True),
     "trainer.staleness": NON_NEGATIVE,
     "trainer.checkpoint_every": NON_NEGATIVE,
+    "trainer.dist_timeout_minutes": Range(0, 7 * 24 * 60, low_open=True),  # at most a week
     "trainer.world_size": Range(1, null_is_off=True),
     "trainer.device_memory_gib": POSITIVE,
     "tracking.log_every": AT_LEAST_ONE,

@@ -167,6 +167,12 @@ class TrainerConfig:
     pack_by_length: bool = False
     staleness: int = 0  # how many steps rollouts may lag the trained policy, >= 0
     checkpoint_every: int = 50  # steps between checkpoints, >= 0; 0 = off
+    # minutes a collective of several ranks waits for the slowest rank before the run fails, in (0, 10080]
+    # (DeepSpeed's default: 10). The longest expected wait is one rank's own work between two collectives: a DAPO
+    # generate batch of long responses (minutes), writing and hashing a checkpoint of an 8B model (rank 0 writes the
+    # 16 GB model/ folder; each rank hashes its own ZeRO shards, ~16 GB, at 0.1-1 GB/s on a network file system),
+    # building a vLLM engine; an hour is several times each. Not in the config hash: it changes no result
+    dist_timeout_minutes: float = 60.0
     # evaluation during training (rlvrlab/train/heldout.py): the policy on held-out problems every eval_every
     # steps and after the last, logged under eval/ by step; 0 = off
     eval_every: int = 0  # >= 0

@@ -13,12 +13,12 @@ from pathlib import Path
 
 import numpy as np
 import torch
-import torch.distributed as dist
 
 from rlvrlab import rundir
 from rlvrlab.rundir import complete, latest, step_of
 from rlvrlab.train.batch import RolloutBatch
 from rlvrlab.update.base import full_weights
+from rlvrlab.update.dist import all_gather_objects, barrier
 
 KEEP = 2
 
@@ -30,21 +30,17 @@ class TrainState:
     queue: deque[RolloutBatch] = field(default_factory=deque)  # generated, not yet consumed (staleness)
 
 
-def _barrier() -> None:
-    if dist.is_initialized() and dist.get_world_size() > 1:
-        dist.barrier()
-
-
 def save(run, state: TrainState, *, before_complete: Callable[[], None] | None = None) -> Path:
     """Write the checkpoint of `state` (after step state.step - 1). before_complete: called on rank 0 once every file
     is written, before the folder is marked COMPLETE (the loop waits there for the metrics of the checkpoint's steps
     to be stored: a complete checkpoint never runs ahead of them); an error there leaves the folder incomplete."""
     final = rundir.checkpoint_dir(run.run_dir, state.step)
     tmp = rundir.partial_checkpoint_dir(run.run_dir, state.step)
+    where = f"checkpoint {final.name}"
     if run.rank == 0:
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir(parents=True)
-    _barrier()
+    barrier(where)
     run.update.save(tmp)  # collective under DeepSpeed
     rng = {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
     torch.save({"step": state.step, "next_batch": state.next_batch, "queue": list(state.queue), "rng": rng},
@@ -54,17 +50,33 @@ def save(run, state: TrainState, *, before_complete: Callable[[], None] | None =
     full = full_weights(run.update.weights(), keep=run.rank == 0) if getattr(run.update, "zero_stage", 0) == 3 else None
     if run.rank == 0:
         run.save_model(run.update.module, tmp / rundir.MODEL, full)
-    _barrier()
-    if run.rank == 0:
+    barrier(where)  # every file is written
+    sums = _checksums(tmp, run.rank, run.world_size, where)
+    if sums is not None:  # rank 0
         if before_complete is not None:
             before_complete()
-        rundir.write_complete(tmp, state.step)  # the step and the sha256 of every file, written last
+        rundir.write_complete(tmp, state.step, sums)  # the step and the sha256 of every file, written last
         shutil.rmtree(final, ignore_errors=True)
         tmp.rename(final)
         for old in complete(run.run_dir)[:-KEEP]:
             shutil.rmtree(old)
-    _barrier()
+    barrier(where)
     return final
+
+
+def _checksums(folder: Path, rank: int, world_size: int, where: str) -> dict[str, str] | None:
+    """On rank 0 the sha256 of every file of the checkpoint folder, None on the others. Each rank hashes the files
+    it wrote (rundir.writer_rank) and rank 0 gathers them: the ranks wait for the slowest rank's own files (an
+    8B model's ZeRO shards on 8 ranks: ~16 GB each), not for rank 0 to hash all of them (~130 GB). Rank 0 hashes
+    any file its listing holds that no rank hashed, so that every file is listed whatever the shards' names."""
+    names = rundir.checkpoint_files(folder)
+    mine = rundir.checksums(folder, [n for n in names if rundir.writer_rank(n, world_size) == rank])
+    parts = all_gather_objects(mine, f"{where} (the checksums of each rank's files)")
+    if rank != 0:
+        return None
+    sums = {name: digest for part in parts for name, digest in part.items()}
+    sums.update(rundir.checksums(folder, [n for n in names if n not in sums]))
+    return sums
 
 
 def restore(run, folder: Path) -> TrainState:

@@ -512,8 +512,11 @@ class _Group:
 def generate(run: Run, state: TrainState, *, version: int, timings: Timings) -> RolloutBatch:
     """Sample, verify and collate the next batch of the data stream (advancing state.next_batch); the trainer's
     log-probs of the generating weights go with it. With algorithm.dynamic_sampling (DAPO), groups whose verifier
-    scores are all equal are set aside and further batches are sampled until this process's prompts are filled or
-    algorithm.max_gen_batches batches were sampled; set-aside groups then fill what is missing (logged)."""
+    scores are all equal are set aside and further batches are sampled until every process's prompts are filled or
+    algorithm.max_gen_batches batches were sampled; set-aside groups then fill what is missing (logged). Every
+    process samples the same number of batches (one all-reduce after each): they keep one data position, log the
+    same rollout/generated_batches and reach the update's collectives together, never one still sampling while
+    another waits there; a process already filled keeps its first groups with signal, in sampling order."""
     cfg = run.cfg
     quota = cfg.rollout.prompts_per_step // run.world_size
     first, kept, spare, seconds_before = state.next_batch, [], [], timings.generate
@@ -527,7 +530,9 @@ def generate(run: Run, state: TrainState, *, version: int, timings: Timings) -> 
                                         np.asarray([s for g in groups for s in g.scores], dtype=np.float64)))
         for i, g in enumerate(groups):
             (kept if i in signal and len(g.scores) > 1 else spare).append(g)
-        if len(kept) >= quota or state.next_batch - first >= cfg.algorithm.max_gen_batches:
+        if state.next_batch - first >= cfg.algorithm.max_gen_batches:  # the same count on every rank
+            break
+        if not all_max(int(len(kept) < quota), "DAPO's dynamic sampling (does a rank need another batch?)"):
             break
     filled = max(0, quota - len(kept))
     chosen = kept[:quota] + spare[:filled]

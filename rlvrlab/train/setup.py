@@ -9,6 +9,7 @@ import copy
 import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
+from datetime import timedelta
 from pathlib import Path
 
 import torch
@@ -31,9 +32,9 @@ from rlvrlab.train import heldout
 from rlvrlab.train.batch import can_share_prompt, shared_cache_ratio
 from rlvrlab.train.heldout import HeldOut
 from rlvrlab.update.base import UpdateEngine
-from rlvrlab.update.dist import Placement, barrier, setup_distributed
+from rlvrlab.update.dist import Placement, barrier, setup_distributed, waiting
 
-RESUMABLE_OVERRIDES = ("output_dir=", "tracking.", "steps=")
+RESUMABLE_OVERRIDES = ("output_dir=", "tracking.", "steps=", "trainer.dist_timeout_minutes=")
 
 
 def run_config(experiment: str | None, overrides: list[str], *, resume: str | None = None) -> RunConfig:
@@ -45,12 +46,13 @@ def run_config(experiment: str | None, overrides: list[str], *, resume: str | No
 
 
 def _resumed_config(run_id: str, experiment: str | None, overrides: list[str]) -> RunConfig:
-    """The run's own config.yaml; overrides may only say where the run is (output_dir=, tracking.uri=) and extend it
-    (steps= larger than its steps). Anything else would rewrite the history of the run, and is refused."""
+    """The run's own config.yaml; overrides may only say where the run is (output_dir=, tracking.uri=), extend it
+    (steps= larger than its steps) and how long its ranks wait for each other (trainer.dist_timeout_minutes=, e.g.
+    after a run ended on that timeout). Anything else would rewrite the history of the run, and is refused."""
     bad = [o for o in overrides if not o.startswith(RESUMABLE_OVERRIDES)] + ([experiment] if experiment else [])
     if bad:
         raise ConfigError(f"--resume continues a run with its own config; {bad[0]!r} cannot change it "
-                          "(only output_dir=, tracking.uri= and a larger steps= can be given)")
+                          f"(only {ALLOWED_ON_RESUME} can be given)")
     output_dir = next((o.split("=", 1)[1] for o in overrides if o.startswith("output_dir=")), RunConfig.output_dir)
     saved = rundir.config_file(rundir.run_dir(output_dir, run_id))
     if not saved.is_file():
@@ -62,15 +64,15 @@ def _resumed_config(run_id: str, experiment: str | None, overrides: list[str]) -
                           f"{own.steps}; --resume only continues a run or extends it (give steps= larger than "
                           f"{own.steps}, or none)")
     changed = [key for key, value in _flat(cfg).items()
-               if key not in _WHERE + ("steps",) and value != _flat(own).get(key)]
+               if key not in _WHERE + ("steps", "trainer.dist_timeout_minutes") and value != _flat(own).get(key)]
     if changed:
         raise ConfigError(f"--resume {run_id}: {changed[0]} differs from the run's own config.yaml; --resume "
-                          "continues a run with its own config (only output_dir=, tracking.uri= and a larger "
-                          "steps= can be given)")
+                          f"continues a run with its own config (only {ALLOWED_ON_RESUME} can be given)")
     return cfg
 
 
 _WHERE = ("output_dir", "tracking.uri")  # where the run and its records are: not part of its history
+ALLOWED_ON_RESUME = "output_dir=, tracking.uri=, trainer.dist_timeout_minutes= and a larger steps="
 
 
 def _flat(cfg: RunConfig) -> dict[str, object]:
@@ -120,7 +122,7 @@ def build(cfg: RunConfig, *, run_id: str | None = None, tags: Mapping[str, str] 
 
     Order (rlvrlab.update.dist): this rank's device and the full process group first, then the rollout engine
     (vLLM joins the group through its external launcher), then the update engine, then a barrier."""
-    placement = setup_distributed()
+    placement = setup_distributed(timedelta(minutes=cfg.trainer.dist_timeout_minutes))
     rank, world_size = placement.rank, placement.world_size
     if cfg.trainer.world_size is not None and cfg.trainer.world_size != world_size:
         raise RlvrlabError(f"trainer.world_size={cfg.trainer.world_size} but this launch has {world_size} "
@@ -152,7 +154,7 @@ def build(cfg: RunConfig, *, run_id: str | None = None, tags: Mapping[str, str] 
     evaluation = _heldout(cfg, parts)
     if rank == 0 and evaluation is not None:
         tracker.set_tags({T.EVAL_METHOD: evaluation.method})
-    barrier()  # every rank's engines are built before any rank starts sampling
+    barrier("the end of the setup")  # every rank's engines are built before any rank starts sampling
     return Run(cfg, problems, parts.prompt_ids, components.reward_pool(cfg.dataset, world_size), parts.update,
                parts.rollout, parts.reference, tracker, rank, world_size, parts.pad_id, run_folder, parts.save_model,
                parts.toy_diagnostics, algorithm=bind_algorithm(cfg.algorithm), eos_id=parts.eos_id,
@@ -290,5 +292,6 @@ def _broadcast(value: str | None) -> str:
     if not (dist.is_initialized() and dist.get_world_size() > 1):
         return value or ""
     box = [value]
-    dist.broadcast_object_list(box, src=0)
+    with waiting("the run id's broadcast (rank 0 creates the MLflow run)"):
+        dist.broadcast_object_list(box, src=0)
     return box[0]

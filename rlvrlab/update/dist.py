@@ -13,11 +13,22 @@ import gc
 import os
 import socket
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
+from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 import torch
 import torch.distributed as dist
+
+from rlvrlab.config.schema import TrainerConfig
+from rlvrlab.errors import RlvrlabError
+
+# trainer.dist_timeout_minutes' default, for a group created without a config (one process: no collective waits)
+DEFAULT_TIMEOUT = timedelta(minutes=TrainerConfig.dist_timeout_minutes)
+_timeout: timedelta | None = None  # the timeout of the process group rlvrlab created (None: none created)
 
 
 def world() -> tuple[int, int]:
@@ -35,9 +46,11 @@ class Placement:
     device: torch.device
 
 
-def setup_distributed() -> Placement:
+def setup_distributed(timeout: timedelta = DEFAULT_TIMEOUT) -> Placement:
     """Before any engine: this rank's device (cuda:LOCAL_RANK) made current, and with several ranks the full
-    process group initialised, so that the engines built next all see the launch's world."""
+    process group initialised, so that the engines built next all see the launch's world. timeout: how long a
+    collective waits for the other ranks (trainer.dist_timeout_minutes), for this group and every one created
+    after it."""
     rank, world_size = world()
     local_rank = int(os.environ.get("LOCAL_RANK", 0))
     if torch.cuda.is_available():
@@ -46,21 +59,52 @@ def setup_distributed() -> Placement:
     else:
         device = torch.device("cpu")
     if world_size > 1:
-        init_process_group()
+        init_process_group(timeout)
         if dist.get_world_size() != world_size:  # e.g. an engine initialised a group of its own first
             raise RuntimeError(f"the process group has world size {dist.get_world_size()}, the launch "
                                f"{world_size}: something initialised torch.distributed before rlvrlab")
     return Placement(rank, local_rank, world_size, device)
 
 
-def barrier() -> None:
+def barrier(what: str = "a barrier") -> None:
     """Wait for every rank (no-op for one process): the first step starts when all engines are built."""
     if dist.is_initialized() and dist.get_world_size() > 1:
-        dist.barrier()
+        with waiting(what):
+            dist.barrier()
 
 
-def init_process_group() -> None:
-    """DeepSpeed needs a process group even for one process; set the env a launcher would have set.
+def all_gather_objects(value: Any, what: str = "a gather") -> list[Any]:
+    """Every rank's picklable `value`, in rank order, on every rank ([value] for one process)."""
+    if not (dist.is_initialized() and dist.get_world_size() > 1):
+        return [value]
+    out: list[Any] = [None] * dist.get_world_size()
+    with waiting(what):
+        dist.all_gather_object(out, value)
+    return out
+
+
+@contextmanager
+def waiting(what: str) -> Iterator[None]:
+    """A collective of rlvrlab's own that timed out on gloo (a RuntimeError "Timed out waiting <ms>ms") raised as one
+    line naming the knob. NCCL does not raise here: its watchdog ends the process ("Watchdog caught collective
+    operation timeout", with the Timeout(ms) it waited)."""
+    try:
+        yield
+    except RuntimeError as error:
+        if "Timed out" not in str(error):
+            raise
+        limit = f"{_timeout.total_seconds() / 60:g} min, " if _timeout is not None else ""
+        raise RlvrlabError(f"rank {dist.get_rank()} waited for the other ranks at {what} longer than the collective "
+                           f"timeout ({limit}trainer.dist_timeout_minutes): another rank is stuck or has failed (see "
+                           "its output), or its work there takes longer (raise trainer.dist_timeout_minutes)"
+                           ) from error
+
+
+def init_process_group(timeout: timedelta = DEFAULT_TIMEOUT) -> None:
+    """DeepSpeed needs a process group even for one process; set the env a launcher would have set. timeout: how
+    long a collective waits for the other ranks (DeepSpeed's default is 10 minutes), given to the group and, as the
+    default of torch.distributed.new_group, to the groups DeepSpeed and vLLM create after it (their data-parallel
+    and model-parallel groups, which take no timeout argument).
 
     An in-process vLLM engine may have created the (one-process) group already; DeepSpeed joins it, but still
     reads LOCAL_RANK from the environment.
@@ -71,12 +115,27 @@ def init_process_group() -> None:
         os.environ.setdefault("MASTER_PORT", str(_free_port()))
     if dist.is_initialized():
         return
+    global _timeout
     backend = "nccl" if torch.cuda.is_available() else "gloo"
     quiet_deepspeed()
     import deepspeed
 
-    deepspeed.init_distributed(dist_backend=backend)  # NCCL binds to the device set_device made current
+    _new_groups_wait(timeout)
+    # NCCL binds to the device set_device made current
+    deepspeed.init_distributed(dist_backend=backend, timeout=timeout)
+    _timeout = timeout
     atexit.register(_destroy_process_group)
+
+
+def _new_groups_wait(timeout: timedelta) -> None:
+    """torch.distributed.new_group(timeout=None) takes torch's default (30 minutes for gloo, 10 for NCCL), read at
+    each call from distributed_c10d's module globals: DeepSpeed (deepspeed.comm.new_group) and vLLM create their
+    groups that way. Set for this process, so that every group of the run waits as long as the world group."""
+    from torch.distributed import distributed_c10d as c10d
+
+    c10d.default_pg_timeout = timeout
+    if getattr(c10d, "default_pg_nccl_timeout", None) is not None:  # None in a build without NCCL
+        c10d.default_pg_nccl_timeout = timeout
 
 
 def _destroy_process_group() -> None:
@@ -131,26 +190,27 @@ def quiet_deepspeed() -> None:
     logging.getLogger("DeepSpeed").setLevel(logging.WARNING)
 
 
-def _reduced(values: torch.Tensor, op: dist.ReduceOp) -> torch.Tensor:
+def _reduced(values: torch.Tensor, op: dist.ReduceOp, what: str) -> torch.Tensor:
     """all_reduce of a copy, on the device the group's backend takes: NCCL (the GPU launch) reduces CUDA tensors
     only, and the loop's counts are small CPU tensors."""
     device = torch.device("cuda", torch.cuda.current_device()) if dist.get_backend() == "nccl" else values.device
     reduced = values.to(device, copy=True)
-    dist.all_reduce(reduced, op=op)
+    with waiting(what):
+        dist.all_reduce(reduced, op=op)
     return reduced.to(values.device)
 
 
-def all_max(value: int) -> int:
+def all_max(value: int, what: str = "an all-reduce") -> int:
     """The largest of an integer over ranks (itself for one process)."""
     if dist.is_initialized() and dist.get_world_size() > 1:
-        return int(_reduced(torch.tensor([value], dtype=torch.long), dist.ReduceOp.MAX).item())
+        return int(_reduced(torch.tensor([value], dtype=torch.long), dist.ReduceOp.MAX, what).item())
     return value
 
 
-def all_sum(values: torch.Tensor) -> torch.Tensor:
+def all_sum(values: torch.Tensor, what: str = "an all-reduce") -> torch.Tensor:
     """Sum a tensor over ranks (identity for one process)."""
     if dist.is_initialized() and dist.get_world_size() > 1:
-        return _reduced(values, dist.ReduceOp.SUM)
+        return _reduced(values, dist.ReduceOp.SUM, what)
     return values
 
 

@@ -111,6 +111,103 @@ def test_train_under_torchrun_logs_once_from_rank_zero(tmp_path):
 
 @pytest.mark.slow
 @pytest.mark.heavy
+def test_ranks_agree_on_dapo_batches_hash_their_own_files_and_wait_as_long_as_configured(tmp_path):
+    """Toy DAPO on 2 ranks with trainer.dist_timeout_minutes=0.4 (every collective waits 24 s at most), a
+    checkpoint after each of 3 steps; rank 1's first 2 generate batches of every step have no signal.
+
+    - Both ranks sample the larger count of batches (rank 0 needed fewer and keeps its first groups with signal):
+      they log the same rollout/generated_batches and train on full batches.
+    - Checkpoint 2: hashing each rank's state file takes 16 s. Each rank hashes its own, at once, and the run goes
+      on (with rank 0 hashing both, rank 1 waited 32 s at the barrier and the run failed).
+    - Checkpoint 3: hashing rank 0's state file takes 30 s. Rank 1 waits for the checksums for the configured 24 s
+      (gloo's "Timed out waiting 24000ms"), not DeepSpeed's 10 minutes, and fails in one line naming the knob;
+      checkpoint 3 is left incomplete and checkpoint 2 intact.
+    - Every process group, DeepSpeed's included, has the 24 s timeout.
+    The MLflow store is created first: rank 0 creating it on a loaded machine held rank 1 up to 12 s."""
+    import json
+
+    from mlflow.tracking import MlflowClient
+
+    from rlvrlab import rundir
+    from rlvrlab.tracking.store import store
+
+    MlflowClient(store(tmp_path / "runs").uri).search_experiments()
+    result = _torchrun(2, "tests/services/collective_check.py", str(tmp_path), "2", "2:16:0,1/3:30:0",
+                       "trainer.dist_timeout_minutes=0.4", "steps=3", "trainer.checkpoint_every=1")
+    assert result.returncode != 0
+    assert "Timed out waiting 24000ms" in result.stderr, result.stderr[-4000:]
+    assert ("rank 1 waited for the other ranks at checkpoint step_000003 (the checksums of each rank's files) longer "
+            "than the collective timeout (0.4 min, trainer.dist_timeout_minutes)") in result.stderr
+    (run,) = [p.parent for p in (tmp_path / "runs").glob(f"*/{rundir.CHECKPOINTS}")]
+    good, bad = rundir.intact(run)
+    assert [f.name for f in good] == ["step_000001", "step_000002"] and not bad
+    assert not (rundir.partial_checkpoint_dir(run, 3) / rundir.COMPLETE).exists()
+    listed = json.loads((good[1] / rundir.COMPLETE).read_text())["sha256"]
+    assert set(listed) == set(rundir.checkpoint_files(good[1])) >= {"state_rank0.pt", "state_rank1.pt"}
+
+    ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(2)]
+    for record in ranks:
+        assert len(record["group_timeouts_s"]) >= 2 and set(record["group_timeouts_s"]) == {24.0}
+    steps = list(zip(ranks[0]["steps"], ranks[1]["steps"], strict=True))
+    assert len(steps) == 3
+    for zero, one in steps:
+        assert zero["generated_batches"] == one["generated_batches"] == max(zero["own_need"], one["own_need"])
+        assert one["own_need"] >= 3 and zero["filled_groups"] == one["filled_groups"] == 0
+        assert zero["rows"] == one["rows"] == 4 * 8  # each rank's 4 prompts x 8 responses, all with signal
+    assert any(zero["own_need"] < zero["generated_batches"] for zero, _ in steps)
+
+
+def test_each_rank_hashes_the_files_it_wrote(tmp_path, monkeypatch):
+    """DeepSpeed's per-rank shards and the loop's state_rank<r>.pt are hashed by rank r, all else by rank 0; rank 0
+    hashes whatever no other rank's checksums covered (here, alone, rank 1's files too), and the COMPLETE marker is
+    the one a single process writes."""
+    from rlvrlab import rundir
+    from rlvrlab.train import checkpoint
+
+    rank_zero = ["deepspeed/latest/mp_rank_00_model_states.pt",
+                 "deepspeed/latest/zero_pp_rank_0_mp_rank_00_optim_states.pt", "deepspeed/zero_to_fp32.py",
+                 "model/model.safetensors", "state_rank0.pt", "state_rank2.pt"]  # rank 2 of a world of 2: none
+    rank_one = ["deepspeed/latest/bf16_zero_pp_rank_1_mp_rank_00_optim_states.pt",
+                "deepspeed/latest/zero_pp_rank_1_mp_rank_00_model_states.pt", "state_rank1.pt"]
+    for i, name in enumerate(rank_zero + rank_one):
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_bytes(bytes([i]) * 10)
+    assert [rundir.writer_rank(n, 2) for n in rank_zero + rank_one] == [0] * 6 + [1] * 3
+    hashed: list[str] = []
+    sha256 = rundir.file_sha256
+    monkeypatch.setattr(rundir, "file_sha256", lambda p: hashed.append(str(p.relative_to(tmp_path))) or sha256(p))
+    assert checkpoint._checksums(tmp_path, 1, 2, "a test") is None
+    assert sorted(hashed) == sorted(rank_one)
+    hashed.clear()
+    sums = checkpoint._checksums(tmp_path, 0, 2, "a test")
+    assert sorted(hashed[:6]) == sorted(rank_zero) and sorted(hashed[6:]) == sorted(rank_one)
+    rundir.write_complete(tmp_path, 7, sums)
+    text = (tmp_path / rundir.COMPLETE).read_text()
+    rundir.write_complete(tmp_path, 7)
+    assert (tmp_path / rundir.COMPLETE).read_text() == text and rundir.damage(tmp_path) is None
+
+
+def test_the_collective_timeout_is_checked_and_changes_no_config_hash(tmp_path):
+    """trainer.dist_timeout_minutes: out of (0, 10080] refused in one line; not in the config hash (a run's seeds
+    and a sweep's finished trials keep their hash); a resumed run may change it."""
+    from rlvrlab import rundir
+    from rlvrlab.config import compose, config_hash, to_yaml
+    from rlvrlab.errors import ConfigError
+    from rlvrlab.train.setup import run_config
+
+    assert config_hash(compose("toy")) == config_hash(compose("toy", ["trainer.dist_timeout_minutes=5"]))
+    for bad, shown in (("0", "0.0"), ("-1", "-1.0"), ("20000", "20000.0"), ("nan", "nan")):
+        with pytest.raises(ConfigError, match=rf"^trainer.dist_timeout_minutes={shown} is out of range: it must be "
+                                              r"in \(0, 10080\]$"):
+            compose("toy", [f"trainer.dist_timeout_minutes={bad}"])
+    rundir.run_dir(tmp_path, "r1").mkdir(parents=True)
+    rundir.config_file(rundir.run_dir(tmp_path, "r1")).write_text(to_yaml(compose("toy")))
+    resumed = run_config(None, [f"output_dir={tmp_path}", "trainer.dist_timeout_minutes=240"], resume="r1")
+    assert resumed.trainer.dist_timeout_minutes == 240
+
+
+@pytest.mark.slow
+@pytest.mark.heavy
 def test_toy_run_against_a_shared_mlflow_server(tmp_path):
     from mlflow.tracking import MlflowClient
 
