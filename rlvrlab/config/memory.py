@@ -25,7 +25,9 @@ Sources of the formulas (docs/scaling.md, "Memory estimate", lists the assumptio
 - vLLM: gpu_memory_utilization is the share of the whole device vLLM may take (weights, activations, KV cache);
   it sleeps (level 1: KV freed, weights offloaded) while the trainer updates. vLLM >= 0.33's extensible KV cache
   (rollout.vllm_extensible_kv_cache) caps PyTorch's allocator for the whole process at about device - KV cache -
-  VLLM_CAP_MARGIN after warm-up, and its sleep() leaves the cap: the trainer's update and step must fit under it.
+  VLLM_CAP_MARGIN after warm-up, and its sleep() leaves the cap; rlvrlab lifts it while the engine sleeps and puts
+  it back before the KV cache is mapped again (rlvrlab.rollout.vllm_engine.ProcessMemoryCap), so the cap binds in
+  the rollout phase: everything there but the KV cache and the allocations outside PyTorch's allocator must fit.
 - fixed overheads per GPU (CUDA context, cuBLAS workspaces, NCCL, vLLM's CUDA graphs): the constants below, from
   the figures docs/scaling.md cites.
 
@@ -147,7 +149,8 @@ class MemoryEstimate:
     engine_asleep_in_update: bool  # vLLM sleeps during the update and the step; the hf engine's weights stay
     overhead: int  # the fixed overheads (CUDA context, NCCL, cuBLAS workspaces, vLLM's CUDA graphs); 0 on the CPU
     overhead_outside_allocator: int  # their part outside PyTorch's caching allocator (CUDA context, NCCL)
-    cap: int | None  # vLLM's cap on PyTorch's allocator during the update and the step (extensible KV cache)
+    cap: int | None  # vLLM's cap on PyTorch's allocator in the rollout phase (extensible KV cache; lifted asleep)
+    kv_cache: int  # the KV cache's bytes inside the engine's share, at their largest (outside the cap)
 
     @property
     def resident(self) -> int:
@@ -182,9 +185,10 @@ class MemoryEstimate:
 
     @property
     def under_cap(self) -> int:
-        """What the update and the step ask of PyTorch's caching allocator (everything but the CUDA context and
-        NCCL): what vLLM's cap limits."""
-        return max(self.update, self.step) - self.overhead_outside_allocator
+        """What the rollout phase asks of PyTorch's caching allocator besides the KV cache (everything but the CUDA
+        context and NCCL): what vLLM's cap limits. The update and the step run with the cap lifted (the engine
+        sleeps), so they are held to the device only."""
+        return self.rollout - self.kv_cache - self.overhead_outside_allocator
 
     @property
     def peak(self) -> int:
@@ -213,7 +217,7 @@ class MemoryEstimate:
                  ("CUDA context/NCCL/cuBLAS/graphs", self.overhead), ("update phase", self.update),
                  ("optimizer step phase", self.step), ("rollout phase", self.rollout), ("peak", self.peak)]
         if self.cap is not None:
-            parts += [("update/step under vLLM's cap", self.under_cap), ("vLLM's cap (extensible KV)", self.cap)]
+            parts += [("rollout under vLLM's cap", self.under_cap), ("vLLM's cap (extensible KV)", self.cap)]
         return [(name, value / GIB) for name, value in [*parts, ("device", self.device_bytes)]]
 
     def summary(self) -> str:
@@ -292,16 +296,23 @@ def update_parts(cfg: RunConfig, arch: Architecture, world_size: int, *, on_gpu:
                 tied_gradient=tied_gradient, optimizer_step=optimizer_step)
 
 
+def vllm_kv_cache(cfg: RunConfig, arch: Architecture, device_bytes: int) -> int:
+    """vLLM's KV cache at its largest: gpu_memory_utilization's share less its weights (its profiled activations
+    and graphs counted as cache, so the cap below errs low); 0 for other engines."""
+    r = cfg.rollout
+    if r.engine != "vllm":
+        return 0
+    return max(0, int(r.vllm_gpu_memory_utilization * device_bytes) - arch.params * _dtype_bytes(cfg))
+
+
 def vllm_cap(cfg: RunConfig, arch: Architecture, device_bytes: int) -> int | None:
-    """vLLM >= 0.33's cap on PyTorch's allocator with its extensible KV cache on (rollout.vllm_extensible_kv_cache),
-    which its sleep() does not lift: device - KV cache - VLLM_CAP_MARGIN, the KV cache taken at its largest,
-    gpu_memory_utilization's share less vLLM's weights (its profiled activations and graphs left in: the cap errs
-    low). None when there is no such cap."""
+    """vLLM >= 0.33's cap on PyTorch's allocator with its extensible KV cache on (rollout.vllm_extensible_kv_cache):
+    device - KV cache - VLLM_CAP_MARGIN while the engine is awake (rlvrlab lifts it while the engine sleeps). None
+    when there is no such cap."""
     r = cfg.rollout
     if r.engine != "vllm" or not r.vllm_extensible_kv_cache:
         return None
-    kv_cache = max(0, int(r.vllm_gpu_memory_utilization * device_bytes) - arch.params * _dtype_bytes(cfg))
-    return device_bytes - kv_cache - VLLM_CAP_MARGIN
+    return device_bytes - vllm_kv_cache(cfg, arch, device_bytes) - VLLM_CAP_MARGIN
 
 
 def _dtype_bytes(cfg: RunConfig) -> int:
@@ -331,7 +342,7 @@ def estimate(cfg: RunConfig, arch: Architecture, *, world_size: int, device_byte
     return MemoryEstimate(world_size=world_size, device_bytes=device_bytes, **parts,
                           engine=engine_bytes(cfg, arch, world_size, device_bytes), engine_asleep_in_update=vllm,
                           overhead=outside + inside, overhead_outside_allocator=outside,
-                          cap=vllm_cap(cfg, arch, device_bytes))
+                          cap=vllm_cap(cfg, arch, device_bytes), kv_cache=vllm_kv_cache(cfg, arch, device_bytes))
 
 
 def planned_world_size(cfg: RunConfig) -> int:
@@ -340,13 +351,10 @@ def planned_world_size(cfg: RunConfig) -> int:
 
 
 def check_fits(cfg: RunConfig, arch: Architecture, *, world_size: int, device_bytes: int) -> MemoryEstimate:
-    """The estimate, or a one-line ConfigError when it does not fit the devices or vLLM's cap."""
+    """The estimate, or a one-line ConfigError when it does not fit the devices or vLLM's cap. In the rollout phase
+    the cap is the device less the KV cache and VLLM_CAP_MARGIN, which the CUDA context outside PyTorch's allocator
+    already takes, so a run that fits the device fits the cap: the cap is shown, and checked all the same."""
     found = estimate(cfg, arch, world_size=world_size, device_bytes=device_bytes)
-    if found.cap is not None and found.fits_device and not found.fits_cap:
-        raise ConfigError(f"this run does not fit under vLLM's extensible-KV-cache cap: update and step ask "
-                          f"{found.under_cap / GIB:.1f} GiB of PyTorch per GPU at {world_size} GPU(s), capped at "
-                          f"{found.cap / GIB:.1f} GiB (device - KV cache - 0.5 GiB, kept while vLLM sleeps); set "
-                          "rollout.vllm_extensible_kv_cache=false (rlvrlab config show --memory itemises it)")
     if not found.fits:
         fewest = next((n for n in (2, 4, 8, 16, 32, 64) if n > world_size and estimate(
             cfg, arch, world_size=n, device_bytes=device_bytes).fits and cfg.rollout.prompts_per_step % n == 0), None)
