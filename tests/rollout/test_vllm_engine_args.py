@@ -174,3 +174,14 @@ def test_request_seeding_puts_the_trainers_generators_back_too():
         first = vllm_draws()  # anything vLLM draws comes from the trainer's streams, which are then put back
     assert same_states(trainer_states(), before) and vllm_draws() == first
     assert streams.state is None  # no stream of its own was started
+
+
+def test_the_extensible_kv_cache_in_training_needs_a_torch_that_can_lift_its_cap(monkeypatch):
+    """Without torch.cuda.get_per_process_memory_fraction the cap could not be lifted for the update (the
+    out-of-memory of the first update): refused in one line; with it, the cache is kept as asked."""
+    assert kwargs(VLLM_0_33, sleep_mode=True, extensible_kv_cache=True)[EXTENSIBLE_KV_CACHE_ARG] is True
+    monkeypatch.delattr(torch.cuda, "get_per_process_memory_fraction")
+    with pytest.raises(RlvrlabError) as caught:
+        kwargs(VLLM_0_33, sleep_mode=True, extensible_kv_cache=True)
+    assert "\n" not in str(caught.value) and "get_per_process_memory_fraction" in str(caught.value)
+    assert kwargs(VLLM_0_33, extensible_kv_cache=True)[EXTENSIBLE_KV_CACHE_ARG] is True  # evaluation: no update
