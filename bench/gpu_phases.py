@@ -11,16 +11,18 @@ tracking.backend=none). The real engines are wrapped by decorators that only mar
 
     rollout  generate() (vLLM awake: its pool is device memory outside PyTorch's allocator)
     logp     from the engine's sleep() to the update's first forward (the trainer's separate log-prob pass)
-    update   from the first forward that records a graph to sync_weights()
+    update   from the first forward that records a graph to sync_weights() (the optimizer step included)
     sync     sync_weights() (vLLM's weights woken, the trainer's weights copied in)
 
 On a GPU the peak of a phase is PyTorch's max_memory_allocated() and max_memory_reserved() since the last boundary,
 and the device's use: the reserved peak plus the memory held outside PyTorch (device used - PyTorch reserved, read at
 the boundary: vLLM's pool, the CUDA context, NCCL). On a CPU it is the process's peak resident set (VmHWM, reset at
 each boundary through /proc/self/clear_refs) above its resident set before the run was built. Each phase is printed
-beside the estimate of the phase that holds it: rollout and sync beside the rollout phase (trainer state + engine),
-logp and update beside the update phase (trainer state + one micro-batch's activations and logits, + the hf engine's
-weights, which stay); the log-prob pass keeps no activations, so the update phase bounds it from above.
+beside the estimate of the phase that holds it (on a CPU the estimate without a GPU's fixed overheads and with the
+CPU's optimizer step: rlvrlab.config.memory.estimate(on_gpu=False)): rollout and sync beside the rollout phase
+(trainer state + engine), logp and update beside the larger of the update phase (trainer state + one micro-batch's
+activations, logits and entropy) and the optimizer step phase (trainer state + the step's temporaries), the hf
+engine's weights staying in both; the log-prob pass keeps no activations, so that bounds it from above.
 
 --build-model writes a randomly initialised Qwen2ForCausalLM of SHAPE's config.json values and a byte-level BPE
 tokenizer with exactly the model's vocabulary (every byte, then byte pairs, then byte pair + byte; Qwen's special
@@ -57,7 +59,7 @@ SHAPES = {"r1-1.5b": R1_1_5B, "small": SMALL}
 SPECIAL = ("<|endoftext|>", "<|im_start|>", "<|im_end|>")  # Qwen's ids 151643-151645; a smaller vocabulary's last 3
 
 # phase -> the estimate's phase that holds it (see the module docstring)
-PHASES = {"rollout": "rollout", "logp": "update", "update": "update", "sync": "rollout"}
+PHASES = {"rollout": "rollout", "logp": "update/step", "update": "update/step", "sync": "rollout"}
 
 
 def build_model(folder: Path, shape: str, overrides: list[str]) -> None:
@@ -246,8 +248,9 @@ def measure(overrides: list[str], record: Path | None) -> None:
     run.tracker.finish("FINISHED")
 
     arch = memory.architecture(cfg)
-    estimate = memory.estimate(cfg, arch, world_size=run.world_size, device_bytes=meter.total) if arch else None
-    expected = {"rollout": estimate.rollout, "update": estimate.update} if estimate else {}
+    estimate = memory.estimate(cfg, arch, world_size=run.world_size, device_bytes=meter.total, on_gpu=cuda) \
+        if arch else None
+    expected = {"rollout": estimate.rollout, "update/step": max(estimate.update, estimate.step)} if estimate else {}
     u, t = meter.unit, cfg.trainer
     print(f"rank {run.rank} ({meter.describe()}): peak memory per phase ({meter.unit_name}), "
           f"{cfg.model.dtype}, {t.engine}{f' ZeRO-{t.zero_stage}' if t.engine == 'deepspeed' else ''}, "

@@ -20,8 +20,8 @@ from packaging.requirements import Requirement
 
 ROOT = Path(__file__).resolve().parents[2]
 STOCK_SITE = Path(__file__).resolve().parent / "stock_site"
-PHASES = {"rollout": "rollout", "logp": "update", "update": "update", "sync": "rollout"}
-ROW = re.compile(r"^  (rollout|logp|update|sync)\s+(-?\d+\.\d{3})\s+(\d+\.\d{3})  estimate: (rollout|update) phase$",
+PHASES = {"rollout": "rollout", "logp": "update/step", "update": "update/step", "sync": "rollout"}
+ROW = re.compile(r"^  (rollout|logp|update|sync)\s+(-?\d+\.\d{3})\s+(\d+\.\d{3})  estimate: (rollout|update/step) phase$",
                  re.M)
 
 
