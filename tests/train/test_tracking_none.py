@@ -14,6 +14,7 @@ from rlvrlab.errors import ConfigError
 ROOT = Path(__file__).resolve().parents[2]
 
 
+@pytest.mark.slow  # ~6 s: a fresh process, three toy runs
 def test_a_run_without_tracking_keeps_its_folder_and_never_imports_mlflow(tmp_path: Path) -> None:
     code = textwrap.dedent(f"""
         import sys
