@@ -22,6 +22,8 @@ import re
 from collections.abc import Iterable
 from pathlib import Path
 
+from rlvrlab.errors import RlvrlabError
+
 CONFIG = "config.yaml"
 CHECKPOINTS = "checkpoints"
 COMPLETE = "COMPLETE"
@@ -29,6 +31,12 @@ MODEL = "model"
 
 
 def run_dir(output_dir: str | Path, run_id: str) -> Path:
+    """`<output_dir>/<run_id>`. A run id is one folder name: a path (`../other/<id>`) would reach, and lock, a run of
+    another output folder than the one whose store records it."""
+    if run_id in ("", ".", "..") or "/" in run_id or "\\" in run_id or "\0" in run_id:
+        raise RlvrlabError(f"{run_id!r} is not a run id (the name of a run's folder, e.g. 3f2a9c...); for a run of "
+                           "another output folder give its id and that folder (output_dir= to train, --output-dir "
+                           "to eval)")
     return Path(output_dir).expanduser().resolve() / run_id
 
 

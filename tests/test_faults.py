@@ -363,7 +363,7 @@ def test_bad_output_locations_fail_at_once_in_one_line(tmp_path: Path, kind: str
                          "--out", str(bad), cwd=work)
     elif command == "sweep":
         sweep = work / "s.yaml"
-        sweep.write_text(SWEEP.replace("steps=100000", "steps=2"))
+        sweep.write_text(SWEEP.replace("steps=100000", "steps=4"))
         before = files_under(tmp_path)
         result = rlvrlab("sweep", str(sweep), f"output_dir={bad}", cwd=work)
     elif command == "report":
@@ -457,7 +457,7 @@ def test_sweep_status_creates_nothing_and_names_what_differs(tmp_path: Path) -> 
     from rlvrlab.sweep.trials import open_sweep
 
     path = tmp_path / "st.yaml"
-    path.write_text(SWEEP.replace("steps=100000", "steps=2"))
+    path.write_text(SWEEP.replace("steps=100000", "steps=4"))
     one_line_error(rlvrlab("sweep", str(path), "--status", cwd=tmp_path), "no study 'st'", "does not exist")
     assert not (tmp_path / "runs").exists()  # no empty journal, no folder
 
@@ -744,7 +744,7 @@ def test_sweep_workers_beyond_the_machine_are_refused_before_any_starts(tmp_path
     limit = machine_limit()[0]
     grid = ", ".join(f"{0.01 * (i + 1):.2f}" for i in range(limit + 1))
     path = tmp_path / "wide.yaml"
-    path.write_text(SWEEP.replace("steps=100000", "steps=2").replace("[0.0, 1.0]", f"[{grid}]"))
+    path.write_text(SWEEP.replace("steps=100000", "steps=4").replace("[0.0, 1.0]", f"[{grid}]"))
     one_line_error(rlvrlab("sweep", str(path), "--workers", str(limit + 5), cwd=tmp_path),
                    f"--workers {limit + 5} (capped at the sweep's {limit + 1} trials): {limit + 1} worker processes",
                    f"give --workers {limit} or fewer, or add --oversubscribe")
@@ -764,7 +764,7 @@ def test_sweep_workers_never_outnumber_the_trials_left(tmp_path: Path, monkeypat
 
     monkeypatch.chdir(tmp_path)
     path = tmp_path / "left.yaml"
-    text = SWEEP.replace("steps=100000", "steps=2").replace("sampler: grid", "sampler: random").replace(
+    text = SWEEP.replace("steps=100000", "steps=4").replace("sampler: grid", "sampler: random").replace(
         "[0.0, 1.0]", "{low: 0.0, high: 1.0}") + "budget: {trials: 1}\n"
     for budget in (1, 2):
         path.write_text(text.replace("trials: 1", f"trials: {budget}"))
@@ -974,3 +974,75 @@ def test_an_output_path_too_long_for_the_file_system_is_one_line(tmp_path: Path)
                    f"output_dir {for_sqlite}: the MLflow store", "sqlite opens at most 504")
     one_line_error(rlvrlab("train", "toy", "steps=2", f"output_dir={long_name}"), "is 300 bytes long")
     assert [p.name for p in tmp_path.iterdir()] == []
+
+
+
+def test_environment_values_reach_no_records(tmp_path: Path, monkeypatch) -> None:
+    """${oc.env:VAR} would copy the variable (a token) into the MLflow params and config.yaml: refused outside the
+    fields that say where things are, whose values are recorded as locations."""
+    monkeypatch.setenv("RLVRLAB_TEST_TOKEN", "s3cr3t")
+    monkeypatch.setenv("RLVRLAB_TEST_ROOT", str(tmp_path))
+    line = one_line_error(rlvrlab("config", "show", "toy", "experiment=${oc.env:RLVRLAB_TEST_TOKEN}"),
+                          "experiment=${oc.env:RLVRLAB_TEST_TOKEN}: ${oc.env:...} would copy an environment variable",
+                          "only output_dir, dataset.path, model.path may read the environment")
+    assert "s3cr3t" not in line
+    mine = tmp_path / "mine.yaml"
+    mine.write_text("defaults: {algorithm: grpo, model: toy, dataset: toy}\n"
+                    "tracking: {uri: 'http://user:${oc.env:RLVRLAB_TEST_TOKEN}@mlflow:5000'}\n")
+    one_line_error(rlvrlab("config", "show", str(mine)), "tracking.uri=", "would copy an environment variable")
+    shown = rlvrlab("config", "show", "toy", "output_dir=${oc.env:RLVRLAB_TEST_ROOT}/runs")
+    assert shown.returncode == 0 and f"output_dir: {tmp_path}/runs\n" in shown.stdout, shown.stderr
+
+
+def test_an_objective_window_beyond_the_steps_is_refused(tmp_path: Path) -> None:
+    """`window: 50` with `steps=20` was labelled "last 50 steps" while it read all 20."""
+    from rlvrlab.errors import ConfigError
+    from rlvrlab.sweep.spec import load_sweep
+
+    path = tmp_path / "window.yaml"
+    path.write_text(SWEEP.replace("steps=100000", "steps=20").replace("window: 4", "window: 50"))
+    with pytest.raises(ConfigError, match="objective.window 50 in .* is more than the runs' 20 steps at the point "
+                                          "algorithm.tau=0.0; set window to at most 20 or raise steps"):
+        load_sweep(str(path))
+    assert load_sweep(str(path), ["steps=50"]).objective.window == 50
+
+
+def test_a_folder_given_as_the_experiment_or_sweep_file_is_called_a_folder(tmp_path: Path) -> None:
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "a.yaml").write_text("defaults: {algorithm: grpo, model: toy, dataset: toy}\n")
+    one_line_error(rlvrlab("config", "show", "mine/", cwd=tmp_path),
+                   "experiment file mine is a folder, not a YAML file; give a .yaml file in it (it holds a.yaml)")
+    one_line_error(rlvrlab("train", "mine", cwd=tmp_path), "experiment file mine is a folder")
+    one_line_error(rlvrlab("sweep", "./mine", cwd=tmp_path), "sweep file mine is a folder, not a YAML file")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["mine"]
+
+
+def test_resume_takes_a_run_id_not_a_path_into_another_output_folder(run_copy, tmp_path: Path) -> None:
+    """`--resume ../other/<id>` locked (and left a lock file in) a run of another output folder, whose store does
+    not record it. A run id is one folder name: refused in one line, nothing touched."""
+    output_dir, run_id = run_copy
+    other = tmp_path / "other"
+    other.mkdir()
+    shutil.move(output_dir / run_id, other / run_id)
+    here = tmp_path / "here"
+
+    def contents() -> dict[Path, bytes]:
+        return {p: p.read_bytes() for p in files_under(tmp_path) if p.is_file()}
+
+    before = contents()
+    assert (other / run_id / ".lock").read_text() == ""  # released when the run ended
+    one_line_error(rlvrlab("train", "--resume", f"../other/{run_id}", f"output_dir={here}", cwd=tmp_path),
+                   f"'../other/{run_id}' is not a run id", "output_dir=")
+    assert contents() == before  # no lock taken there, nothing written anywhere
+
+
+def test_the_tiny_tier_on_a_task_without_a_warm_start_is_one_line(tmp_path: Path) -> None:
+    """The tiny tier warm-starts on correct responses that only Countdown and pairs give: another task (arith) is
+    named in one line before any model is built or run recorded (it crashed with `malformed countdown answer`)."""
+    one_line_error(rlvrlab("train", "default", "dataset=arith", f"output_dir={tmp_path / 'runs'}"),
+                   "model.tier=tiny", "only the countdown and pairs tasks give", "dataset arith (verifier math)")
+    assert not (tmp_path / "runs").exists()
+    path = tmp_path / "tiny.yaml"
+    path.write_text(SWEEP.replace("experiment: toy", "experiment: default").replace(
+        "algorithm=ucpo, steps=100000", "algorithm=ucpo, dataset=arith, steps=4"))
+    one_line_error(rlvrlab("sweep", str(path), "--status", cwd=tmp_path), "does not compose: model.tier=tiny")

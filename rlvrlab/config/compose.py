@@ -16,6 +16,7 @@ import functools
 import hashlib
 import json
 import os
+import re
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, Optional, Union, get_args, get_type_hints
@@ -32,6 +33,12 @@ from rlvrlab.errors import ConfigError
 
 # config section -> its folder of group files
 GROUP_FOLDERS = {"algorithm": "algorithms", "model": "models", "dataset": "datasets"}
+
+# The only fields that may read the environment (${oc.env:VAR}): where things are. Any other field's value is copied
+# into the run's records (MLflow params, config.yaml), where a token taken from the environment would be readable by
+# everyone who can read the store; MLflow reads its own credentials (MLFLOW_TRACKING_TOKEN, ...) by itself.
+ENV_FIELDS = ("output_dir", "dataset.path", "model.path")
+_READS_ENV = re.compile(r"\$\{\s*oc\.env\s*:")
 
 # Fields that do not change what is trained or how, so runs that differ only in them share a hash (seeds of
 # one configuration are grouped by it); a dotted name is a field of a section.
@@ -193,14 +200,25 @@ def _check(file: Path, experiment: Optional[Path], overrides: Sequence[str]) -> 
 def _experiment_file(experiment: Union[str, Path, None]) -> Path:
     text = str(experiment or "default")
     if isinstance(experiment, Path) or text.endswith((".yaml", ".yml")) or os.sep in text:
+        if Path(text).is_dir():
+            raise ConfigError(folder_given("experiment file", Path(text)))
         if not Path(text).is_file():
             raise ConfigError(f"experiment file {text} does not exist; give an existing .yaml file or a name")
         return Path(text)
     folder = experiments_dir()
     path = folder / f"{text}.yaml"
     if not path.is_file():
+        if Path(text).is_dir():  # a folder of that name here, and no experiment of that name
+            raise ConfigError(folder_given("experiment file", Path(text)))
         raise unknown("experiment", text, _yaml_names(folder), where=_display(folder))
     return path
+
+
+def folder_given(what: str, folder: Path) -> str:
+    """The message for a folder given where a YAML file belongs, naming the YAML files in it."""
+    inside = sorted(p.name for p in folder.glob("*.y*ml") if p.suffix in (".yaml", ".yml"))
+    hint = f" (it holds {', '.join(inside[:4])}{' ...' if len(inside) > 4 else ''})" if inside else ""
+    return f"{what} {folder} is a folder, not a YAML file; give a .yaml file in it{hint}"
 
 
 def _group_file(root: Path, group: str, name: str) -> Path:
@@ -288,11 +306,25 @@ def _assign(
     for key, value in leaves:
         if key not in FIELD_TYPES:
             raise _unknown_key(key, where)
+        if key not in ENV_FIELDS and _reads_env(value):
+            raise ConfigError(f"{key}={show(value)}{where}: ${{oc.env:...}} would copy an environment variable into "
+                              "the run's records (MLflow params, config.yaml), readable by everyone who can read the "
+                              f"store; only {', '.join(ENV_FIELDS)} may read the environment: write the value itself")
         try:
             OmegaConf.update(cfg, key, value, merge=False)
         except OmegaConfBaseException as error:
             raise ConfigError(f"{key}={show(value)}{where}: expected {_type_name(FIELD_TYPES[key])}") from error
         layers[key] = layer
+
+
+def _reads_env(value: Any) -> bool:
+    if isinstance(value, str):
+        return _READS_ENV.search(value) is not None
+    if isinstance(value, (list, tuple)):
+        return any(_reads_env(item) for item in value)
+    if isinstance(value, dict):
+        return any(_reads_env(k) or _reads_env(v) for k, v in value.items())
+    return False
 
 
 def _unknown_key(key: str, where: str) -> ConfigError:

@@ -34,7 +34,7 @@ import numpy as np
 from rlvrlab.config.rules import SYNTHETIC_DATASETS
 from rlvrlab.config.schema import DatasetConfig, ModelConfig
 from rlvrlab.data.problems import Problem
-from rlvrlab.errors import RlvrlabError
+from rlvrlab.errors import ConfigError, RlvrlabError
 
 # Synthetic data does not depend on the run seed: seeds of one configuration train on the same problems
 # (and the tiny tier on the same warm-started model), as runs from one pretrained checkpoint would.
@@ -69,17 +69,36 @@ def _pairs(dataset: DatasetConfig, model: ModelConfig) -> list[Problem]:
 SYNTHETIC_TASKS = {"toy": _toy, "countdown": _countdown, "arith": _arith, "pairs": _pairs}
 
 
-def warm_start_targets(dataset: DatasetConfig) -> Callable[[Problem], Sequence[str]]:
-    """What the tiny tier's warm start fine-tunes on for this dataset: problem -> target responses (sampled
-    uniformly; repeats are weights). Countdown (and any other dataset): one canonical solution per distinct
-    solution of the Countdown rules; pairs: its skewed mixture (rlvrlab.data.pairs.warm_start_targets)."""
-    if dataset.format == "synthetic" and dataset.name == "pairs":
-        from rlvrlab.data.pairs import warm_start_targets as pairs_targets
-
-        return pairs_targets
+def _countdown_solutions(problem: Problem) -> Sequence[str]:
     from rlvrlab.data.countdown import problem_solutions
 
-    return problem_solutions
+    return problem_solutions(problem)
+
+
+def _pairs_targets(problem: Problem) -> Sequence[str]:
+    from rlvrlab.data.pairs import warm_start_targets as pairs_targets
+
+    return pairs_targets(problem)
+
+
+# What the tiny tier's warm start fine-tunes on, by dataset.verifier: problem -> target responses (sampled uniformly;
+# repeats are weights). Only these tasks' rules give correct responses from a problem's answer: Countdown one
+# canonical solution per distinct solution, pairs its skewed mixture (rlvrlab.data.pairs.warm_start_targets).
+WARM_START_TARGETS: dict[str, Callable[[Problem], Sequence[str]]] = {
+    "countdown": _countdown_solutions, "pairs": _pairs_targets}
+
+
+def warm_start_targets(dataset: DatasetConfig) -> Callable[[Problem], Sequence[str]]:
+    """The tiny tier's warm-start targets for this dataset (WARM_START_TARGETS); a one-line ConfigError for a
+    dataset whose task gives none (math, arith, toy), before any model is built."""
+    if dataset.verifier in WARM_START_TARGETS:
+        return WARM_START_TARGETS[dataset.verifier]
+    tasks = " and ".join(WARM_START_TARGETS)
+    raise ConfigError(f"model.tier=tiny builds its model from scratch and warm-starts it on correct responses, which "
+                      f"only the {tasks} tasks give (dataset.verifier {' or '.join(WARM_START_TARGETS)}); dataset "
+                      f"{dataset.name} (verifier {dataset.verifier}) has none: train the tiny tier on "
+                      f"{' or '.join(f'dataset={t}' for t in WARM_START_TARGETS)}, or a pretrained model "
+                      f"(model.tier=real model.path=...) on {dataset.name}")
 
 
 def answer_space(dataset: DatasetConfig) -> Callable[[Problem], list[str]] | None:

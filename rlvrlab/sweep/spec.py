@@ -42,6 +42,7 @@ from typing import Any, Optional
 
 import yaml
 
+from rlvrlab.config.compose import folder_given
 from rlvrlab.config.rules import RANGES, unknown
 from rlvrlab.config.shipped import shipped_dir
 from rlvrlab.config.yamlfile import load as load_yaml
@@ -226,12 +227,16 @@ def sweeps_dir() -> Path:
 def sweep_file(name: str) -> Path:
     """A path to a YAML file, or a name in sweeps/."""
     if name.endswith((".yaml", ".yml")) or os.sep in name:
+        if Path(name).is_dir():
+            raise ConfigError(folder_given("sweep file", Path(name)))
         if not Path(name).is_file():
             raise ConfigError(f"sweep file {name} does not exist; give an existing .yaml file or a name in sweeps/")
         return Path(name)
     folder = sweeps_dir()
     path = folder / f"{name}.yaml"
     if not path.is_file():
+        if Path(name).is_dir():  # a folder of that name here, and no sweep of that name
+            raise ConfigError(folder_given("sweep file", Path(name)))
         names = sorted(p.stem for p in folder.glob("*.yaml")) if folder.is_dir() else []
         raise unknown("sweep", name, names, where=str(folder))
     return path
@@ -246,7 +251,10 @@ def load_sweep(name: str, overrides: Sequence[str] = (), *, seeds: Optional[int]
     path = sweep_file(name)
     where = str(path)
     try:
-        body = load_yaml(path.read_text(), where) or {}
+        body = load_yaml(path.read_text(encoding="utf-8"), where) or {}
+    except UnicodeDecodeError as error:
+        raise ConfigError(f"{where} is not a text file (byte {error.start} is not UTF-8); give a sweep YAML "
+                          "file") from None
     except yaml.YAMLError as error:
         raise ConfigError(f"{where} is not valid YAML ({str(error).splitlines()[0]}); fix the file") from None
     if not isinstance(body, dict):
@@ -378,6 +386,7 @@ def _check_launcher(spec: SweepSpec, where: str) -> None:
 
 def _check_composes(spec: SweepSpec, where: str) -> None:
     from rlvrlab.config import compose
+    from rlvrlab.data import warm_start_targets
 
     base = compose(spec.experiment, spec.overrides_for({}, spec.seeds[0]))
     if base.tracking.backend != "mlflow":
@@ -390,11 +399,17 @@ def _check_composes(spec: SweepSpec, where: str) -> None:
     points = spec.grid() if spec.sampler == "grid" else [
         {p.key: value} for p in spec.space for value in p.corners()]
     for params in points:
+        shown = ", ".join(f"{k}={format_value(v)}" for k, v in params.items())
         try:
-            compose(spec.experiment, spec.overrides_for(params, spec.seeds[0]))
+            cfg = compose(spec.experiment, spec.overrides_for(params, spec.seeds[0]))
+            if cfg.model.tier == "tiny":  # checked when a run builds its model: here, before any trial
+                warm_start_targets(cfg.dataset)
         except ConfigError as error:
-            shown = ", ".join(f"{k}={format_value(v)}" for k, v in params.items())
             raise ConfigError(f"{where}: the point {shown} does not compose: {error}") from None
+        if cfg.steps < spec.objective.window:  # the objective would read every step, labelled "last <window>"
+            at = f" at the point {shown}" if shown else ""
+            raise ConfigError(f"objective.window {spec.objective.window} in {where} is more than the runs' "
+                              f"{cfg.steps} steps{at}; set window to at most {cfg.steps} or raise steps")
 
 
 def _variants(body: Any, where: str) -> dict[str, tuple[str, ...]]:

@@ -165,7 +165,7 @@ def test_grid_points_and_fingerprint() -> None:
     assert load_sweep(str(sweeps_dir() / "tau_eps_staleness_grid.yaml"), ["output_dir=/elsewhere"]).fingerprint() \
         == spec.fingerprint()
     assert load_sweep(str(sweeps_dir() / "tau_eps_staleness_grid.yaml"), seeds=3).fingerprint() != spec.fingerprint()
-    assert load_sweep(str(sweeps_dir() / "tau_eps_staleness_grid.yaml"), ["steps=10"]).fingerprint() \
+    assert load_sweep(str(sweeps_dir() / "tau_eps_staleness_grid.yaml"), ["steps=100"]).fingerprint() \
         != spec.fingerprint()
 
 
