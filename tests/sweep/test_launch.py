@@ -157,12 +157,12 @@ def test_a_failing_child_fails_its_trial_with_the_reason_and_the_worker_goes_on(
     from optuna.trial import TrialState
 
     text = GRID.replace("seeds: 2", "seeds: 1").replace("  algorithm.tau: [0.0, 1.0]\n",
-                                                         "  trainer.lr: [0.05, 1.0e+308]\n")
+                                                         "  trainer.weight_decay: [0.0, 1.0e+300]\n")
     spec = load_sweep(str(_file(here, text)), ["output_dir=runs"], launcher="process")
     report = work(open_sweep(spec))
     assert sorted(o.state for o in report.outcomes) == ["COMPLETE", "FAIL"]
     bad = next(t for t in open_sweep(spec).study.get_trials() if t.state == TrialState.FAIL)
-    assert bad.params["trainer.lr"] == 1e308 and bad.user_attrs[T.FAILURE] == "run"
+    assert bad.params["trainer.weight_decay"] == 1e300 and bad.user_attrs[T.FAILURE] == "run"
     assert "(exit code 1)" in bad.user_attrs[T.FAIL_REASON]
     assert "weight norm after the update is nan" in bad.user_attrs[T.FAIL_REASON]
     assert Counter(r.info.status for r in _role(_runs(here / "runs", "grid"), "seed")) == {"FINISHED": 1,

@@ -410,13 +410,13 @@ def test_a_failing_run_fails_its_trial_with_the_reason_and_the_sweep_goes_on(her
     from optuna.trial import TrialState
 
     text = GRID.replace("  algorithm.tau: [0.0, 1.0]\n  trainer.staleness: [0, 1]\n",
-                        "  trainer.lr: [0.05, 1.0e+308]\n")
+                        "  trainer.weight_decay: [0.0, 1.0e+300]\n")
     spec = load_sweep(str(_sweep_file(here, text)))
     report = work(open_sweep(spec))
     assert sorted(o.state for o in report.outcomes) == ["COMPLETE", "FAIL"]
     trials = open_sweep(spec).study.get_trials()
     bad = next(t for t in trials if t.state == TrialState.FAIL)
-    assert bad.params["trainer.lr"] == 1e308 and bad.user_attrs[T.FAILURE] == "run"
+    assert bad.params["trainer.weight_decay"] == 1e300 and bad.user_attrs[T.FAILURE] == "run"
     assert "2/2 seeds failed" in bad.user_attrs[T.FAIL_REASON]
     assert "weight norm after the update is nan" in bad.user_attrs[T.FAIL_REASON]
     runs = _runs(here, "grid")
