@@ -1046,3 +1046,47 @@ def test_the_tiny_tier_on_a_task_without_a_warm_start_is_one_line(tmp_path: Path
     path.write_text(SWEEP.replace("experiment: toy", "experiment: default").replace(
         "algorithm=ucpo, steps=100000", "algorithm=ucpo, dataset=arith, steps=4"))
     one_line_error(rlvrlab("sweep", str(path), "--status", cwd=tmp_path), "does not compose: model.tier=tiny")
+
+
+@pytest.mark.skipif(shutil.which("openssl") is None, reason="needs the openssl command for a certificate")
+def test_a_tracking_server_behind_a_private_ca_is_looked_at_as_mlflow_would(tmp_path: Path, monkeypatch) -> None:
+    """https with a self-signed certificate: refused unless MLflow's own TLS settings say to trust it
+    (MLFLOW_TRACKING_SERVER_CERT_PATH, MLFLOW_TRACKING_INSECURE_TLS), as MLflow's client would be."""
+    import http.server
+    import ssl
+    import threading
+
+    from rlvrlab.tracking import store
+
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", str(tmp_path / "key.pem"),
+                    "-out", str(tmp_path / "cert.pem"), "-days", "1", "-subj", "/CN=127.0.0.1", "-addext",
+                    "subjectAltName=IP:127.0.0.1"], check=True, capture_output=True)
+
+    class Server(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802 - http.server's name
+            self.send_response(200)
+            self.end_headers()
+            self.wfile.write(b"OK")
+
+        def log_message(self, *args) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Server)
+    tls = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    tls.load_cert_chain(tmp_path / "cert.pem", tmp_path / "key.pem")
+    server.socket = tls.wrap_socket(server.socket, server_side=True)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    monkeypatch.setattr(store, "_reached", set())
+    try:
+        uri = f"https://127.0.0.1:{server.server_address[1]}"
+        with pytest.raises(RlvrlabError, match="no MLflow server answered within 2 s .*CERTIFICATE_VERIFY_FAILED"):
+            store.check_reachable(uri, timeout=2)
+        monkeypatch.setenv("MLFLOW_TRACKING_SERVER_CERT_PATH", str(tmp_path / "cert.pem"))
+        store.check_reachable(uri, timeout=2)
+        store._reached.clear()
+        monkeypatch.delenv("MLFLOW_TRACKING_SERVER_CERT_PATH")
+        monkeypatch.setenv("MLFLOW_TRACKING_INSECURE_TLS", "true")
+        store.check_reachable(uri, timeout=2)
+    finally:
+        server.shutdown()
+        server.server_close()

@@ -62,7 +62,7 @@ def check_reachable(uri: str, timeout: float = REACH_SECONDS) -> None:
     fix = ("start the server (mlflow server --host HOST --port PORT), fix tracking.uri, or leave tracking.uri out to "
            "record in output_dir's own sqlite store")
     try:
-        with urllib.request.urlopen(health, timeout=timeout) as answer:
+        with urllib.request.urlopen(health, timeout=timeout, context=_tls(uri)) as answer:
             answer.read(64)
     except urllib.error.HTTPError as error:
         if error.code not in (401, 403):
@@ -73,4 +73,20 @@ def check_reachable(uri: str, timeout: float = REACH_SECONDS) -> None:
         raise RlvrlabError(f"tracking.uri {uri}: no MLflow server answered within {timeout:g} s ({reason}); "
                            f"{fix}") from None
     _reached.add(uri)
+
+
+def _tls(uri: str):
+    """For https: the TLS settings MLflow's client takes from the environment (a private CA's certificate, a client
+    certificate, verification off), so that the look sees the server as MLflow will."""
+    if not uri.startswith("https://"):
+        return None
+    import ssl
+
+    context = ssl.create_default_context(cafile=os.environ.get("MLFLOW_TRACKING_SERVER_CERT_PATH") or None)
+    if os.environ.get("MLFLOW_TRACKING_INSECURE_TLS", "").lower() in ("true", "1"):  # as MLflow reads it
+        context.check_hostname = False
+        context.verify_mode = ssl.CERT_NONE
+    if os.environ.get("MLFLOW_TRACKING_CLIENT_CERT_PATH"):
+        context.load_cert_chain(os.environ["MLFLOW_TRACKING_CLIENT_CERT_PATH"])
+    return context
 
