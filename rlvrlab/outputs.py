@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from rlvrlab.errors import RlvrlabError
+from rlvrlab.errors import RlvrlabError, StorageError
 
 
 def check_dir(path: str | Path, what: str) -> Path:
@@ -84,6 +84,50 @@ def _read_only_fs(folder: Path) -> bool:
         return bool(os.statvfs(folder).f_flag & os.ST_RDONLY)
     except (OSError, AttributeError):
         return False
+
+
+# ------------------------------------------------------------------------------------- full disks, held stores
+def full_or_held(error: BaseException | None) -> str | None:
+    """"full" when `error` (or an error that caused it: MLflow and SQLAlchemy wrap sqlite's) is a full disk (ENOSPC,
+    EDQUOT, sqlite's "database or disk is full"), "held" when it is a sqlite database another process holds locked
+    ("database is locked"), else None."""
+    seen: set[int] = set()
+    while error is not None and id(error) not in seen:
+        seen.add(id(error))
+        if isinstance(error, OSError) and error.errno in (errno.ENOSPC, errno.EDQUOT):
+            return "full"
+        text = str(error)
+        if "database or disk is full" in text or "No space left on device" in text:
+            return "full"
+        if "database is locked" in text:
+            return "held"
+        error = error.__cause__ or error.__context__
+    return None
+
+
+@contextmanager
+def replacing(path: Path) -> Iterator[Path]:
+    """A temporary file beside `path` for the block to write, renamed over `path` once the block succeeds and
+    removed when it fails: a write cut short (a full disk, a kill) leaves `path` as it was, never empty or partial.
+    A full disk is a one-line StorageError naming `path`."""
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        yield tmp
+        os.replace(tmp, path)
+    except BaseException as error:
+        tmp.unlink(missing_ok=True)
+        if full_or_held(error) == "full":
+            raise StorageError(f"cannot write {path}: no space left on its device; free space there, then run the "
+                               "command again (files written before are unchanged)",
+                               what=f"no space left on the device of {path}") from None
+        raise
+
+
+def write_replacing(path: Path, text: str) -> None:
+    """`path.write_text(text)` through `replacing`: the file is whole or as it was."""
+    with replacing(path) as tmp:
+        tmp.write_text(text, encoding="utf-8")
 
 
 # ------------------------------------------------------------------------------------------------------ locks

@@ -658,12 +658,14 @@ def _metric_steps(output_dir: Path, run_id: str) -> dict[str, list[int]]:
 
 
 def test_a_checkpoint_is_complete_only_once_the_metrics_of_its_steps_are_stored(run_copy, monkeypatch) -> None:
-    """The metrics of step 3 cannot be stored (a full disk) while checkpoint step_000004 is written: that checkpoint
-    is never marked COMPLETE, the run ends FAILED, and --resume continues from step_000002, so that every metric
-    has every step (a checkpoint ahead of the stored metrics left a silent hole in each of them)."""
+    """The metrics of step 3 cannot be stored (ENOSPC injected) while checkpoint step_000004 is written: that
+    checkpoint is never marked COMPLETE, the run ends FAILED with one line saying how to continue it, and --resume
+    continues from step_000002, so that every metric has every step (a checkpoint ahead of the stored metrics left a
+    silent hole in each of them)."""
     import errno
 
     from rlvrlab.config import compose
+    from rlvrlab.errors import StorageError
     from rlvrlab.tracking.mlflow_tracker import MlflowTracker
     from rlvrlab.train.loop import train
 
@@ -678,7 +680,9 @@ def test_a_checkpoint_is_complete_only_once_the_metrics_of_its_steps_are_stored(
 
     monkeypatch.setattr(MlflowTracker, "_write", full_disk)
     cfg = compose("toy", [f"output_dir={output_dir}", "steps=6", "trainer.checkpoint_every=2"])
-    with pytest.raises((OSError, RlvrlabError), match=os.strerror(errno.ENOSPC)):
+    with pytest.raises(StorageError, match=r"stopped: no space left on the device \(OSError: .*No space left on "
+                                           r"device\); free space there, then `rlvrlab train --resume \w+ "
+                                           r"output_dir=\S+` continues it from step 2, its newest complete checkpoint$"):
         train(cfg)
     monkeypatch.undo()
     mlflow = client(output_dir)
@@ -693,7 +697,7 @@ def test_a_checkpoint_is_complete_only_once_the_metrics_of_its_steps_are_stored(
 
 @pytest.mark.slow
 def test_sigkill_at_many_moments_never_leaves_a_checkpoint_ahead_of_the_metrics(run_copy) -> None:
-    """One run SIGKILLed four times, each time at a random moment soon after a checkpoint's save began (inside the
+    """One run SIGKILLed three times, each time at a random moment soon after a checkpoint's save began (inside the
     save, its metric write or the steps after it), and resumed after each kill: at every kill the newest complete
     checkpoint's steps all have their metrics stored, and the run ends FINISHED with the metrics of an uninterrupted
     run, every key at the same steps."""
@@ -707,7 +711,7 @@ def test_sigkill_at_many_moments_never_leaves_a_checkpoint_ahead_of_the_metrics(
     reference = train(compose("toy", args))  # some keys are logged only at some steps (loss/pos/...)
     want = {key: set(s) for key, s in _metric_steps(output_dir, reference).items()}
     run_id = None
-    for kill in range(4):
+    for kill in range(3):
         command = ["--resume", run_id, f"output_dir={output_dir}"] if run_id else ["toy", *args]
         proc = subprocess.Popen([sys.executable, "-m", "rlvrlab.cli.main", "train", *command],
                                 stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
@@ -868,6 +872,97 @@ def test_huge_seeds_and_rates_are_one_line_at_composition(tmp_path: Path) -> Non
                    "in (0, 1000]")
 
 
+# held stores and full disks (issue 39, item 6)
+HOLD = ("import sqlite3, sys, time\n"
+        "db = sqlite3.connect(sys.argv[1], isolation_level=None)\n"
+        "db.execute('BEGIN EXCLUSIVE')\n"
+        "print('held', flush=True)\n"
+        "time.sleep(float(sys.argv[2]))\n")
+
+
+@pytest.fixture
+def hold():
+    """hold(db, seconds): another process holds an exclusive transaction on sqlite file `db` (a writer that keeps
+    the store), from the return of the call for `seconds` seconds, or to the end of the test."""
+    procs: list[subprocess.Popen] = []
+
+    def start(db: Path, seconds: float) -> subprocess.Popen:
+        proc = subprocess.Popen([sys.executable, "-c", HOLD, str(db), str(seconds)], stdout=subprocess.PIPE, text=True)
+        procs.append(proc)
+        assert proc.stdout is not None and proc.stdout.readline() == "held\n"
+        return proc
+
+    yield start
+    for proc in procs:
+        proc.kill()
+        proc.wait()
+
+
+@pytest.mark.slow
+def test_a_held_store_is_waited_for_and_then_named_in_one_line(run_copy, hold, monkeypatch, capfd) -> None:
+    """A sqlite store held by another writer when train, sweep or report open it: a short hold (8 s, more than
+    sqlite's own 5 s) is waited out and the command runs with nothing on stderr but its progress; a long one ends
+    each command in one line naming the held file and what to do, with nothing created (no run, and a study whose
+    start-up the same command finishes later)."""
+    from rlvrlab.config import compose
+    from rlvrlab.errors import StorageError
+    from rlvrlab.report.command import ReportRequest, make_report
+    from rlvrlab.sweep.spec import load_sweep
+    from rlvrlab.sweep.workers import run_sweep
+    from rlvrlab.train.loop import train
+
+    output_dir, _ = run_copy
+    db = output_dir / "mlflow.db"
+    hold(db, 8)
+    result = rlvrlab("train", "toy", "steps=2", f"output_dir={output_dir}")
+    assert result.returncode == 0, result.stderr
+    assert "Traceback" not in result.stderr and "ERROR" not in result.stderr and "locked" not in result.stderr
+
+    import sqlite3
+
+    def runs() -> int:  # read with sqlite itself: an MLflow store opened in this process would be cached, and
+        return sqlite3.connect(db).execute("select count(*) from runs").fetchone()[0]  # not open again
+
+    before = runs()
+    holder = hold(db, 600)
+    monkeypatch.setenv("RLVRLAB_STORE_WAIT_SECONDS", "0")  # one try: sqlite's own 5 s
+    held = f"the MLflow store {db} is locked by another process"
+    with pytest.raises(StorageError, match=f"^{held} .*; wait for the process writing it to end, then run the "
+                                           "command again$"):
+        train(compose("toy", ["steps=2", f"output_dir={output_dir}"]))
+    with pytest.raises(StorageError, match=held):
+        make_report(ReportRequest(experiment=HOSTILE_EXPERIMENT, output_dir=output_dir, out=output_dir / "report"))
+    sweep_file = output_dir / "held.yaml"
+    sweep_file.write_text(SWEEP.replace("steps=100000", "steps=4").replace("overrides: [", f"overrides: "
+                                                                            f"[output_dir={output_dir}, "))
+    with pytest.raises(StorageError, match=held):
+        run_sweep(load_sweep(str(sweep_file)))
+    err = capfd.readouterr().err
+    assert "Traceback" not in err and "ERROR" not in err, err
+    holder.kill()
+    holder.wait()
+    assert not (output_dir / "report").exists()
+    assert runs() == before
+
+
+@pytest.mark.slow
+def test_a_store_held_while_a_run_finishes_costs_a_wait_not_a_traceback(run_copy, hold, capfd) -> None:
+    """The store held for longer than MLflow's own 20 s wait just as a run ends: its last metrics and its status are
+    written once the store is free, and nothing is printed (MLflow logged each failed try at ERROR with two
+    tracebacks)."""
+    from rlvrlab.tracking.mlflow_tracker import MlflowTracker
+
+    output_dir, _ = run_copy
+    tracker = MlflowTracker(f"sqlite:///{output_dir / 'mlflow.db'}", "ends", artifact_root=output_dir / "art")
+    tracker.log_metrics(0, {"a": 1.0})
+    hold(output_dir / "mlflow.db", 22)
+    tracker.finish("FINISHED")
+    run = client(output_dir).get_run(tracker.run_id)
+    assert run.info.status == "FINISHED" and run.data.metrics == {"a": 1.0}
+    err = capfd.readouterr().err
+    assert "ERROR" not in err and "Traceback" not in err, err
+
+
 
 def _free_port() -> int:
     with socket.socket() as sock:
@@ -974,6 +1069,187 @@ def test_an_output_path_too_long_for_the_file_system_is_one_line(tmp_path: Path)
                    f"output_dir {for_sqlite}: the MLflow store", "sqlite opens at most 504")
     one_line_error(rlvrlab("train", "toy", "steps=2", f"output_dir={long_name}"), "is 300 bytes long")
     assert [p.name for p in tmp_path.iterdir()] == []
+
+
+@pytest.fixture
+def small_disk(tmp_path: Path):
+    """mount(megabytes) -> a folder on a tmpfs of that size, to fill (root only; unmounted after the test)."""
+    folder = tmp_path / "disk"
+    folder.mkdir()
+    if shutil.which("mount") is None:
+        pytest.skip("no mount command here; test_a_write_that_finds_the_disk_full_leaves_the_file_as_it_was and "
+                    "the metric write test cover a full disk by injecting ENOSPC")
+
+    def mount(megabytes: int) -> Path:
+        done = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={megabytes}m", "tmpfs", str(folder)],
+                              capture_output=True, text=True)
+        if done.returncode != 0:
+            pytest.skip(f"cannot mount a tmpfs here ({done.stderr.strip()}); test_a_write_that_finds_the_disk_full_"
+                        "leaves_the_file_as_it_was and the metric write test cover a full disk by injecting ENOSPC")
+        return folder
+
+    yield mount
+    subprocess.run(["umount", "-l", str(folder)], capture_output=True)
+
+
+def _fill(folder: Path) -> None:
+    """Write a file in `folder` until its file system has no space left."""
+    with (folder / "filler").open("wb", buffering=0) as handle:
+        try:
+            while True:
+                handle.write(b"\0" * 4096)
+        except OSError:
+            pass
+
+
+def _empty_files(folder: Path) -> list[Path]:
+    """Empty files under `folder`, other than lock files (empty by design when nobody holds them)."""
+    return [p for p in folder.rglob("*") if p.is_file() and p.stat().st_size == 0 and not p.name.endswith("lock")]
+
+
+@pytest.mark.slow
+def test_a_full_disk_stops_a_run_in_one_line_and_resume_loses_nothing(finished, small_disk) -> None:
+    """Training on a disk that fills up: the run stops in one line naming the full device and the command that
+    continues it; no empty file is left; once space is freed, that resume ends FINISHED with every step's metrics
+    (the newest complete checkpoint never runs ahead of the stored metrics)."""
+    from rlvrlab.config import compose
+    from rlvrlab.train.loop import train
+
+    disk = small_disk(2)
+    shutil.copy(finished[0] / "mlflow.db", disk / "mlflow.db")  # ~0.8 MB: the rest fills within ~30 steps
+    result = rlvrlab("train", "toy", "steps=200", "trainer.checkpoint_every=5", f"output_dir={disk}")
+    assert result.returncode == 1 and "Traceback" not in result.stderr and "ERROR" not in result.stderr, result.stderr
+    line = result.stderr.strip().splitlines()[-1]
+    assert line.startswith("error: run ") and "no space left on the device" in line, result.stderr
+    run_id = line.split()[2]
+    assert f"`rlvrlab train --resume {run_id} output_dir={disk}` continues it from step " in line
+    assert not _empty_files(disk), _empty_files(disk)
+    subprocess.run(["mount", "-o", "remount,size=64m", str(disk)], check=True)  # space freed
+    train(compose("toy", ["steps=200", "trainer.checkpoint_every=5", f"output_dir={disk}"]), resume=run_id)
+    assert client(disk).get_run(run_id).info.status == "FINISHED"
+    assert {m.step for m in client(disk).get_metric_history(run_id, "train/reward")} == set(range(200))
+
+
+@pytest.mark.slow
+def test_report_and_eval_on_a_full_disk_fail_in_one_line_and_keep_what_was_there(run_copy, small_disk) -> None:
+    """`report --out` and `eval --out` (after all its sampling) on a full disk: one line naming the file that could
+    not be written; the files written there before stay as they were, and no empty file is left."""
+    output_dir, _ = run_copy
+    disk = small_disk(1)
+    (disk / "report").mkdir()
+    (disk / "report" / "table.md").write_text("an earlier report\n")
+    (disk / "eval").mkdir()
+    (disk / "eval" / "records.jsonl").write_text('{"an earlier": "evaluation"}\n')
+    _fill(disk)
+    line = one_line_error(rlvrlab("report", "--experiment", HOSTILE_EXPERIMENT, "--output-dir", str(output_dir),
+                                  "--out", str(disk / "report")), "no space left on its device")
+    assert str(disk / "report") in line
+    assert (disk / "report" / "table.md").read_text() == "an earlier report\n"
+    # eval pass-at-k writes its --out files with this function once all is sampled (a toy run has no model to
+    # sample from; what is written, not how it was sampled, is under test here)
+    from rlvrlab.errors import StorageError
+    from rlvrlab.eval.run import write_outputs
+
+    record = {"id": "p0", "n": 2, "c": 1, "answers": [], "reasons": {}, "diversity": None, "no_answer": 2}
+    with pytest.raises(StorageError, match=f"cannot write {disk / 'eval' / 'records.jsonl'}: no space left on its "
+                                           "device; free space there, then run the command again"):
+        write_outputs(disk / "eval", [record] * 1000, [{"text": "x" * 1000}] * 1000, {"datasets": {}}, [1])
+    assert (disk / "eval" / "records.jsonl").read_text() == '{"an earlier": "evaluation"}\n'
+    assert not _empty_files(disk), _empty_files(disk)
+
+
+def test_a_write_that_finds_the_disk_full_leaves_the_file_as_it_was(tmp_path: Path) -> None:
+    """ENOSPC injected halfway through a write (where no tmpfs can be mounted this stands in for the full-disk tests):
+    the file keeps its earlier content, no temporary file is left, and the error is one line naming the file."""
+    import errno
+
+    from rlvrlab.errors import StorageError
+    from rlvrlab.outputs import full_or_held, replacing, write_replacing
+
+    target = tmp_path / "table.md"
+    target.write_text("earlier\n")
+    with pytest.raises(StorageError, match=f"^cannot write {target}: no space left on its device; free space "
+                                           r"there, then run the command again \(files written before are "
+                                           r"unchanged\)$"):
+        with replacing(target) as tmp, tmp.open("w") as handle:
+            handle.write("half of a new table")
+            handle.flush()
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(tmp))
+    assert target.read_text() == "earlier\n" and sorted(p.name for p in tmp_path.iterdir()) == ["table.md"]
+    with pytest.raises(KeyError):  # any other error passes through, the file as it was
+        with replacing(target):
+            raise KeyError("x")
+    assert target.read_text() == "earlier\n" and sorted(p.name for p in tmp_path.iterdir()) == ["table.md"]
+    write_replacing(target, "new\n")
+    assert target.read_text() == "new\n"
+    import sqlite3
+
+    locked = RuntimeError("while logging")
+    locked.__cause__ = sqlite3.OperationalError("database is locked")
+    assert full_or_held(locked) == "held" and full_or_held(OSError(errno.EDQUOT, "quota")) == "full"
+    assert full_or_held(ValueError("no")) is None
+
+
+@pytest.mark.parametrize("error, fragment", [
+    ("OSError(28, 'No space left on device', '/data/x.bin')", "no space left on the device (OSError: [Errno 28] No "
+                                                              "space left on device: '/data/x.bin'); free space there"),
+    ("sqlite3.OperationalError('database is locked')", "a sqlite database is locked by another process "
+                                                       "(OperationalError: database is locked); wait for the process"),
+])
+def test_a_full_disk_or_held_store_no_command_words_is_still_one_line(error: str, fragment: str) -> None:
+    """The command line's last resort: a full disk or a held sqlite file that reaches it unworded (raised where no
+    command expected a write to fail) is one line too, saying to run the command again once space is freed or the
+    file released; any other error keeps its traceback."""
+    code = ("import sqlite3, sys\nimport rlvrlab.cli.main as cli\n"
+            f"def app():\n    raise {error}\n"
+            "cli.app = app\nsys.argv = ['rlvrlab']\ncli.main()\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=TIMEOUT)
+    one_line_error(done, fragment, "then run the command again")
+    other = subprocess.run([sys.executable, "-c", code.replace(error, "ValueError('a bug')")], capture_output=True,
+                           text=True, timeout=TIMEOUT)
+    assert other.returncode == 1 and "Traceback" in other.stderr and "ValueError: a bug" in other.stderr
+
+
+@pytest.mark.slow
+def test_a_sweep_on_a_disk_that_fills_stops_in_one_line_and_the_same_command_finishes_it(finished, small_disk,
+                                                                                        tmp_path: Path) -> None:
+    """A sweep whose disk fills during a seed run: one line, and the trial is not failed (nothing is wrong with
+    it); once space is freed the same command re-runs it and finishes the grid, each point complete once."""
+    from optuna.trial import TrialState
+
+    from rlvrlab.sweep.spec import load_sweep
+    from rlvrlab.sweep.trials import open_sweep
+
+    disk = small_disk(2)
+    (disk / "runs").mkdir()
+    shutil.copy(finished[0] / "mlflow.db", disk / "runs" / "mlflow.db")
+    path = tmp_path / "fills.yaml"
+    path.write_text(SWEEP.replace("steps=100000", "steps=60"))
+    stopped = subprocess.run([sys.executable, "-m", "rlvrlab.cli.main", "sweep", str(path)], cwd=disk,
+                             capture_output=True, text=True, timeout=TIMEOUT)
+    line = one_line_error_last(stopped)
+    assert "no space left" in line and "again" in line, line
+    subprocess.run(["mount", "-o", "remount,size=64m", str(disk)], check=True)  # space freed
+    done = subprocess.run([sys.executable, "-m", "rlvrlab.cli.main", "sweep", str(path)], cwd=disk,
+                          capture_output=True, text=True, timeout=TIMEOUT)
+    assert done.returncode == 0, done.stderr
+    here = Path.cwd()
+    os.chdir(disk)
+    try:
+        trials = open_sweep(load_sweep(str(path)), create=False).study.get_trials()
+    finally:
+        os.chdir(here)
+    complete = sorted(t.params["algorithm.tau"] for t in trials if t.state == TrialState.COMPLETE)
+    assert complete == [0.0, 1.0] and not [t for t in trials if t.user_attrs.get("rlvrlab.failure") == "run"]
+
+
+def one_line_error_last(result: subprocess.CompletedProcess) -> str:
+    """The error line of a command that printed a progress bar before it: exit 1, no traceback, its last line."""
+    assert result.returncode == 1, (result.stdout, result.stderr)
+    assert "Traceback" not in result.stderr + result.stdout and "ERROR" not in result.stderr, result.stderr
+    line = result.stderr.strip().splitlines()[-1]
+    assert line.startswith("error: "), result.stderr
+    return line
 
 
 

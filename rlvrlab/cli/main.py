@@ -12,6 +12,7 @@ from rlvrlab.cli.report import report
 from rlvrlab.cli.sweep import sweep
 from rlvrlab.cli.train import train
 from rlvrlab.errors import RlvrlabError
+from rlvrlab.outputs import full_or_held
 from rlvrlab.procs import exit_now, ignore_further_signals, install_stop_handlers, stop_requested
 
 app = typer.Typer(
@@ -43,6 +44,13 @@ def main() -> None:
         # soft_wrap: the message stays one line however narrow the terminal
         Console(stderr=True).print(f"error: {error}", style="red", markup=False, highlight=False, soft_wrap=True)
         exit_now(1)
+    except Exception as error:  # a full disk or a held store the command did not word itself: one line too
+        trouble = full_or_held(error)
+        if trouble is None or os.environ.get("RLVRLAB_DEBUG") == "1":
+            raise
+        Console(stderr=True).print(f"error: {_storage_line(error, trouble)}", style="red", markup=False,
+                                   highlight=False, soft_wrap=True)
+        exit_now(1)
     except SystemExit as done:  # typer ends every command with one
         if stop_requested() is not None:
             ignore_further_signals()
@@ -50,6 +58,15 @@ def main() -> None:
     finally:
         if stop_requested() is not None:
             ignore_further_signals()
+
+
+def _storage_line(error: BaseException, trouble: str) -> str:
+    first = str(error).strip().splitlines()[0] if str(error).strip() else ""
+    if trouble == "full":
+        return (f"no space left on the device ({type(error).__name__}: {first}); free space there, then run the "
+                "command again")
+    return (f"a sqlite database is locked by another process ({type(error).__name__}: {first}); wait for the process "
+            "writing it to end, then run the command again")
 
 
 if __name__ == "__main__":

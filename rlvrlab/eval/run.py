@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rlvrlab import components
+from rlvrlab import components, outputs
 from rlvrlab.algorithms.passk import avg_at_n, diversity_of_correct, maj_at_k, mean, pass_at_k
 from rlvrlab.components import Sampling
 from rlvrlab.data.problems import Problem
@@ -273,18 +273,19 @@ CSV_SCALARS = ("dataset", "id", "source", "n", "c", "avg@n")
 
 def write_outputs(out: Path, records: Sequence[dict], samples: Sequence[dict], summary: dict,
                   ks: Sequence[int]) -> list[Path]:
-    """records.jsonl, records.csv (scalars; answers as the top answer), samples.jsonl, aggregate.json."""
+    """records.jsonl, records.csv (scalars; answers as the top answer), samples.jsonl, aggregate.json. Each is whole
+    or as it was (rlvrlab.outputs.replacing): a full disk leaves no empty or partial file, and a one-line error."""
     import csv
     import json
 
     out.mkdir(parents=True, exist_ok=True)
     files = [out / "records.jsonl", out / "records.csv", out / "samples.jsonl", out / "aggregate.json"]
-    with files[0].open("w", encoding="utf-8") as handle:
+    with outputs.replacing(files[0]) as tmp, tmp.open("w", encoding="utf-8") as handle:
         for r in records:
             handle.write(json.dumps(r, ensure_ascii=False) + "\n")
     columns = [*CSV_SCALARS, *(f"pass@{k}" for k in ks), *(f"maj@{k}" for k in ks), "correct_distinct",
                "diversity", "no_answer", "top_answer", "top_answer_count", "top_answer_correct", "reasons"]
-    with files[1].open("w", encoding="utf-8", newline="") as handle:
+    with outputs.replacing(files[1]) as tmp, tmp.open("w", encoding="utf-8", newline="") as handle:
         writer = csv.DictWriter(handle, fieldnames=columns)
         writer.writeheader()
         for r in records:
@@ -294,8 +295,8 @@ def write_outputs(out: Path, records: Sequence[dict], samples: Sequence[dict], s
                        reasons=";".join(f"{k}={v}" for k, v in r["reasons"].items()),
                        diversity="" if r["diversity"] is None else r["diversity"])
             writer.writerow(row)
-    with files[2].open("w", encoding="utf-8") as handle:
+    with outputs.replacing(files[2]) as tmp, tmp.open("w", encoding="utf-8") as handle:
         for s in samples:
             handle.write(json.dumps(s, ensure_ascii=False) + "\n")
-    files[3].write_text(json.dumps(summary, indent=2, ensure_ascii=False) + "\n")
+    outputs.write_replacing(files[3], json.dumps(summary, indent=2, ensure_ascii=False) + "\n")
     return files

@@ -124,11 +124,11 @@ def make_report(request: ReportRequest) -> ReportOutcome:
              "csv": render.to_csv(result)}
     for fmt in chosen:
         path = folder / f"table.{fmt}"
-        path.write_text(texts[fmt])
+        outputs.write_replacing(path, texts[fmt])
         written.append(path)
     if "csv" in chosen and result.rows:
         path = folder / "comparisons.csv"
-        path.write_text(render.comparisons_csv(result))
+        outputs.write_replacing(path, render.comparisons_csv(result))
         written.append(path)
     if plots:
         for name in dict.fromkeys(spec.name for spec in specs):
@@ -144,7 +144,7 @@ def make_report(request: ReportRequest) -> ReportOutcome:
             means = {c.group: c.mean for c in result.cells if c.section == "train" and c.metric == first}
             written.append(plotting.heatmap(selection, means, keys, first, folder, not lower_is_better(first)))
     sidecar = folder / "sources.json"
-    sidecar.write_text(render.sources(selection, result, list(request.command),
+    outputs.write_replacing(sidecar, render.sources(selection, result, list(request.command),
                                       evals.eval_runs if evals else {}, [p.name for p in written],
                                       origin.as_dict(), registered.as_dict() if registered else None,
                                       event_dicts(event_results) if event_results else None))

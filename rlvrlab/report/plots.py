@@ -11,6 +11,7 @@ from typing import Optional
 
 import numpy as np
 
+from rlvrlab import outputs
 from rlvrlab.report import stats
 from rlvrlab.report.collect import EvalRecords, Selection, curves
 
@@ -55,7 +56,7 @@ def training_curves(client, selection: Selection, metric: str, out: Path, smooth
         ax.legend(fontsize=7, loc="best")
     path = out / f"curve_{_slug(metric)}.png"
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    _save(fig, path)
     plt.close(fig)
     return path
 
@@ -88,7 +89,7 @@ def passk_curves(selection: Selection, evals: EvalRecords, dataset: str, out: Pa
     ax.legend(fontsize=7, loc="lower right")
     path = out / f"passk_{_slug(dataset)}.png"
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    _save(fig, path)
     plt.close(fig)
     return path
 
@@ -136,7 +137,7 @@ def heatmap(selection: Selection, values: dict[str, float], keys: tuple[str, str
                  fontsize=9)
     path = out / f"heatmap_{_slug(keys[0])}_{_slug(keys[1])}.png"
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    _save(fig, path)
     plt.close(fig)
     return path
 
@@ -154,3 +155,10 @@ def _sort_key(value: str):
         return (0, float(value))
     except (TypeError, ValueError):
         return (1, str(value))
+
+
+def _save(fig, path: Path) -> None:
+    """The figure as a PNG at `path`, whole or not at all (rlvrlab.outputs.replacing: a full disk leaves no empty
+    or partial file)."""
+    with outputs.replacing(path) as tmp:
+        fig.savefig(tmp, dpi=120, format="png")

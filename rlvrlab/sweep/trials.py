@@ -37,8 +37,8 @@ from optuna.exceptions import UpdateFinishedTrialError
 from optuna.trial import TrialState
 
 from rlvrlab.config import compose, config_hash
-from rlvrlab.errors import RlvrlabError
-from rlvrlab.outputs import file_lock, shared_file_lock
+from rlvrlab.errors import RlvrlabError, StorageError
+from rlvrlab.outputs import file_lock, full_or_held, shared_file_lock
 from rlvrlab.procs import raise_if_stop_requested, stop_at_safe_points
 from rlvrlab.report.stats import seeds_for_halfwidth, t_interval
 from rlvrlab.sweep.launch import run_seed_process
@@ -403,6 +403,8 @@ def run_trial(sweep: Sweep, trial, *, on_seed: Optional[OnSeed] = None) -> Trial
         _finish_trial_run(client, trial_run, "KILLED", {}, {T.PRUNED: "true"})
         return TrialOutcome(trial.number, "PRUNED")
     except RlvrlabError as error:  # the trial's config does not compose (e.g. a sampled value a rule rejects)
+        if isinstance(error, StorageError):  # the place, not the trial: the stores may not take a write now; the
+            raise  # next invocation finds this worker gone and re-runs the trial (rlvrlab.sweep.liveness)
         trial.set_user_attr(T.FAILURE, "run")
         trial.set_user_attr(T.FAIL_REASON, str(error)[:1000])
         sweep.study.tell(trial, state=TrialState.FAIL)
@@ -486,15 +488,29 @@ def _seed_run(sweep: Sweep, client, trial, params: dict, seed: int, position: in
         run_id = train(cfg, on_step=report, tags=tags)
     except RunStopped:
         raise
-    except RlvrlabError as error:
-        return _last_run_of(client, sweep, trial_run, seed), None, str(error)
     except Exception as error:
+        trouble = full_or_held(error)
+        if trouble is not None:  # a full disk or a held store: the sweep stops and its next invocation re-runs it
+            raise _stopped_by_storage(error, trouble, trial.number, seed) from None
+        if isinstance(error, RlvrlabError):
+            return _last_run_of(client, sweep, trial_run, seed), None, str(error)
         if os.environ.get("RLVRLAB_DEBUG") == "1":
             raise
         return _last_run_of(client, sweep, trial_run, seed), None, f"{type(error).__name__}: {error}"
     value = objective_of(client, run_id, metric, window)
     client.set_tag(run_id, T.OBJECTIVE, format_value(value))
     return run_id, value, None
+
+
+def _stopped_by_storage(error: Exception, trouble: str, number: int, seed: int) -> StorageError:
+    """A seed run stopped by a full disk or a held store, worded for the sweep: its trial is not failed (nothing is
+    wrong with it), and the same command re-runs it."""
+    what = error.what if isinstance(error, StorageError) else (
+        ("no space left on the device" if trouble == "full" else "a sqlite store is locked by another process")
+        + f" ({type(error).__name__}: {str(error).strip().splitlines()[0] if str(error).strip() else ''})")
+    fix = "free space there" if trouble == "full" else "wait for the process holding it to end"
+    return StorageError(f"sweep stopped in trial {number}, seed {seed}: {what}; {fix}, then run the same command "
+                        "again (the trial is re-run)", what=what)
 
 
 def _finished_seed_run(sweep: Sweep, client, chash: str, seed: int) -> Optional[str]:

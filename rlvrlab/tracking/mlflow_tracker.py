@@ -10,6 +10,7 @@ Where the store is: `rlvrlab.tracking.store`.
 
 from __future__ import annotations
 
+import functools
 import math
 import threading
 import time
@@ -17,8 +18,8 @@ from collections.abc import Mapping
 from functools import partial
 from pathlib import Path
 
-from rlvrlab.errors import RlvrlabError
-from rlvrlab.outputs import file_lock
+from rlvrlab.errors import RlvrlabError, StorageError
+from rlvrlab.outputs import file_lock, full_or_held
 from rlvrlab.tracking.store import check_reachable
 
 _BATCH = 1000  # MLflow's limit of metrics per log_batch call
@@ -30,7 +31,8 @@ PARAM_LIMIT = 6000  # MLflow's limit on a param value's length; a longer value i
 def quiet_client(uri: str):
     """An MlflowClient whose store does not log its sqlite schema migrations at INFO. A sqlite store is opened
     (created and migrated, the first time) under a file lock next to it, `.mlflow.lock`: two processes starting
-    on a fresh output_dir at once would otherwise both create its tables and one would fail."""
+    on a fresh output_dir at once would otherwise both create its tables and one would fail. Each call on a sqlite
+    store waits while another process holds the file (`_patiently`)."""
     import logging
     import os
 
@@ -39,20 +41,76 @@ def quiet_client(uri: str):
     os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")  # no tqdm bars on stderr
     for name in ("alembic", "mlflow"):
         logging.getLogger(name).setLevel(logging.WARNING)
+    # MLflow logs every failed sqlite statement at ERROR with its traceback, then raises it: callers get the error
+    # (tried again while the store is held, one line when it is not to be had), the log was a second copy
+    logging.getLogger("mlflow.store.db.utils").setLevel(logging.CRITICAL)
     if not uri.startswith("sqlite:///"):
         check_reachable(uri)  # a server that does not answer: one line in seconds, not minutes of MLflow's retries
         return MlflowClient(tracking_uri=uri)
-    lock = Path(uri.removeprefix("sqlite:///")).expanduser().parent / STORE_LOCK
+    path = uri.removeprefix("sqlite:///")
+
+    def open_store():
+        client = MlflowClient(tracking_uri=uri)  # opening the store creates or migrates its tables
+        client._tracking_client.store  # noqa: B018 - (in case a later MLflow opens it lazily)
+        return _Patient(client, path)
+
+    lock = Path(path).expanduser().parent / STORE_LOCK
     try:
         with file_lock(lock):
-            client = MlflowClient(tracking_uri=uri)  # opening the store creates or migrates its tables
-            client._tracking_client.store  # noqa: B018 - (in case a later MLflow opens it lazily)
+            return _patiently(open_store, path)
     except OSError:  # a read-only folder: reading runs needs no lock; writing is refused earlier
-        client = MlflowClient(tracking_uri=uri)
-    return client
+        return _patiently(open_store, path)
 
 
 STORE_LOCK = ".mlflow.lock"
+STORE_WAIT_SECONDS = 60.0  # how long one call on a sqlite store waits while another process holds it
+
+
+def _patiently(call, path: str):
+    """call() on the sqlite store `path`, tried again while another process holds the file locked (each try waits
+    too: sqlite 5 s to open a store, MLflow's sessions 20 s, or not at all when two transactions would wait for
+    each other) for STORE_WAIT_SECONDS in all (RLVRLAB_STORE_WAIT_SECONDS sets another wait); then a one-line
+    StorageError naming the file, as for a full disk at once. A try that failed on the lock rolled its transaction
+    back: trying again writes nothing twice."""
+    import os
+
+    wait = float(os.environ.get("RLVRLAB_STORE_WAIT_SECONDS", STORE_WAIT_SECONDS))
+    deadline = time.monotonic() + wait
+    while True:
+        try:
+            return call()
+        except Exception as error:
+            trouble = full_or_held(error)
+            if trouble is None or isinstance(error, StorageError):
+                raise
+            if trouble == "full":
+                raise StorageError(f"the MLflow store {path} cannot be written: no space left on its device; free "
+                                   "space there, then run the command again",
+                                   what=f"no space left on the device of the MLflow store {path}") from None
+            if time.monotonic() >= deadline:
+                raise StorageError(f"the MLflow store {path} is locked by another process (still after {wait:g} s); "
+                                   "wait for the process writing it to end, then run the command again",
+                                   what=f"the MLflow store {path} is locked by another process") from None
+            time.sleep(1.0)
+
+
+class _Patient:
+    """An MlflowClient of a local sqlite store whose public calls go through `_patiently`; its other attributes are
+    the client's own."""
+
+    def __init__(self, client, path: str):
+        self._client, self._path = client, path
+
+    def __getattr__(self, name: str):
+        value = getattr(self._client, name)
+        if name.startswith("_") or not callable(value):
+            return value
+
+        @functools.wraps(value)
+        def call(*args, **kwargs):
+            return _patiently(partial(value, *args, **kwargs), self._path)
+
+        return call
 
 
 def experiment_id_for(client, name: str, artifact_root: Path | None) -> str:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
+import shlex
 import signal
 import sys
 import time
@@ -37,7 +38,7 @@ from rlvrlab.algorithms import (
 )
 from rlvrlab.config.rules import overlong_buffer_tokens
 from rlvrlab.config.schema import RunConfig
-from rlvrlab.errors import RlvrlabError
+from rlvrlab.errors import RlvrlabError, StorageError
 from rlvrlab.procs import raise_if_stop_requested, stop_at_safe_points
 from rlvrlab.tracking import tags as T
 from rlvrlab.tracking.store import check_reachable, store
@@ -120,7 +121,13 @@ def train(cfg: RunConfig, *, resume: str | None = None, on_step: OnStep | None =
                 lock = outputs.RunLock(run.run_dir, run.tracker.run_id).acquire()
             if resume:
                 _record_extension(run, notes, extended_from)
-            return _run_steps(run, cfg, folder, on_step, progress)
+            try:
+                return _run_steps(run, cfg, folder, on_step, progress)
+            except Exception as error:
+                trouble = outputs.full_or_held(error)
+                if trouble is None:
+                    raise
+                raise _stopped_by_storage(run, error, trouble) from None
     finally:
         if lock is not None:
             lock.release()
@@ -223,6 +230,21 @@ def _toy_threads(cfg: RunConfig) -> Iterator[None]:
         torch.set_num_threads(before)
 
 
+def _stopped_by_storage(run: Run, error: Exception, trouble: str) -> StorageError:
+    """A full disk or a held store stopped the run: one line saying what, from where it continues and how. What is
+    stored stays: a checkpoint is COMPLETE only once the metrics of its steps are stored, and its files are checked
+    before a resume reads them."""
+    what = error.what if isinstance(error, StorageError) else (
+        ("no space left on the device" if trouble == "full" else "the MLflow store is locked by another process")
+        + f" ({type(error).__name__}: {str(error).strip().splitlines()[0] if str(error).strip() else ''})")
+    last = checkpoint.latest(run.run_dir)
+    command = shlex.join(["rlvrlab", "train", "--resume", run.tracker.run_id, f"output_dir={run.cfg.output_dir}"])
+    then = (f"`{command}` continues it from step {checkpoint.step_of(last)}, its newest complete checkpoint"
+            if last else "train it again (no checkpoint was complete)")
+    fix = "free space there" if trouble == "full" else "wait for the process holding it to end"
+    return StorageError(f"run {run.tracker.run_id} stopped: {what}; {fix}, then {then}", what=what)
+
+
 def _stderr_warning(message: str) -> None:
     print(f"warning: {message}", file=sys.stderr, flush=True)
 
@@ -273,7 +295,7 @@ def _record_extension(run: Run, notes: list[str], extended_from: int | None) -> 
     if not notes or run.rank != 0:
         return
     config = rundir.config_file(run.run_dir)
-    config.write_text("\n".join(notes) + "\n" + config.read_text())
+    outputs.write_replacing(config, "\n".join(notes) + "\n" + config.read_text())  # whole or as it was
     if extended_from is not None:
         froms = [line.removeprefix(EXTENSION_NOTE).split()[0] for line in notes]
         run.tracker.set_tags({T.STEPS_EXTENDED_FROM: ",".join(froms), T.STEPS: str(run.cfg.steps)})

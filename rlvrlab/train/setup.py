@@ -14,7 +14,7 @@ from pathlib import Path
 
 import torch
 
-from rlvrlab import components, rundir
+from rlvrlab import components, outputs, rundir
 from rlvrlab.algorithms import BoundAlgorithm, bind_algorithm
 from rlvrlab.config.compose import compose, to_yaml
 from rlvrlab.config.schema import RunConfig
@@ -150,7 +150,7 @@ def build(cfg: RunConfig, *, run_id: str | None = None, tags: Mapping[str, str] 
     run_folder = rundir.run_dir(output_dir, run_id)
     if rank == 0:
         run_folder.mkdir(parents=True, exist_ok=True)
-        rundir.config_file(run_folder).write_text(resolved if resolved is not None else to_yaml(cfg))
+        outputs.write_replacing(rundir.config_file(run_folder), resolved if resolved is not None else to_yaml(cfg))
     evaluation = _heldout(cfg, parts)
     if rank == 0 and evaluation is not None:
         tracker.set_tags({T.EVAL_METHOD: evaluation.method})
