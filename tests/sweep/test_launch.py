@@ -272,8 +272,9 @@ def test_workers_get_disjoint_devices_from_an_explicit_list(here: Path) -> None:
     if len(by_worker) == 2:  # both workers claimed trials (timing-dependent): they saw different devices
         assert set().union(*by_worker.values()) == {"3", "5"}
 
+    # --oversubscribe: 3 workers are more than a 2-core machine holds, and the placement is what is checked here
     refused = subprocess.run([RLVRLAB, "sweep", str(path), "--workers", "3", "--gpus-per-run", "1", "--launcher",
-                              "process"], cwd=here, env={**env, "COLUMNS": "40"}, capture_output=True, text=True,
+                              "process", "--oversubscribe"], cwd=here, env={**env, "COLUMNS": "40"}, capture_output=True, text=True,
                              timeout=120)
     assert refused.returncode == 1
     lines = refused.stderr.strip().splitlines()
