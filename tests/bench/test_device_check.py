@@ -59,7 +59,23 @@ def hidden_modules() -> set[str]:
     """Top-level modules of this environment that belong to no distribution a stock image + the wheels holds."""
     allowed = _closure({"torch", "transformers"}) | _wheel_set() | {"rlvrlab"}
     return {module for module, dists in metadata.packages_distributions().items()
-            if not any(_norm(d) in allowed for d in dists)}
+            if not any(_norm(d) in allowed for d in dists)} - _vendored_by_setuptools(allowed)
+
+
+def _vendored_by_setuptools(allowed: set[str]) -> set[str]:
+    """The top-level modules setuptools carries in its _vendor folder (jaraco, more_itertools, ...), which it puts on
+    sys.path itself: a stock image with setuptools has them. DeepSpeed's CPU build of its shared-memory op imports
+    torch.utils.cpp_extension, which imports setuptools, which imports them."""
+    if "setuptools" not in allowed:
+        return set()
+    import importlib.util
+
+    spec = importlib.util.find_spec("setuptools")
+    vendor = Path(spec.origin).parent / "_vendor" if spec and spec.origin else None
+    if vendor is None or not vendor.is_dir():
+        return set()
+    return {p.name.removesuffix(".py") for p in vendor.iterdir()
+            if not p.name.endswith(".dist-info") and (p.is_dir() or p.suffix == ".py")}
 
 
 def test_the_stock_image_hides_what_rlvrlab_needs_elsewhere() -> None:
