@@ -1,4 +1,5 @@
-"""The statistics of a report, valid at the 3-10 seeds RLVR studies can afford (issue 14; EVAL_STATS_UX.md §2.0).
+"""The statistics of a report, valid at the 3-10 seeds RLVR studies can afford (docs/report.md, "Numbers": a
+percentile bootstrap over 3 seeds is [min, max] of the seeds and covers 75%, hence t-based intervals).
 Pure numpy/scipy functions with typed results; no resampling, so a table is the same on every machine.
 
 Shapes: a training metric is one value per seed, x [S]; an evaluation metric is one value per seed and problem,
@@ -14,9 +15,10 @@ Intervals (95%, two-sided):
 
 Comparisons (`compare`):
 - paired (both groups ran the same seed list; the same seed gives the same initial weights, prompt order and
-  sampling seeds in every arm, tests/test_report_stats.py): training metrics: paired t on the per-seed
-  differences; evaluation metrics: the crossed interval of the seed × problem differences (paired by seed and by
-  problem). The exact sign-flip permutation p over seeds (Fisher 1935; all 2^S flips, S <= 16) goes to the CSV.
+  sampling seeds in every arm, tests/train/test_train_toy.py::test_same_seed_pairs_arms): training metrics: paired
+  t on the per-seed differences; evaluation metrics: the crossed interval of the seed × problem differences (paired
+  by seed and by problem). The exact sign-flip permutation p over seeds (Fisher 1935; all 2^S flips, S <= 16)
+  goes to the CSV.
 - unpaired (different seed lists): Welch (1947) on the per-seed scores; evaluation metrics pair the problems only
   (seed components of both groups + the variance of the per-problem difference of group means).
 - Every comparison carries its minimum detectable effect: the |Δ| a two-sided α = 0.05 t-test with the same
@@ -147,7 +149,7 @@ def welch_moments(a: np.ndarray, b: np.ndarray) -> Moments:
 
 def _satterthwaite(terms: list[tuple[np.ndarray, float]]) -> tuple[np.ndarray, np.ndarray]:
     """Σ terms and their Satterthwaite (1946) df: (Σ t)² / Σ t²/df_t; terms are (value, df) with value >= 0."""
-    total = sum(t for t, _ in terms)
+    total = np.asarray(sum(t for t, _ in terms), dtype=np.float64)
     denominator = sum(t ** 2 / d for t, d in terms)
     with np.errstate(divide="ignore", invalid="ignore"):
         df = np.where(denominator > 0, total ** 2 / denominator, float(terms[0][1]))
@@ -184,7 +186,7 @@ def crossed_moments(x: np.ndarray) -> Moments:
     (S-1)(P-1)), then shrunk towards the seed df S-1 by the seed term's share w = A/(A+B+E):
     df = (S-1) + (df_satt - (S-1))(1 - w)². Plain Satterthwaite covers only 0.92-0.93 at 3 seeds when the seed
     term is comparable to the others (its df estimate is too large exactly when A is underestimated); the
-    shrinkage brings every case the tests simulate to 0.935-0.975 (tests/test_report_stats.py, docs/report.md).
+    shrinkage brings every case the tests simulate to 0.935-0.975 (tests/report/test_report_stats.py, docs/report.md).
     With problems dominating, df -> Satterthwaite (about P-1); with seeds dominating, df -> S-1: the Student-t
     interval of the seed means."""
     x = np.asarray(x, dtype=np.float64)
@@ -442,10 +444,10 @@ def _log_comb(n: np.ndarray | int, k: int) -> np.ndarray:
 def _expected_distinct(counts: Sequence[int], total: int, draws: int) -> float:
     """E[distinct forms] when `draws` of `total` items (counts[f] of form f, the rest of no form) are drawn
     without replacement: Σ_f 1 - C(total - n_f, draws) / C(total, draws)."""
-    counts = np.asarray([c for c in counts if c > 0], dtype=np.float64)
+    sizes = np.asarray([c for c in counts if c > 0], dtype=np.float64)
     if draws > total or draws < 0:
         raise ValueError(f"cannot draw {draws} of {total}")
-    rest = total - counts
+    rest = total - sizes
     missing = np.where(rest >= draws, np.exp(_log_comb(np.maximum(rest, draws), draws) - _log_comb(total, draws)), 0.0)
     return float((1.0 - missing).sum())
 
