@@ -6,16 +6,19 @@ from __future__ import annotations
 import json
 import tempfile
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 import numpy as np
 
 from rlvrlab.config.rules import unknown
 from rlvrlab.errors import RlvrlabError
 from rlvrlab.tracking.runs import client_for, is_training_run, linked_evaluations, seed_of
+
+if TYPE_CHECKING:
+    from mlflow.entities import Run
 
 # flattened config keys that never name a group (the seed, where records go, the MLflow experiment)
 NOT_LABELS = ("seed", "output_dir", "experiment")
@@ -88,6 +91,7 @@ def select(uri: str, *, experiment: Optional[str] = None, study: Optional[str] =
         source = "runs"
     else:
         name = study or experiment
+        assert name is not None  # exactly one of experiment, study and run_ids was given (checked above)
         found = client.get_experiment_by_name(name)
         if found is None:
             names = sorted(e.name for e in client.search_experiments())
@@ -240,6 +244,9 @@ def available_metrics(client, selection: Selection) -> list[str]:
     return sorted(names)
 
 
+_REDUCE: dict[str, Callable[[list[float]], float]] = {"mean": np.mean, "max": np.max, "min": np.min}
+
+
 def final_values(client, group: Group, metric: str, last: int, reduce: str) -> np.ndarray:
     """[S]: per seed run, the mean (or max/min) of the metric over its last `last` logged steps; auc: the area under
     those steps' curve (trapezoids, in steps) divided by their span, a mean over steps that weighs sparse logging
@@ -254,7 +261,7 @@ def final_values(client, group: Group, metric: str, last: int, reduce: str) -> n
         if reduce == "auc":
             values.append(area_per_step(np.asarray(steps, dtype=np.float64), np.asarray(tail, dtype=np.float64)))
         else:
-            values.append({"mean": np.mean, "max": np.max, "min": np.min}[reduce](tail))
+            values.append(_REDUCE[reduce](tail))
     return np.asarray(values, dtype=np.float64)
 
 
@@ -289,7 +296,7 @@ def eval_records(client, selection: Selection, *, rarefy: int = 4) -> Optional[E
     one, on the same problems. Records with per-form counts of the correct responses (`correct_forms`) also give
     distinct@k (expected distinct correct forms in k samples) and rarefied@<rarefy> (expected distinct correct
     forms in `rarefy` correct responses; NaN for problems with fewer correct ones)."""
-    found: dict[str, object] = {}
+    found: dict[str, Run] = {}
     for g in selection.groups:
         for r in g.runs:
             candidates = linked_evaluations(client, r.run_id)

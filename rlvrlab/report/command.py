@@ -11,7 +11,7 @@ from rlvrlab import outputs
 from rlvrlab.errors import RlvrlabError
 from rlvrlab.report import collect, plots as plotting, provenance, render
 from rlvrlab.report.events import analyse, as_dict as event_dicts, markdown as event_markdown, parse_event
-from rlvrlab.report.table import REDUCTIONS, Report, build, find_group, lower_is_better, parse_metrics, parse_pairs
+from rlvrlab.report.table import REDUCTIONS, Report, build, find_baseline, lower_is_better, parse_metrics, parse_pairs
 from rlvrlab.tracking import tags as T
 from rlvrlab.tracking.store import default_uri
 
@@ -112,7 +112,7 @@ def make_report(request: ReportRequest) -> ReportOutcome:
         result.notes.append(registered.note())
     event_results = []
     if events:
-        base = find_group(selection.all_groups, baseline)
+        base = find_baseline(selection.all_groups, baseline)
         labels = {g.label for g in selection.all_groups}
         event_pairs = [(pair.a, pair.b) for pair in pairs if pair.a in labels and pair.b in labels]
         event_results = analyse(client, selection.all_groups, events, base.label if base else None, event_pairs)
@@ -135,9 +135,9 @@ def make_report(request: ReportRequest) -> ReportOutcome:
             written.append(plotting.training_curves(client, selection, name, folder, smooth))
         if evals is not None:
             for dataset in evals.datasets:
-                path = plotting.passk_curves(selection, evals, dataset, folder)
-                if path is not None:
-                    written.append(path)
+                curves = plotting.passk_curves(selection, evals, dataset, folder)
+                if curves is not None:
+                    written.append(curves)
         keys = _heatmap_keys(selection, heatmap_keys)
         if keys is not None:
             first = specs[0].label

@@ -73,9 +73,12 @@ def passk_curves(selection: Selection, evals: EvalRecords, dataset: str, out: Pa
             x = evals.matrices[(g.label, dataset, f"pass@{k}")]
             if len(g.runs) >= stats.MIN_SEEDS:
                 interval = stats.crossed_interval(x)
-                means.append(interval.mean), lows.append(interval.low), highs.append(interval.high)
+                mean, low, high = interval.mean, interval.low, interval.high
             else:
-                means.append(float(x.mean())), lows.append(math.nan), highs.append(math.nan)
+                mean, low, high = float(x.mean()), math.nan, math.nan
+            means.append(mean)
+            lows.append(low)
+            highs.append(high)
         line, = ax.plot(ks, means, marker="o", markersize=3, label=f"{g.label} (n={len(g.runs)})")
         if not any(math.isnan(v) for v in lows):
             ax.fill_between(ks, lows, highs, color=line.get_color(), alpha=0.2, linewidth=0)

@@ -27,11 +27,12 @@ def _p(x: Optional[float]) -> str:
 def _cell_text(c: Cell, interval: str) -> str:
     if c.flagged:
         return f"{_num(c.mean)}†"
-    if c.low is None:
+    if c.bounds is None:
         return _num(c.mean)
+    low, high = c.bounds
     if interval == "pm":
-        return f"{_num(c.mean)} ± {_num((c.high - c.low) / 2)}"
-    return f"{_num(c.mean)} [{_num(c.low)}, {_num(c.high)}]"
+        return f"{_num(c.mean)} ± {_num((high - low) / 2)}"
+    return f"{_num(c.mean)} [{_num(low)}, {_num(high)}]"
 
 
 def _delta_text(c: Cell) -> str:
@@ -70,10 +71,11 @@ def _other_rows(report: Report, section: str) -> list[Row]:
 
 
 def _needed_text(c: Cell) -> str:
-    if c.low is None:
+    if c.bounds is None:
         return "†"
+    low, high = c.bounds
     needed = "∞" if c.seeds_needed is None else str(c.seeds_needed)
-    return f"±{_num((c.high - c.low) / 2)} ({c.n_seeds}) → {needed}"
+    return f"±{_num((high - low) / 2)} ({c.n_seeds}) → {needed}"
 
 
 def markdown(report: Report, interval: str = "bracket") -> str:
@@ -152,12 +154,12 @@ def latex(report: Report, interval: str = "bracket") -> str:
                 mean = f"\\textbf{{{mean}}}" if best.get((section, m)) == g.label else mean
                 if c.flagged:
                     row.append(f"{mean}$^\\dagger$")
-                elif c.low is None:
+                elif c.bounds is None:
                     row.append(mean)
                 elif interval == "pm":
-                    row.append(f"{mean} $\\pm$ {_num((c.high - c.low) / 2)}")
+                    row.append(f"{mean} $\\pm$ {_num((c.bounds[1] - c.bounds[0]) / 2)}")
                 else:
-                    row.append(f"{mean} {{\\scriptsize [{_num(c.low)}, {_num(c.high)}]}}")
+                    row.append(f"{mean} {{\\scriptsize [{_num(c.bounds[0])}, {_num(c.bounds[1])}]}}")
             out.append(f"{_tex_escape(g.label)} & {_tex_escape(g.seeds_text)} & " + " & ".join(row) + " \\\\")
         out.append("\\bottomrule")
         out.append("\\end{tabular}")

@@ -118,6 +118,11 @@ class Cell:
     def flagged(self) -> bool:
         return self.n_seeds < stats.MIN_SEEDS
 
+    @property
+    def bounds(self) -> Optional[tuple[float, float]]:
+        """(low, high) of the interval; None when the cell has none."""
+        return None if self.low is None or self.high is None else (self.low, self.high)
+
 
 @dataclass
 class Row:
@@ -160,9 +165,7 @@ def lower_is_better(metric: str) -> bool:
                                                            "rollout/logp_gap_mean")
 
 
-def find_group(groups: list[Group], name: Optional[str], option: str = "--baseline") -> Optional[Group]:
-    if name is None:
-        return None
+def find_group(groups: list[Group], name: str, option: str = "--baseline") -> Group:
     exact = [g for g in groups if g.label == name]
     by_algorithm = [g for g in groups if g.algorithm == name]
     matches = exact or by_algorithm
@@ -175,14 +178,15 @@ def find_group(groups: list[Group], name: Optional[str], option: str = "--baseli
 
 
 def find_baseline(groups: list[Group], name: Optional[str]) -> Optional[Group]:
-    return find_group(groups, name)
+    """The --baseline group, None when none was given."""
+    return None if name is None else find_group(groups, name)
 
 
 def build(client, selection: Selection, *, metrics: Sequence[MetricSpec], evals: Optional[EvalRecords],
           eval_stats: list[str], baseline: Optional[str], pairs: Sequence[Pair] = (),
           target_halfwidth: Optional[float] = None) -> Report:
     groups = selection.groups
-    base = find_group(groups, baseline)
+    base = find_baseline(groups, baseline)
     columns_given = [m.label for m in metrics] + (list(eval_stats) if evals is not None else [])
     for pair in pairs:  # fail before any work
         find_group(groups, pair.b, "--compare")
