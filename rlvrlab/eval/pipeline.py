@@ -10,6 +10,7 @@ evaluation run in the same store as training.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import sys
 from collections.abc import Callable, Iterator
@@ -75,16 +76,23 @@ class EvalOutcome:
     experiment: str = ""
 
 
+@dataclass(frozen=True)
+class SourceRun:
+    """The training run and checkpoint an evaluated model folder came from."""
+
+    run_id: str
+    step: int
+    cfg: RunConfig
+    config_file: Path  # the training run's resolved config.yaml
+
+
 @dataclass
 class Target:
     """What is evaluated: a model folder, and the training run and checkpoint it came from (if any)."""
 
     folder: Path
     name: str  # a short label for folders and the MLflow run name
-    run_id: Optional[str] = None
-    step: Optional[int] = None
-    run_cfg: Optional[RunConfig] = None
-    config_file: Optional[Path] = None  # the training run's resolved config.yaml
+    source: Optional[SourceRun] = None
 
 
 @dataclass
@@ -172,14 +180,14 @@ def _checkpoint(run_dir: Path, run_id: str, step: Optional[int]) -> Path:
 
 
 def _target(model: Optional[Path], run: Optional[str], checkpoint: Optional[int], output_dir: Path) -> Target:
-    if (model is None) == (run is None):
-        raise RlvrlabError("give exactly one of --model PATH (a Hugging Face model folder) or --run RUN_ID "
-                           "(a training run's checkpoint)")
-    if model is not None:
+    if model is not None and run is None:
         if checkpoint is not None:
             raise RlvrlabError("--checkpoint picks a step of --run; a --model folder has no checkpoints")
         folder = components.check_model_folder(model, "--model")
         return Target(folder, folder.name)
+    if model is not None or run is None:
+        raise RlvrlabError("give exactly one of --model PATH (a Hugging Face model folder) or --run RUN_ID "
+                           "(a training run's checkpoint)")
     run_dir = rundir.run_dir(output_dir, run)
     config_file = rundir.config_file(run_dir)
     if not config_file.is_file():
@@ -192,7 +200,7 @@ def _target(model: Optional[Path], run: Optional[str], checkpoint: Optional[int]
         raise RlvrlabError(f"run {run} checkpoint {ckpt.name} has no Hugging Face model folder ({folder}); "
                            f"model.tier={run_cfg.model.tier} runs cannot be evaluated (only tiny and real tiers)")
     step = rundir.step_of(ckpt)
-    return Target(folder, f"{run[:12]}-step{step}", run, step, run_cfg, config_file)
+    return Target(folder, f"{run[:12]}-step{step}", SourceRun(run, step, run_cfg, config_file))
 
 
 def _file_sha256(path: Path) -> str:
@@ -204,12 +212,12 @@ def _file_sha256(path: Path) -> str:
 
 
 def _datasets(names: list[str], sets: list[str], split: str, limit: Optional[int],
-              run: Optional[Target] = None) -> list[Dataset]:
+              source: Optional[SourceRun] = None) -> list[Dataset]:
     """The --dataset files with their --set overrides; with --run and no --dataset, the run's own dataset as it
     was trained (its resolved config, level and template included)."""
-    own = not names and run is not None and run.config_file is not None
-    if own:
-        names = [run.run_cfg.dataset.name]
+    own = source if not names else None
+    if own is not None:
+        names = [own.cfg.dataset.name]
     if not names:
         raise RlvrlabError("give at least one --dataset NAME (a file in experiments/datasets/, e.g. countdown)")
     if len(set(names)) < len(names):
@@ -229,7 +237,7 @@ def _datasets(names: list[str], sets: list[str], split: str, limit: Optional[int
     out = []
     for name in names:
         mine = [o for scope, o in scoped if scope in (None, name)]
-        cfg = compose(run.config_file, mine) if own else compose(None, [f"dataset={name}", *mine])
+        cfg = compose(own.config_file, mine) if own is not None else compose(None, [f"dataset={name}", *mine])
         ds = cfg.dataset
         # auto: the held-out problems when the dataset holds some out, else every problem
         chosen = split if split != "auto" else ("all" if ds.split == "all" else
@@ -241,7 +249,8 @@ def _datasets(names: list[str], sets: list[str], split: str, limit: Optional[int
                                f"{ds.eval_fraction}); use --split train or all")
         if limit is not None:
             problems = problems[:limit]
-        sha = "synthetic" if ds.format == "synthetic" else _file_sha256(Path(ds.path).expanduser())
+        # config.rules: a synthetic dataset has no path, a file format always has one
+        sha = "synthetic" if ds.path is None else _file_sha256(Path(ds.path).expanduser())
         out.append(Dataset(replace(ds, split=chosen), problems, sha))
     return out
 
@@ -268,8 +277,9 @@ def _runs_to_evaluate(request: EvalRequest) -> list[str]:
 
 
 def _evaluate_one(target: Target, request: EvalRequest, ks: list[int], progress: Optional[Progress]) -> EvalOutcome:
-    datasets = _datasets(list(request.datasets), list(request.sets), request.split, request.limit, target)
-    base = target.run_cfg or compose(None)
+    datasets = _datasets(list(request.datasets), list(request.sets), request.split, request.limit, target.source)
+    source = target.source
+    base = source.cfg if source is not None else compose(None)
     sampling = Sampling(
         engine=request.engine or base.rollout.engine,
         temperature=base.rollout.temperature if request.temperature is None else request.temperature,
@@ -288,8 +298,8 @@ def _evaluate_one(target: Target, request: EvalRequest, ks: list[int], progress:
     name = f"{target.name}-{'+'.join(d.cfg.name for d in datasets)}"
     out = request.out or Path("results") / "eval" / name
     outputs.check_dir(out, f"--out {out}")
-    experiment = request.experiment or (f"{target.run_cfg.experiment}-eval" if target.run_cfg else "eval")
-    where = store(request.output_dir, target.run_cfg.tracking.uri if target.run_cfg else None)
+    experiment = request.experiment or (f"{source.cfg.experiment}-eval" if source is not None else "eval")
+    where = store(request.output_dir, source.cfg.tracking.uri if source is not None else None)
     check_reachable(where.uri)  # before any sampling: its records go there at the end
     summary, files = _sample_and_score(target, datasets, pools, sampling, ks=ks, n=request.n, seed=request.seed,
                                        out=out, progress=progress)
@@ -311,8 +321,7 @@ def _sample_and_score(target: Target, datasets: list[Dataset], pools: list, samp
                 progress(label, 0, len(d.problems))
             with pool:
                 result = evaluate(sampler, d.problems, render, n=n, ks=ks, seed=seed, pool=pool, dataset=d.cfg.name,
-                                  progress=None if progress is None else
-                                  lambda done, total, label=label: progress(label, done, total))
+                                  progress=None if progress is None else functools.partial(progress, label))
             records += result.records
             samples += result.samples
     finally:
@@ -320,7 +329,9 @@ def _sample_and_score(target: Target, datasets: list[Dataset], pools: list, samp
     per_dataset = aggregate(records, ks)
     summary = {name: {**entry, "sha256": d.sha256, "split": d.cfg.split, "verifier": d.cfg.verifier}
                for d in datasets for name, entry in per_dataset.items() if name == d.cfg.name}
-    meta = {"model": str(target.folder), "source_run": target.run_id, "checkpoint_step": target.step, "n": n,
+    source = target.source
+    meta = {"model": str(target.folder), "source_run": source.run_id if source is not None else None,
+            "checkpoint_step": source.step if source is not None else None, "n": n,
             "ks": ks, "seed": seed, **{f"sampling.{key}": value for key, value in vars(sampling).items()}}
     files = write_outputs(out, records, samples, {"meta": meta, "datasets": summary}, ks)
     return summary, files
@@ -371,17 +382,18 @@ def _track(target: Target, datasets: list[Dataset], sampling: Sampling, summary:
         tags[f"{T.DATASET_SHA256}.{d.cfg.name}"] = d.sha256
     if len(datasets) == 1:
         tags[T.DATASET_SHA256] = datasets[0].sha256
-    if target.run_id:
-        tags.update({T.SOURCE_RUN: target.run_id, T.CHECKPOINT_STEP: str(target.step)})
+    source = target.source
+    if source is not None:
+        tags.update({T.SOURCE_RUN: source.run_id, T.CHECKPOINT_STEP: str(source.step)})
     tracker.set_tags(tags)
-    tracker.log_metrics(target.step or 0, mlflow_metrics(summary))
+    tracker.log_metrics(source.step if source is not None else 0, mlflow_metrics(summary))
     for path in files:
         tracker.log_artifact(path, "eval")
     tracker.finish("FINISHED")
-    if target.run_id:  # link back: a tag on the training run names this evaluation
+    if source is not None:  # link back: a tag on the training run names this evaluation
         try:
-            tracker.client.set_tag(target.run_id, f"{T.EVAL_LINK}{tracker.run_id}",
-                                   f"step {target.step}: {','.join(d.cfg.name for d in datasets)}")
+            tracker.client.set_tag(source.run_id, f"{T.EVAL_LINK}{tracker.run_id}",
+                                   f"step {source.step}: {','.join(d.cfg.name for d in datasets)}")
         except Exception:  # the training run is not in this store: the eval run still names it
             pass
     return tracker.run_id
