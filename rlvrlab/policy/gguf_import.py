@@ -134,7 +134,8 @@ def convert(gguf: Path, into: Path, *, dtype: str, stage: Stage) -> dict:
     plain_config.eos_token_id = tokenizer.eos_token_id
     plain_config.pad_token_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else \
         tokenizer.eos_token_id
-    model = type(loaded)(plain_config).to(torch.float32)
+    # transformers decorates PreTrainedModel.to with functools.wraps, whose typeshed type is not bound as a method
+    model = type(loaded)(plain_config).to(torch.float32)  # type: ignore[arg-type]
     missing, unexpected = model.load_state_dict(weights, strict=False)
     if unexpected or set(missing) - {"lm_head.weight"}:
         raise RlvrlabError(f"{gguf.name}: the dequantized weights do not fit a plain {type(loaded).__name__} "

@@ -1,9 +1,9 @@
 """The light default rollout engine: a sampling loop over the transformers model on its own copy of the policy.
 
 Why not `model.generate(num_return_sequences=n)`: it copies each prompt n times before the prefill and keeps
-finished rows in the batch until the longest one stops. With a 130-token few-shot prompt and ~30-token answers
-the n-fold prefill dominated (SmolLM2-135M on CPU, 40 prompts x 8: 812 s with generate, 79 s with the loop below;
-`bench/smollm2.py` measures it). Here each prompt is prefilled once and its KV cache repeated n times
+finished rows in the batch until the longest one stops, so with a few-shot prompt several times longer than the
+answers the n-fold prefill dominates (this loop samples about 3x faster on SmolLM2-135M on CPU: bench/README.md,
+"SmolLM2-135M-Instruct on CPU"). Here each prompt is prefilled once and its KV cache repeated n times
 (`DynamicCache.batch_repeat_interleave`), and rows that emitted eos leave the cache (`batch_select_indices`).
 
 Behaviour log-probs are those of the raw logits (temperature 1, no top-p), as `Generation` documents; the
@@ -14,10 +14,14 @@ position ids (mask cumsum) and its attention mask.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import TYPE_CHECKING, Optional, cast
 
 import torch
 
 from rlvrlab.rollout.base import Generation
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel
 
 
 def sample_next(logits: torch.Tensor, *, temperature: float, top_p: float,
@@ -38,7 +42,9 @@ def sample_next(logits: torch.Tensor, *, temperature: float, top_p: float,
 
 class HFEngine:
     def __init__(self, model: torch.nn.Module, tokenizer, *, temperature: float, top_p: float, max_new_tokens: int):
-        self.model = model.eval()  # a copy the trainer does not touch: weights move only in sync_weights
+        # a transformers causal LM (components.load_model, or a copy of the trainer's), typed as the nn.Module it is
+        # handed as; a copy the trainer does not touch: weights move only in sync_weights; None once closed
+        self.model: Optional[PreTrainedModel] = cast("PreTrainedModel", model.eval())
         self.tokenizer = tokenizer
         self.temperature = temperature
         self.top_p = top_p
@@ -48,18 +54,20 @@ class HFEngine:
     def generate(self, prompts: list[list[int]], *, n: int, seed: int) -> list[list[Generation]]:
         from transformers import DynamicCache
 
+        model = self.model
+        assert model is not None, "generate after close"
         pad, eos = self.tokenizer.pad_token_id, self.tokenizer.eos_token_id
         width = max(len(p) for p in prompts)
-        device = next(self.model.parameters()).device
+        device = next(model.parameters()).device
         ids = torch.tensor([[pad] * (width - len(p)) + p for p in prompts], device=device)  # [P, L] left-padded
         mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts], device=device)  # [P, L]
         positions = (mask.cumsum(-1) - 1).clamp(min=0)  # [P, L]
         generator = torch.Generator(device=device)
         generator.manual_seed(seed)
 
-        cache = DynamicCache(config=self.model.config)
-        out = self.model(input_ids=ids, attention_mask=mask, position_ids=positions, past_key_values=cache,
-                         use_cache=True, logits_to_keep=1)
+        cache = DynamicCache(config=model.config)
+        out = model(input_ids=ids, attention_mask=mask, position_ids=positions, past_key_values=cache,
+                    use_cache=True, logits_to_keep=1)
         logits = out.logits[:, -1].float().repeat_interleave(n, dim=0)  # [R, V], R = P*n, rows of a prompt adjacent
         cache.batch_repeat_interleave(n)
         mask = mask.repeat_interleave(n, dim=0)  # [R, L]
@@ -81,8 +89,8 @@ class HFEngine:
                 cache.batch_select_indices(keep)
                 active, token, mask, next_pos = active[keep], token[keep], mask[keep], next_pos[keep]
             mask = torch.cat([mask, mask.new_ones((mask.shape[0], 1))], dim=1)
-            out = self.model(input_ids=token.unsqueeze(1), attention_mask=mask, position_ids=next_pos.unsqueeze(1),
-                             past_key_values=cache, use_cache=True)
+            out = model(input_ids=token.unsqueeze(1), attention_mask=mask, position_ids=next_pos.unsqueeze(1),
+                        past_key_values=cache, use_cache=True)
             logits = out.logits[:, -1].float()
             next_pos = next_pos + 1
 
@@ -97,6 +105,7 @@ class HFEngine:
         return result
 
     def sync_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> None:
+        assert self.model is not None, "sync_weights after close"
         self.model.load_state_dict(dict(named_tensors), strict=True)  # every tensor, tied ones included
 
     def sleep(self, *, keep_weights: bool = True) -> None:
