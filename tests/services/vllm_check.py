@@ -190,12 +190,7 @@ def main() -> None:
     t = time.perf_counter()
     import vllm
 
-    from rlvrlab.rollout.vllm_engine import (
-        EXTENSIBLE_KV_CACHE_ARG,
-        _host_memory_bytes,
-        engine_arg_names,
-        engine_kwargs,
-    )
+    from rlvrlab.rollout.vllm_args import EXTENSIBLE_KV_CACHE_ARG, engine_arg_names, engine_kwargs, host_ram_bytes
 
     res["vllm"] = vllm.__version__
     res["import_vllm_s"] = round(time.perf_counter() - t, 2)
@@ -205,7 +200,7 @@ def main() -> None:
     passed: set[str] = set()
     for on_cpu in (True, False):
         passed |= set(engine_kwargs(model_path=str(folder), dtype=args.dtype, seed=0, on_cpu=on_cpu, arg_names=names,
-                                    gpu_memory_utilization=0.02, host_memory_bytes=_host_memory_bytes(),
+                                    gpu_memory_utilization=0.02, host_memory_bytes=host_ram_bytes(),
                                     kv_cache_bytes=2**28, max_model_len=64, external_launcher=True,
                                     sleep_mode=True))
     res["engine_kwargs_unknown_to_vllm"] = sorted(passed - names)
