@@ -15,8 +15,8 @@ PACKAGE = Path(__file__).resolve().parents[1] / "rlvrlab"
 FLOORS: list[tuple[str, set[str]]] = [
     ("foundation", {"errors", "procs"}),
     ("algorithms, verifiers, run-folder layout, output locations", {"algorithms", "rewards", "rundir", "outputs"}),
-    ("configuration", {"config"}),
     ("problems", {"data"}),
+    ("configuration", {"config"}),
     ("components", {"policy", "rollout", "update", "tracking"}),
     ("composition", {"components"}),
     ("orchestration", {"train", "eval", "report"}),

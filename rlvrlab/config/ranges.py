@@ -80,7 +80,6 @@ RANGES: dict[str, Range] = {
     "model.tiny_heads": AT_LEAST_ONE,
     "model.warmstart_steps": NON_NEGATIVE,
     "dataset.num_problems": AT_LEAST_ONE,
-    "dataset.level": Range(1, 5),
     "dataset.eval_fraction": Range(0, 1, high_open=True),
     "dataset.verifier_timeout": POSITIVE,
     "trainer.eval_every": NON_NEGATIVE,

@@ -2,22 +2,23 @@
 
 Every rule raises ConfigError with one line that names the key(s) and the fix. The rules are tables where a
 table says it best (CHOICES, RANGES in rlvrlab.config.ranges, KNOB_READERS) and short functions where two fields
-meet (CROSS_FIELD_RULES).
+meet (CROSS_FIELD_RULES). What is valid comes from the registries below: the algorithm library's, the verifiers'
+and the synthetic tasks' (rlvrlab.data.tasks.TASKS: names, verifiers, levels, the toy task).
 """
 
 import difflib
 import math
 from collections.abc import Callable, Collection, Mapping
 from functools import reduce
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rlvrlab.config import memory
 from rlvrlab.config.ranges import RANGES
 from rlvrlab.config.schema import RunConfig
 from rlvrlab.errors import ConfigError
 
-# The synthetic tasks rlvrlab.data generates (its SYNTHETIC_TASKS is keyed by exactly these; data checks at import).
-SYNTHETIC_DATASETS = ("toy", "countdown", "arith", "pairs")
+if TYPE_CHECKING:
+    from rlvrlab.data.problems import Task
 
 CHOICES: dict[str, tuple[Any, ...]] = {
     "model.tier": ("toy", "tiny", "real"),
@@ -55,7 +56,6 @@ KNOB_READERS: dict[str, tuple[str, tuple[Any, ...]]] = {
     "model.tiny_heads": ("model.tier", ("tiny",)),
     "model.warmstart_steps": ("model.tier", ("tiny",)),
     "dataset.num_problems": ("dataset.format", ("synthetic",)),
-    "dataset.level": ("dataset.name", ("arith", "pairs")),
     "dataset.path": ("dataset.format", ("jsonl", "parquet")),
     "dataset.math_extraction": ("dataset.verifier", ("math",)),
     "dataset.expected_rows": ("dataset.format", ("jsonl", "parquet")),
@@ -151,6 +151,9 @@ def _knob_readers() -> dict[str, tuple[str, tuple[Any, ...]]]:
                 readers[key] = (selector, readers.get(key, (selector, ()))[1] + (name,))
     up = tuple(sorted(name for name, loss in algorithms.POLICY_LOSSES.items() if loss.up_compatible))
     readers["algorithm.unbounded_positive"] = ("algorithm.loss", up)
+    from rlvrlab.data.tasks import TASKS  # lazily: rlvrlab.data imports numpy
+
+    readers["dataset.level"] = ("dataset.name", tuple(sorted(name for name, task in TASKS.items() if task.levels)))
     return readers
 
 
@@ -230,16 +233,29 @@ def _file_dataset_has_path(cfg: RunConfig) -> None:
         )
 
 
+def _task(cfg: RunConfig) -> "Task | None":
+    """The registered task (rlvrlab.data.tasks.TASKS) a synthetic dataset names; None for a file's data."""
+    from rlvrlab.data.tasks import synthetic_task  # lazily, as in _knob_readers
+
+    return synthetic_task(cfg.dataset)
+
+
 def _synthetic_dataset_exists(cfg: RunConfig) -> None:
-    if cfg.dataset.format == "synthetic" and cfg.dataset.name not in SYNTHETIC_DATASETS:
-        error = unknown("synthetic dataset.name", cfg.dataset.name, sorted(SYNTHETIC_DATASETS))
+    from rlvrlab.data.tasks import TASKS  # lazily, as in _knob_readers
+
+    if cfg.dataset.format == "synthetic" and cfg.dataset.name not in TASKS:
+        error = unknown("synthetic dataset.name", cfg.dataset.name, sorted(TASKS))
         raise ConfigError(f"{error}; a file's data needs dataset.format=jsonl or parquet and dataset.path")
 
 
-def _pairs_level_exists(cfg: RunConfig) -> None:
-    if cfg.dataset.format == "synthetic" and cfg.dataset.name == "pairs" and cfg.dataset.level not in (1, 2):
-        raise ConfigError(f"dataset.level={cfg.dataset.level} is not a level of the pairs task; use 1 (every "
-                          "ascending odd-sum pair is correct) or 2 (only the preferred pair: the one-answer control)")
+def _task_has_its_verifier_and_level(cfg: RunConfig) -> None:
+    task, dataset = _task(cfg), cfg.dataset
+    if task is not None and dataset.verifier != task.verifier:
+        raise ConfigError(f"dataset.verifier={dataset.verifier} cannot grade the {task.name} task, whose answers "
+                          f"verifier {task.verifier} grades; set dataset.verifier={task.verifier} or drop the override")
+    if task is not None and task.levels and dataset.level not in task.levels:
+        levels = ", ".join(f"{level} ({what})" for level, what in task.levels.items())
+        raise ConfigError(f"dataset.level={dataset.level} is not a level of the {task.name} task; use one of {levels}")
 
 
 def _split_all_holds_nothing_out(cfg: RunConfig) -> None:
@@ -266,8 +282,8 @@ def _bf16_needs_deepspeed(cfg: RunConfig) -> None:
 
 
 def _toy_model_with_toy_data(cfg: RunConfig) -> None:
-    toy_model, toy_data = cfg.model.tier == "toy", cfg.dataset.format == "synthetic" and cfg.dataset.name == "toy"
-    if toy_model != toy_data:
+    task = _task(cfg)
+    if (cfg.model.tier == "toy") != (task is not None and task.toy):
         raise ConfigError(f"model.tier={cfg.model.tier} with dataset {cfg.dataset.name}: the toy policy answers only "
                           "the toy dataset and vice versa; use model=toy dataset=toy, or another model and dataset")
 
@@ -418,10 +434,10 @@ CROSS_FIELD_RULES: tuple[Callable[[RunConfig], None], ...] = (
     _real_model_has_path,
     _file_dataset_has_path,
     _synthetic_dataset_exists,
+    _task_has_its_verifier_and_level,
     _split_all_holds_nothing_out,
     _toy_has_incorrect_responses,
     _tiny_heads_divide_hidden,
-    _pairs_level_exists,
     _bf16_needs_deepspeed,
     _toy_model_with_toy_data,
     _template_has_prompt,

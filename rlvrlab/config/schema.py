@@ -88,7 +88,7 @@ class ModelConfig:
 
 @dataclass
 class DatasetConfig:
-    # which synthetic task to generate (format=synthetic: countdown | toy | arith), or a file's label
+    # which synthetic task to generate (format=synthetic: a name in rlvrlab.data.tasks.TASKS), or a file's label
     name: str = "countdown"
     path: Optional[str] = None  # data file; required for jsonl/parquet, contradictory for synthetic
     format: str = "synthetic"  # synthetic | jsonl | parquet
@@ -101,12 +101,12 @@ class DatasetConfig:
     system_prompt: Optional[str] = None
     # worked examples [[question, answer], ...] shown before the question
     fewshot: list[list[str]] = field(default_factory=list)
-    verifier: str = "countdown"  # name of the reward verifier (rlvrlab.rewards.VERIFIERS)
+    verifier: str = "countdown"  # name of the reward verifier (rlvrlab.rewards.VERIFIERS); a synthetic task's own
     math_extraction: str = "boxed"  # verifier=math: what to look for in a response: boxed | mathverify | any
     verifier_timeout: float = 5.0  # wall-clock seconds per response for isolated verifiers (math), > 0
     verifier_workers: int = 0  # processes that run isolated verifiers; 0 = all cores, else >= 1
     num_problems: int = 256  # problems generated when format=synthetic, >= 1
-    level: int = 1  # difficulty of the synthetic arith task, 1-5 (rlvrlab/data/arith.py)
+    level: int = 1  # a synthetic task's level, one of its Task.levels (arith 1-5, pairs 1-2); tasks without levels: 1
     eval_fraction: float = 0.1  # share of problems held out for evaluation, in [0, 1)
     expected_rows: Optional[int] = None  # file formats: rows the file must hold (a benchmark's size), >= 1; null = any
     provide: Optional[str] = None  # file formats: what to put at dataset.path, named when the file is missing

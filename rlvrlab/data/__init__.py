@@ -1,7 +1,8 @@
 """Problems: what a prompt asks and what the verifier checks the response against.
 
 `load_problems(dataset, model)` returns (train, eval) lists of Problem for any dataset config: a synthetic
-task generated from a fixed seed, or a JSONL / Parquet file with a prompt and an answer field.
+task (rlvrlab.data.tasks.TASKS) generated from a fixed seed, or a JSONL / Parquet file with a prompt and an
+answer field.
 `load_split(dataset, model)` returns the one list that `dataset.split` names:
 
     train  the problems left after holding out the last eval_fraction of a fixed (seeded) shuffle
@@ -26,14 +27,13 @@ import dataclasses
 import itertools
 import json
 import math
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
 
-from rlvrlab.config.rules import SYNTHETIC_DATASETS
-from rlvrlab.config.schema import DatasetConfig, ModelConfig
-from rlvrlab.data.problems import Problem
+from rlvrlab.data.problems import AnswersFn, DatasetSection, ModelSection, Problem, ResponsesFn
+from rlvrlab.data.tasks import TASKS, synthetic_task
 from rlvrlab.errors import ConfigError, RlvrlabError
 
 # Synthetic data does not depend on the run seed: seeds of one configuration train on the same problems
@@ -41,89 +41,49 @@ from rlvrlab.errors import ConfigError, RlvrlabError
 DATA_SEED = 0
 
 
-def _toy(dataset: DatasetConfig, model: ModelConfig) -> list[Problem]:
-    from rlvrlab.data.toy import make_problems
-
-    return make_problems(dataset.num_problems, num_responses=model.toy_num_responses,
-                         num_correct=model.toy_num_correct, seed=DATA_SEED)
-
-
-def _countdown(dataset: DatasetConfig, model: ModelConfig) -> list[Problem]:
-    from rlvrlab.data.countdown import make_problems
-
-    return make_problems(dataset.num_problems, seed=DATA_SEED)
-
-
-def _arith(dataset: DatasetConfig, model: ModelConfig) -> list[Problem]:
-    from rlvrlab.data.arith import make_problems
-
-    return make_problems(dataset.num_problems, seed=DATA_SEED, level=dataset.level)
-
-
-def _pairs(dataset: DatasetConfig, model: ModelConfig) -> list[Problem]:
-    from rlvrlab.data.pairs import make_problems
-
-    return make_problems(dataset.num_problems, seed=DATA_SEED, level=dataset.level)
-
-
-SYNTHETIC_TASKS = {"toy": _toy, "countdown": _countdown, "arith": _arith, "pairs": _pairs}
+def warm_start_targets(dataset: DatasetSection) -> ResponsesFn:
+    """What the tiny tier's warm start fine-tunes on for this dataset (its Task's warm_start). A one-line
+    ConfigError, before any model is built, for a file's data, a task that gives none, and prompts the dataset
+    formats: the warm start fine-tunes on bare prompts, and RL on formatted ones would start from nothing learnt."""
+    task = synthetic_task(dataset)
+    if task is None or task.warm_start is None:
+        trainable = [f"dataset={name}" for name, t in TASKS.items() if t.warm_start is not None]
+        what = (f"task {dataset.name} has none (its Task has warm_start=None)" if task is not None
+                else f"dataset {dataset.name} is a {dataset.format} file, which has none")
+        raise ConfigError(f"model.tier=tiny builds its model from scratch and warm-starts it on a synthetic task's "
+                          f"targets (rlvrlab.data.tasks), and {what}: train the tiny tier on "
+                          f"{' or '.join(trainable)}, or a pretrained model (model.tier=real model.path=...) on "
+                          f"{dataset.name}")
+    formatting = {"dataset.template": (dataset.template is not None, "null"),
+                  "dataset.use_chat_template": (dataset.use_chat_template, "false"),
+                  "dataset.system_prompt": (dataset.system_prompt is not None, "null"),
+                  "dataset.fewshot": (bool(dataset.fewshot), "[]")}
+    formatted = {key: off for key, (on, off) in formatting.items() if on}
+    if formatted:
+        raise ConfigError(f"model.tier=tiny warm-starts its model on the task's bare prompts, but dataset "
+                          f"{dataset.name} formats them ({', '.join(formatted)}); add "
+                          f"{' '.join(f'{key}={off}' for key, off in formatted.items())} to train the tiny tier on "
+                          "it, or use a pretrained model (model.tier=real model.path=...)")
+    return task.warm_start
 
 
-def _countdown_solutions(problem: Problem) -> Sequence[str]:
-    from rlvrlab.data.countdown import problem_solutions
-
-    return problem_solutions(problem)
-
-
-def _pairs_targets(problem: Problem) -> Sequence[str]:
-    from rlvrlab.data.pairs import warm_start_targets as pairs_targets
-
-    return pairs_targets(problem)
-
-
-# What the tiny tier's warm start fine-tunes on, by dataset.verifier: problem -> target responses (sampled uniformly;
-# repeats are weights). Only these tasks' rules give correct responses from a problem's answer: Countdown one
-# canonical solution per distinct solution, pairs its skewed mixture (rlvrlab.data.pairs.warm_start_targets).
-WARM_START_TARGETS: dict[str, Callable[[Problem], Sequence[str]]] = {
-    "countdown": _countdown_solutions, "pairs": _pairs_targets}
-
-
-def warm_start_targets(dataset: DatasetConfig) -> Callable[[Problem], Sequence[str]]:
-    """The tiny tier's warm-start targets for this dataset (WARM_START_TARGETS); a one-line ConfigError for a
-    dataset whose task gives none (math, arith, toy), before any model is built."""
-    if dataset.verifier in WARM_START_TARGETS:
-        return WARM_START_TARGETS[dataset.verifier]
-    tasks = " and ".join(WARM_START_TARGETS)
-    raise ConfigError(f"model.tier=tiny builds its model from scratch and warm-starts it on correct responses, which "
-                      f"only the {tasks} tasks give (dataset.verifier {' or '.join(WARM_START_TARGETS)}); dataset "
-                      f"{dataset.name} (verifier {dataset.verifier}) has none: train the tiny tier on "
-                      f"{' or '.join(f'dataset={t}' for t in WARM_START_TARGETS)}, or a pretrained model "
-                      f"(model.tier=real model.path=...) on {dataset.name}")
-
-
-def answer_space(dataset: DatasetConfig) -> Callable[[Problem], list[str]] | None:
+def answer_space(dataset: DatasetSection) -> AnswersFn | None:
     """problem -> every response string the verifier scores correct, for tasks whose correct set can be listed in
-    full (pairs); None for the others. With it, pass@1, q over the correct set and coverage are computed exactly
-    from the policy's probabilities (rlvrlab.policy.exact) instead of estimated from samples."""
-    if dataset.format == "synthetic" and dataset.name == "pairs":
-        from rlvrlab.rewards.pairs import correct_answers
-
-        return lambda problem: correct_answers(problem.answer)
-    return None
-if set(SYNTHETIC_TASKS) != set(SYNTHETIC_DATASETS):  # the config rules validate dataset.name against that list
-    raise RuntimeError(f"rlvrlab.config.rules.SYNTHETIC_DATASETS {SYNTHETIC_DATASETS} must name exactly the tasks of "
-                       f"rlvrlab.data.SYNTHETIC_TASKS {tuple(SYNTHETIC_TASKS)}")
+    full (Task.answer_space: pairs); None for the others. With it, pass@1, q over the correct set and coverage are
+    computed exactly from the policy's probabilities (rlvrlab.policy.exact) instead of estimated from samples."""
+    task = synthetic_task(dataset)
+    return task.answer_space if task is not None else None
 
 
-def load_problems(dataset: DatasetConfig, model: ModelConfig) -> tuple[list[Problem], list[Problem]]:
+def load_problems(dataset: DatasetSection, model: ModelSection) -> tuple[list[Problem], list[Problem]]:
     """(train, eval): the last eval_fraction of the problems, after a fixed shuffle, is held out.
     With dataset.split=all: (every problem in file order, [])."""
-    if dataset.format == "synthetic":
-        problems = SYNTHETIC_TASKS[dataset.name](dataset, model)
-    else:
-        problems = _read_file(dataset)
+    task = synthetic_task(dataset)
+    if task is None and dataset.format == "synthetic":  # the config rules refuse this; a section built in code not
+        raise ConfigError(f"unknown synthetic dataset.name {dataset.name!r}; available: {', '.join(sorted(TASKS))}")
+    problems = task.problems(dataset, model, DATA_SEED) if task is not None else _read_file(dataset)
     problems = [p if p.source else dataclasses.replace(p, source=dataset.name) for p in problems]
-    if dataset.format == "synthetic" and dataset.name == "toy":
+    if task is not None and task.toy:
         return problems, []  # toy problems are rows of the policy table; all are trained
     if dataset.split == "all":
         return problems, []  # the config rules keep eval_fraction at 0 here
@@ -137,7 +97,7 @@ def load_problems(dataset: DatasetConfig, model: ModelConfig) -> tuple[list[Prob
     return train, held_out
 
 
-def load_split(dataset: DatasetConfig, model: ModelConfig) -> list[Problem]:
+def load_split(dataset: DatasetSection, model: ModelSection) -> list[Problem]:
     """The problems dataset.split names: train, eval (the held-out part) or all (every row, file order)."""
     train, held_out = load_problems(dataset, model)
     if dataset.split != "eval":
@@ -149,7 +109,10 @@ def load_split(dataset: DatasetConfig, model: ModelConfig) -> list[Problem]:
     return held_out
 
 
-def _read_file(dataset: DatasetConfig) -> list[Problem]:
+def _read_file(dataset: DatasetSection) -> list[Problem]:
+    if dataset.path is None:  # the config rules refuse this; a section built in code not
+        raise ConfigError(f"dataset.format={dataset.format} needs dataset.path; set dataset.path=/path/to/data."
+                          f"{dataset.format}")
     path = Path(dataset.path).expanduser()
     if not path.is_file():
         raise RlvrlabError(_missing_file(dataset, path))
@@ -180,7 +143,7 @@ def _read_file(dataset: DatasetConfig) -> list[Problem]:
     return problems
 
 
-def _missing_file(dataset: DatasetConfig, path: Path) -> str:
+def _missing_file(dataset: DatasetSection, path: Path) -> str:
     relative = "" if path.is_absolute() else f" (relative to {Path.cwd()})"
     if path.is_dir():
         return (f"dataset.path {path} is a folder, not a {dataset.format} file; point dataset.path at the file "

@@ -1,12 +1,15 @@
 """Arithmetic questions for small pretrained chat models: integer answers graded by the `math` verifier from the
 response's last \\boxed{} (the instruction to box the answer is the dataset's `template`).
 
-Levels (`make_problems(..., level=L)`):
+Levels (`make_problems(..., level=L)`, LEVELS):
   1  "What is 3 + 5?"                                    two 1-digit numbers, + or - (non-negative result)
   2  "What is 23 + 58?"                                  two 2-digit numbers, + or -
   3  "What is 23 + 58 - 17?"                             three 2-digit numbers
   4  "What is 7 * 8 + 15?"                               a 1-digit product plus or minus a 2-digit number
   5  "Tom has 12 apples. He buys 3 bags with 5 apples each. How many apples does he have now?"   two steps
+
+The tiny tier warm-starts on the boxed answer alone ("\\boxed{81}"), which the math verifier's boxed extraction
+reads; a pretrained chat model learns the format from the dataset's few-shot examples instead.
 
 Level 1 has only ~130 distinct questions: beyond that, questions repeat (with distinct ids).
 Id: "arith<level>-<index>". Problems depend only on the seed (DATA_SEED in rlvrlab.data), like the other tasks.
@@ -16,8 +19,10 @@ from __future__ import annotations
 
 import random
 
-from rlvrlab.data.problems import Problem
+from rlvrlab.data.problems import DatasetSection, ModelSection, Problem, Task
 
+LEVELS = {1: "two 1-digit numbers, + or -", 2: "two 2-digit numbers, + or -", 3: "three 2-digit numbers",
+          4: "a 1-digit product plus or minus a 2-digit number", 5: "a two-step word problem"}
 NAMES = ("Tom", "Ana", "Li", "Sara", "Omar", "Mia", "Ken", "Zoe")
 ITEMS = ("apples", "pencils", "stickers", "marbles", "books", "cookies")
 
@@ -57,7 +62,9 @@ def _question(rng: random.Random, level: int) -> tuple[str, int]:
 
 def make_problems(count: int, *, seed: int, level: int) -> list[Problem]:
     rng = random.Random(f"arith-{level}-{seed}")
-    problems, seen, misses = [], set(), 0
+    problems: list[Problem] = []
+    seen: set[str] = set()
+    misses = 0
     while len(problems) < count:
         question, answer = _question(rng, level)
         if question in seen and misses < 10_000:  # distinct questions while the space allows (level 1 has ~130)
@@ -66,3 +73,15 @@ def make_problems(count: int, *, seed: int, level: int) -> list[Problem]:
         seen.add(question)
         problems.append(Problem(id=f"arith{level}-{len(problems)}", prompt=question, answer=str(answer)))
     return problems
+
+
+def boxed_answer(problem: Problem) -> list[str]:
+    """The one correct response the tiny tier warm-starts on: the answer in \\boxed{}."""
+    return [f"\\boxed{{{problem.answer}}}"]
+
+
+def _problems(dataset: DatasetSection, model: ModelSection, seed: int) -> list[Problem]:
+    return make_problems(dataset.num_problems, seed=seed, level=dataset.level)
+
+
+TASK = Task("arith", _problems, verifier="math", solutions=boxed_answer, warm_start=boxed_answer, levels=LEVELS)

@@ -22,13 +22,14 @@ from __future__ import annotations
 import random
 from collections.abc import Sequence
 
-from rlvrlab.data.problems import Problem
+from rlvrlab.data.problems import DatasetSection, ModelSection, Problem, Task
 from rlvrlab.rewards.countdown import all_expressions, format_answer, parse_answer, solutions
 
 NUM_NUMBERS = 3
 NUMBER_RANGE = (2, 9)  # inclusive; drawn independently (repeats happen); no 1, so no x*1 "variants"
 TARGET_RANGE = (2, 60)  # inclusive
 MIN_SOLUTIONS = 2
+
 
 def problem_solutions(problem: Problem) -> list[str]:
     """`solutions` for a Countdown problem, read from its answer."""
@@ -74,11 +75,19 @@ def make_problems(num_problems: int, seed: int) -> list[Problem]:
     return problems
 
 
+def _problems(dataset: DatasetSection, model: ModelSection, seed: int) -> list[Problem]:
+    return make_problems(dataset.num_problems, seed)
+
+
+# The warm start fine-tunes on every distinct solution (one canonical string each), sampled uniformly.
+TASK = Task("countdown", _problems, verifier="countdown", solutions=problem_solutions, warm_start=problem_solutions)
+
 __all__ = [
     "MIN_SOLUTIONS",
     "NUMBER_RANGE",
     "NUM_NUMBERS",
     "TARGET_RANGE",
+    "TASK",
     "format_prompt",
     "make_problems",
     "problem_solutions",

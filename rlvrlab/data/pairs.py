@@ -15,11 +15,12 @@ from __future__ import annotations
 
 import random
 
-from rlvrlab.data.problems import Problem
+from rlvrlab.data.problems import DatasetSection, ModelSection, Problem, Task
 from rlvrlab.rewards.pairs import ONLY_PREFERRED, correct_answers, parse_truth
 
 NUM_DIGITS = 8
-LEVELS = {1: "every ascending pair with an odd sum is correct", 2: "only the preferred pair is correct (control)"}
+LEVELS = {1: "every ascending pair with an odd sum is correct",
+          2: "only the preferred pair is correct: the one-answer control"}
 # warm-start mixture, as copies in the target list (uniform sampling over the list gives these weights)
 TOP_COPIES = 32  # copies of the first correct pair; each next one gets half, at least one
 CORRECT_SHARE = 0.4  # of all mass
@@ -35,7 +36,7 @@ def make_problems(num_problems: int, seed: int, level: int = 1) -> list[Problem]
         raise ValueError(f"pairs level must be one of {sorted(LEVELS)}, not {level}")
     rng = random.Random(f"pairs-{seed}")
     seen: set[tuple[int, ...]] = set()
-    problems = []
+    problems: list[Problem] = []
     while len(problems) < num_problems:
         digits = tuple(rng.sample(range(10), NUM_DIGITS))
         if digits in seen:
@@ -58,4 +59,16 @@ def warm_start_targets(problem: Problem) -> list[str]:
     return [c for c, n in zip(correct, copies) for _ in range(n)] + [w for w in wrong for _ in range(wrong_copies)]
 
 
-__all__ = ["LEVELS", "NUM_DIGITS", "format_prompt", "make_problems", "warm_start_targets"]
+def correct_responses(problem: Problem) -> list[str]:
+    """Every correct response to this problem, in ascending order (rlvrlab.rewards.pairs.correct_answers)."""
+    return correct_answers(problem.answer)
+
+
+def _problems(dataset: DatasetSection, model: ModelSection, seed: int) -> list[Problem]:
+    return make_problems(dataset.num_problems, seed, level=dataset.level)
+
+
+TASK = Task("pairs", _problems, verifier="pairs", solutions=correct_responses, warm_start=warm_start_targets,
+            levels=LEVELS, answer_space=correct_responses)
+
+__all__ = ["LEVELS", "NUM_DIGITS", "TASK", "correct_responses", "format_prompt", "make_problems", "warm_start_targets"]

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from rlvrlab.data.problems import Problem
+from rlvrlab.data.problems import DatasetSection, ModelSection, Problem, Task
 
 
 def response_text(index: int) -> str:
@@ -27,3 +27,17 @@ def make_problems(num_problems: int, *, num_responses: int, num_correct: int, se
 
 def correct_indices(problem: Problem) -> list[int]:
     return [int(token[1:]) for token in problem.answer.split("|")]
+
+
+def correct_responses(problem: Problem) -> list[str]:
+    """The correct candidates' texts ("r3"), as the exact verifier reads them from the answer."""
+    return [response_text(index) for index in correct_indices(problem)]
+
+
+def _problems(dataset: DatasetSection, model: ModelSection, seed: int) -> list[Problem]:
+    return make_problems(dataset.num_problems, num_responses=model.toy_num_responses,
+                         num_correct=model.toy_num_correct, seed=seed)
+
+
+# The toy policy's table is its own start (model.toy_init): there is no warm start.
+TASK = Task("toy", _problems, verifier="exact", solutions=correct_responses, warm_start=None, toy=True)

@@ -1,8 +1,9 @@
 """The tiny tier: a small randomly initialised Qwen2 with its own byte-level BPE tokenizer, built offline.
 
 `build_tiny_model` trains the tokenizer on the task's text and saves a random model; `warm_start` fine-tunes
-it on prompt -> one correct solution so that RL starts with a non-zero success rate; `tiny_model_folder`
-does both once and caches the folder under a hash of everything that determines it.
+it on prompt -> one of the task's warm-start targets (rlvrlab.data.problems.Task.warm_start, passed in as
+`solutions_fn`) so that RL starts with a non-zero success rate; `tiny_model_folder` does both once and caches the
+folder under a hash of everything that determines it.
 
 Conventions the rest of rlvrlab relies on:
 - The prompt is ``problem.prompt`` tokenised as is: the tokenizer adds no BOS or any other special token.
@@ -24,11 +25,11 @@ import random
 import shutil
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from rlvrlab.data.problems import Problem
+from rlvrlab.data.problems import Problem, ResponsesFn
 
 # Bump when anything below changes what a folder contains (tokenizer, model or warm start recipe):
 # it is part of the cache key, so stale folders are never reused.
@@ -57,18 +58,9 @@ WARMSTART_LR = 3e-3
 WARMSTART_BATCH_SIZE = 32
 WARMSTART_WARMUP_STEPS = 20
 
-SolutionsFn = Callable[[Problem], Sequence[str]]
 
-
-def _default_solutions_fn() -> SolutionsFn:
-    from rlvrlab.data.countdown import problem_solutions
-
-    return problem_solutions
-
-
-def tokenizer_corpus(problems: Sequence[Problem], solutions_fn: SolutionsFn | None = None) -> list[str]:
-    """The text the tokenizer is trained on: every prompt and every solution."""
-    solutions_fn = solutions_fn or _default_solutions_fn()
+def tokenizer_corpus(problems: Sequence[Problem], solutions_fn: ResponsesFn) -> list[str]:
+    """The text the tokenizer is trained on: every prompt and every warm-start target."""
     corpus = []
     for problem in problems:
         corpus.append(problem.prompt)
@@ -175,13 +167,14 @@ def warm_start(
     *,
     steps: int,
     seed: int,
-    solutions_fn: SolutionsFn | None = None,
+    solutions_fn: ResponsesFn,
     lr: float = WARMSTART_LR,
     batch_size: int = WARMSTART_BATCH_SIZE,
     warmup_steps: int = WARMSTART_WARMUP_STEPS,
     threads: int | None = 1,
 ) -> dict[str, float]:
-    """Supervised fine-tune of the model in `folder` on prompt -> one random correct solution + eos.
+    """Supervised fine-tune of the model in `folder` on prompt -> one of `solutions_fn(problem)`, drawn uniformly,
+    + eos.
 
     Loss on the response tokens only; plain torch AdamW, fp32, CPU; linear warm-up then cosine decay to 10%.
     The model is saved back into `folder`. Returns {"loss": mean loss of the last 10% of steps, "seconds"}.
@@ -195,7 +188,6 @@ def warm_start(
     folder = Path(folder)
     if steps <= 0:
         return {"loss": float("nan"), "seconds": 0.0}
-    solutions_fn = solutions_fn or _default_solutions_fn()
     previous_threads = torch.get_num_threads()
     if threads:
         torch.set_num_threads(threads)
@@ -210,7 +202,7 @@ def _warm_start(
     problems: Sequence[Problem],
     steps: int,
     seed: int,
-    solutions_fn: SolutionsFn,
+    solutions_fn: ResponsesFn,
     lr: float,
     batch_size: int,
     warmup_steps: int,
@@ -277,10 +269,10 @@ def cache_key(
     warmstart_steps: int,
     problems: Sequence[Problem],
     seed: int,
-    solutions_fn: SolutionsFn | None = None,
+    solutions_fn: ResponsesFn,
 ) -> str:
     """The hex digest naming a tiny-model folder: everything that determines its contents."""
-    fn = solutions_fn or _default_solutions_fn()
+    fn = solutions_fn  # its name and what it returns for these problems are both in the key
     payload = {
         "version": CODE_VERSION,
         "layers": layers,
@@ -306,7 +298,7 @@ def tiny_model_folder(
     problems: Sequence[Problem],
     seed: int,
     cache_root: Path,
-    solutions_fn: SolutionsFn | None = None,
+    solutions_fn: ResponsesFn,
 ) -> Path:
     """The cached, warm-started tiny model for these settings: built on the first call, reused after.
 

@@ -9,7 +9,7 @@ import pytest
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
-from rlvrlab.data.countdown import make_problems  # noqa: E402
+from rlvrlab.data.countdown import make_problems, problem_solutions  # noqa: E402
 from rlvrlab.policy import tiny  # noqa: E402
 from rlvrlab.rewards import countdown  # noqa: E402
 
@@ -33,7 +33,7 @@ def _state(folder: Path) -> dict:
 
 
 def test_folder_reloads_offline_through_auto_classes(tmp_path: Path, problems) -> None:
-    corpus = tiny.tokenizer_corpus(problems)
+    corpus = tiny.tokenizer_corpus(problems, problem_solutions)
     folder = tiny.build_tiny_model(tmp_path / "m", corpus=corpus, seed=0, **SMALL)
     tok = transformers.AutoTokenizer.from_pretrained(folder)
     model = transformers.AutoModelForCausalLM.from_pretrained(folder)
@@ -66,7 +66,7 @@ def test_folder_reloads_offline_through_auto_classes(tmp_path: Path, problems) -
 
 
 def test_build_is_deterministic(tmp_path: Path, problems) -> None:
-    corpus = tiny.tokenizer_corpus(problems)
+    corpus = tiny.tokenizer_corpus(problems, problem_solutions)
     a = tiny.build_tiny_model(tmp_path / "a", corpus=corpus, seed=7, **SMALL)
     b = tiny.build_tiny_model(tmp_path / "b", corpus=corpus, seed=7, **SMALL)
     c = tiny.build_tiny_model(tmp_path / "c", corpus=corpus, seed=8, **SMALL)
@@ -78,12 +78,12 @@ def test_build_is_deterministic(tmp_path: Path, problems) -> None:
 
 
 def test_warm_start_is_deterministic_and_lowers_the_loss(tmp_path: Path, problems) -> None:
-    corpus = tiny.tokenizer_corpus(problems)
+    corpus = tiny.tokenizer_corpus(problems, problem_solutions)
     a, b, c = (tiny.build_tiny_model(tmp_path / n, corpus=corpus, seed=0, **SMALL) for n in "abc")
     initial = _state(a)
-    stats_a = tiny.warm_start(a, problems, steps=30, seed=1, batch_size=8)
-    stats_b = tiny.warm_start(b, problems, steps=30, seed=1, batch_size=8)
-    short = tiny.warm_start(c, problems, steps=3, seed=1, batch_size=8)
+    stats_a = tiny.warm_start(a, problems, steps=30, seed=1, batch_size=8, solutions_fn=problem_solutions)
+    stats_b = tiny.warm_start(b, problems, steps=30, seed=1, batch_size=8, solutions_fn=problem_solutions)
+    short = tiny.warm_start(c, problems, steps=3, seed=1, batch_size=8, solutions_fn=problem_solutions)
     assert stats_a["loss"] == stats_b["loss"] < short["loss"]
     sa, sb = _state(a), _state(b)
     assert all(torch.equal(sa[k], sb[k]) for k in sa)  # same seed -> same weights
@@ -91,7 +91,8 @@ def test_warm_start_is_deterministic_and_lowers_the_loss(tmp_path: Path, problem
 
 
 def test_cache_hit_returns_the_same_folder_without_rebuilding(tmp_path: Path, problems, monkeypatch) -> None:
-    kwargs = dict(**SMALL, warmstart_steps=2, problems=problems, seed=0, cache_root=tmp_path)
+    kwargs = dict(**SMALL, warmstart_steps=2, problems=problems, seed=0, cache_root=tmp_path,
+                  solutions_fn=problem_solutions)
     folder = tiny.tiny_model_folder(**kwargs)
     assert folder.parent == tmp_path / "tiny"
     info = json.loads((folder / "rlvrlab_tiny.json").read_text())
@@ -120,7 +121,8 @@ def test_crash_during_warm_start_leaves_no_folder(tmp_path: Path, problems, monk
 
     monkeypatch.setattr(tiny, "warm_start", crash)
     with pytest.raises(RuntimeError, match="crash"):
-        tiny.tiny_model_folder(**SMALL, warmstart_steps=2, problems=problems, seed=0, cache_root=tmp_path)
+        tiny.tiny_model_folder(**SMALL, warmstart_steps=2, problems=problems, seed=0, cache_root=tmp_path,
+                               solutions_fn=problem_solutions)
     assert list((tmp_path / "tiny").iterdir()) == []
 
 
@@ -131,7 +133,8 @@ def test_warm_started_default_model_has_room_to_learn(tmp_path: Path) -> None:
     train = problems[: len(problems) - len(problems) // 10]
     start = time.perf_counter()
     folder = tiny.tiny_model_folder(
-        layers=4, hidden=128, heads=4, warmstart_steps=300, problems=train, seed=0, cache_root=tmp_path
+        layers=4, hidden=128, heads=4, warmstart_steps=300, problems=train, seed=0, cache_root=tmp_path,
+        solutions_fn=problem_solutions,
     )
     build_seconds = time.perf_counter() - start
     info = json.loads((folder / "rlvrlab_tiny.json").read_text())

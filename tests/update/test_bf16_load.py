@@ -7,7 +7,7 @@ import torch
 
 from rlvrlab import components
 from rlvrlab.config import compose
-from rlvrlab.data import load_problems
+from rlvrlab.data import load_problems, warm_start_targets
 from rlvrlab.policy.tiny import build_tiny_model, tokenizer_corpus
 from rlvrlab.train.setup import build
 
@@ -23,7 +23,7 @@ def _masters(deepspeed_engine) -> torch.Tensor:
 @pytest.mark.parametrize("dtype", ["bfloat16", "float32"])
 def test_weights_load_in_the_model_dtype_and_deepspeed_trains_fp32_masters_of_them(tmp_path, monkeypatch, dtype):
     tiny = compose(None, [])
-    corpus = tokenizer_corpus(load_problems(tiny.dataset, tiny.model)[0])
+    corpus = tokenizer_corpus(load_problems(tiny.dataset, tiny.model)[0], warm_start_targets(tiny.dataset))
     folder = build_tiny_model(tmp_path / "model", corpus=corpus, layers=1, hidden=32, heads=2, seed=0)  # fp32 on disk
     cfg = compose(None, ["model.tier=real", f"model.path={folder}", f"model.dtype={dtype}", "trainer.zero_stage=2",
                          *(["trainer.grad_accum_fp32=true"] if dtype == "bfloat16" else []), "steps=1",
