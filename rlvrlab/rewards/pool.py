@@ -232,8 +232,9 @@ class RewardPool:
             return self._run_inline(tasks)
         return self._run_workers(tasks)
 
-    def _run_inline(self, tasks):
-        results, took = [], []
+    def _run_inline(self, tasks: list[tuple[str, str, str]]) -> tuple[list[Any], list[float]]:
+        results: list[Verdict | bool | str] = []  # str: "error", a verifier that raised
+        took: list[float] = []
         for kind, a, b in tasks:
             tic = time.perf_counter()
             try:
@@ -243,7 +244,7 @@ class RewardPool:
             took.append(time.perf_counter() - tic)
         return results, took
 
-    def _run_workers(self, tasks):
+    def _run_workers(self, tasks: list[tuple[str, str, str]]) -> tuple[list[Any], list[float]]:
         self._prepare_parent()
         n = len(tasks)
         results: list[Any] = [None] * n
@@ -271,9 +272,9 @@ class RewardPool:
                 ready = wait([w.conn for w in busy], timeout=max(0.0, deadline - now))
                 now = time.perf_counter()
                 for k, worker in enumerate(self._pool):
-                    i = worker.item
-                    if i is None:
+                    if worker.item is None:
                         continue
+                    i = worker.item
                     if worker.conn in ready:
                         try:
                             ok, value = worker.conn.recv()
