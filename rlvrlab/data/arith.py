@@ -1,5 +1,5 @@
 """Arithmetic questions for small pretrained chat models: integer answers graded by the `math` verifier from the
-response's last \\boxed{} (the instruction to box the answer is the dataset's `template`).
+response's last \\boxed{} (experiments/datasets/arith.yaml asks for the box in its system prompt).
 
 Levels (`make_problems(..., level=L)`, LEVELS):
   1  "What is 3 + 5?"                                    two 1-digit numbers, + or - (non-negative result)

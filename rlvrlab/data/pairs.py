@@ -1,4 +1,4 @@
-"""The pairs task: an enumerable many-answer task for the tiny tier (issue 16; rules in rlvrlab.rewards.pairs).
+"""The pairs task: an enumerable many-answer task for the tiny tier (rules in rlvrlab.rewards.pairs).
 
 Prompt:  "8 3 0 5 9 2 7 4:"   (eight distinct digits in a random order)
 Answer:  "digits=8,3,0,5,9,2,7,4"   (level 2: "...;only=preferred", one correct answer per prompt)
