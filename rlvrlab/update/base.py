@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Protocol
 
@@ -60,37 +60,7 @@ def full_weights(weights: Iterable[tuple[str, torch.Tensor]], *, keep: bool) -> 
     return kept
 
 
-# Clipping as torch.nn.utils does it, without its Python layers. For one table (the toy tier) torch's clip_grad_norm_
-# and get_total_norm spend about 2/3 of their time grouping, checking and entering no_grad (30 against 12 us a call
-# alone, ~110 against ~50 us inside a training step, bench/README.md); the toy step calls them four times. Where the
-# tensors share one device and dtype and are plain tensors on a device with foreach kernels (CPU, CUDA), these run
-# torch's own ops in torch's order, so the floats are torch's (tests/update/test_clip.py compares them bit for bit);
-# anything else goes to torch's functions.
-_FOREACH_DEVICES = ("cpu", "cuda")
-
-
-def _one_foreach_group(tensors: Sequence[torch.Tensor]) -> bool:
-    first = tensors[0]
-    return (first.device.type in _FOREACH_DEVICES and type(first) is torch.Tensor
-            and all(type(t) is torch.Tensor and t.device == first.device and t.dtype == first.dtype for t in tensors))
-
-
-def total_norm(tensors: Sequence[torch.Tensor]) -> torch.Tensor:
-    """torch.nn.utils.get_total_norm(tensors): the 2-norm of all their entries, the same float."""
-    if not tensors or not _one_foreach_group(tensors):
-        return torch.nn.utils.get_total_norm(tensors)
-    with torch.no_grad():
-        return torch.linalg.vector_norm(torch.stack(torch._foreach_norm(list(tensors), 2.0)), 2.0)
-
-
-def clip_grad_norm_(parameters: Iterable[torch.Tensor], max_norm: float) -> torch.Tensor:
-    """torch.nn.utils.clip_grad_norm_(parameters, max_norm): the gradients' total 2-norm before clipping, and the
-    gradients scaled in place by min(1, max_norm / (norm + 1e-6)); the same floats."""
-    parameters = list(parameters)
-    grads = [p.grad for p in parameters if p.grad is not None]
-    if not grads or not _one_foreach_group(grads):
-        return torch.nn.utils.clip_grad_norm_(parameters, max_norm)
-    norm = total_norm(grads)
-    with torch.no_grad():
-        torch._foreach_mul_(grads, torch.clamp(float(max_norm) / (norm + 1e-6), max=1.0))
-    return norm
+def total_norm(tensors: Iterable[torch.Tensor]) -> torch.Tensor:
+    """The 2-norm of all entries of `tensors` together (torch.nn.utils.get_total_norm: the foreach kernels on CPU and
+    CUDA)."""
+    return torch.nn.utils.get_total_norm(tensors)

@@ -190,7 +190,7 @@ def quiet_deepspeed() -> None:
     logging.getLogger("DeepSpeed").setLevel(logging.WARNING)
 
 
-def _reduced(values: torch.Tensor, op: dist.ReduceOp, what: str) -> torch.Tensor:
+def _reduced(values: torch.Tensor, op: dist.ReduceOp.RedOpType, what: str) -> torch.Tensor:
     """all_reduce of a copy, on the device the group's backend takes: NCCL (the GPU launch) reduces CUDA tensors
     only, and the loop's counts are small CPU tensors."""
     device = torch.device("cuda", torch.cuda.current_device()) if dist.get_backend() == "nccl" else values.device
