@@ -501,105 +501,49 @@ def test_a_long_param_is_kept_whole_as_an_artifact(tmp_path: Path) -> None:
     assert full == value
 
 
-def test_sqlite_metric_writes_store_the_rows_log_batch_stores(tmp_path: Path) -> None:
-    """rlvrlab.tracking.sql_metrics writes a local sqlite store with one INSERT: its `metrics` and `latest_metrics`
-    rows must be log_batch's, NaN, infinities, a key logged twice at one step, an exact duplicate and later flushes
-    with older steps included."""
+def test_metrics_reach_the_store_as_logged_non_finite_values_as_nan(tmp_path: Path) -> None:
+    """Every point of every flush is stored under its step, a key logged at some steps only included; NaN and
+    infinities are stored as NaN; the latest value is the one of the largest step."""
     import math
-    import sqlite3
 
-    from mlflow.entities import Metric
+    from rlvrlab.tracking.mlflow_tracker import _BATCH, MlflowTracker
 
-    from rlvrlab.tracking.mlflow_tracker import MlflowTracker
-    from rlvrlab.tracking.sql_metrics import writer_for
-
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    fast = MlflowTracker(uri, "rows", artifact_root=tmp_path / "art")
-    slow = MlflowTracker(uri, "rows", artifact_root=tmp_path / "art")
-    assert fast._sql_write is not None
-    slow._sql_write = None  # log_batch
-    flushes = [
-        [Metric("a", 0.5, 1000, 0), Metric("b", math.nan, 1000, 0), Metric("c", math.inf, 1000, 0),
-         Metric("a", 0.25, 1001, 1), Metric("a", 0.75, 1001, 1), Metric("a", 0.75, 1001, 1)],
-        [Metric("a", 0.1, 1002, 0), Metric("b", 2.0, 1003, 2), Metric("c", -math.inf, 999, 5), Metric("d", 1.0, 5, 0)],
-        [Metric("b", 1.0, 1003, 2), Metric("d", 0.0, 4, 0), Metric("a", 0.75, 1001, 1)],
-    ]
-    for metrics in flushes:
-        for tracker in (fast, slow):
-            tracker._write(metrics)
-            assert tracker._error is None
-    assert fast._sql_write is not None  # it did not fall back to log_batch
-    db = sqlite3.connect(tmp_path / "mlflow.db")
-
-    def rows(table: str, run_id: str) -> list[tuple]:
-        return sorted(db.execute(f"select key, value, timestamp, step, is_nan from {table} where run_uuid = ?",
-                                 (run_id,)).fetchall())
-
-    for table in ("metrics", "latest_metrics"):
-        assert rows(table, fast.run_id) == rows(table, slow.run_id) != []
-    mlflow_client = fast.client
-    assert mlflow_client.get_run(fast.run_id).data.metrics == mlflow_client.get_run(slow.run_id).data.metrics
-    assert writer_for(mlflow_client, "http://localhost:5000") is None
+    tracker = MlflowTracker(f"sqlite:///{tmp_path / 'mlflow.db'}", "rows", artifact_root=tmp_path / "art")
+    steps = range(2 * _BATCH // 3 + 1)  # three keys a step: more points than one log_batch call takes
+    for step in steps:
+        tracker.log_metrics(step, {"a": step / 4, "b": math.inf if step % 2 else -math.inf, "c": math.nan}
+                            | ({"d": 1.0} if step % 100 == 0 else {}))
+        if step == 100:
+            tracker.flush(wait=False)
+    tracker.finish("FINISHED")
+    mlflow = client(tmp_path)
+    history = {key: sorted((m.step, m.value) for m in mlflow.get_metric_history(tracker.run_id, key))
+               for key in "abcd"}
+    assert history["a"] == [(step, step / 4) for step in steps]
+    assert [s for s, _ in history["b"]] == [s for s, _ in history["c"]] == list(steps)
+    assert all(math.isnan(v) for key in "bc" for _, v in history[key])
+    assert history["d"] == [(step, 1.0) for step in steps if step % 100 == 0]
+    assert mlflow.get_run(tracker.run_id).data.metrics["a"] == steps[-1] / 4
 
 
-def test_sqlite_param_writes_store_the_rows_log_batch_stores(tmp_path: Path) -> None:
-    """A run's params through rlvrlab.tracking.sql_metrics.params_writer_for: the `params` rows log_batch writes;
-    logged again, the same values are accepted and another value is refused with MLflow's own error (log_batch
-    decides both); a bad key is refused as log_batch refuses it."""
-    import sqlite3
-
+def test_params_are_stored_once_and_a_changed_value_is_refused(tmp_path: Path) -> None:
+    """A run's ~200 params go in through log_batch, more than one call's 100; logged again, the same values are
+    accepted and another value is refused with MLflow's own error, as is a bad key."""
     from mlflow.exceptions import MlflowException
 
     from rlvrlab.tracking.mlflow_tracker import MlflowTracker
 
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    fast = MlflowTracker(uri, "rows", artifact_root=tmp_path / "art")
-    slow = MlflowTracker(uri, "rows", artifact_root=tmp_path / "art")
-    assert fast._sql_params is not None
-    slow._sql_params = None  # log_batch
+    tracker = MlflowTracker(f"sqlite:///{tmp_path / 'mlflow.db'}", "rows", artifact_root=tmp_path / "art")
     params = {f"group{i % 7}.key{i}": value for i, value in enumerate([0.5, "x", None, True, float("inf"), 3] * 40)}
-    log_batch = fast.client.log_batch
-    fast.client.log_batch = None  # the direct INSERT writes them: log_batch is not called
-    fast.log_params(params)
-    fast.client.log_batch = log_batch
-    slow.log_params(params)
-    db = sqlite3.connect(tmp_path / "mlflow.db")
-
-    def rows(run_id: str) -> list[tuple]:
-        return sorted(db.execute("select key, value from params where run_uuid = ?", (run_id,)).fetchall())
-
-    assert rows(fast.run_id) == rows(slow.run_id) and len(rows(fast.run_id)) == 240
-    fast.log_params({"group0.key0": 0.5, "new": 1})  # the same value again, and a new key: accepted
-    assert fast.client.get_run(fast.run_id).data.params["new"] == "1"
-    for tracker in (fast, slow):
-        with pytest.raises(MlflowException, match="Changing param values is not allowed"):
-            tracker.log_params({"group0.key0": 0.25})
-        with pytest.raises(MlflowException, match="Invalid value|Invalid parameter name|Names may"):
-            tracker.log_params({"bad\nkey": 1})
-    assert rows(fast.run_id) == sorted([*rows(slow.run_id), ("new", "1")])
-
-
-def test_sqlite_metric_writes_leave_a_store_of_another_schema_to_log_batch(tmp_path: Path, monkeypatch) -> None:
-    """The direct INSERT names the columns of MLflow's metrics tables; a schema with other columns (a later MLflow)
-    gets no writer, so log_batch writes its points, and the run does not fail."""
-    from types import SimpleNamespace
-
-    from mlflow.entities import Metric
-    from mlflow.store.tracking.dbmodels.models import SqlMetric
-
-    from rlvrlab.tracking.mlflow_tracker import MlflowTracker
-    from rlvrlab.tracking.sql_metrics import writer_for
-
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    tracker = MlflowTracker(uri, "rows", artifact_root=tmp_path / "art")
-    columns = [SimpleNamespace(name=name) for name in ("key", "value", "timestamp", "step", "is_nan", "run_uuid",
-                                                       "dataset_uuid")]
-    monkeypatch.setattr(SqlMetric, "__table__", SimpleNamespace(name="metrics", columns=columns))
-    assert writer_for(tracker.client, uri) is None
-    tracker._sql_write = writer_for(tracker.client, uri)
-    tracker._write([Metric("a", 0.5, 1000, 0)])
-    assert tracker._error is None
-    assert tracker.client.get_run(tracker.run_id).data.metrics == {"a": 0.5}
+    tracker.log_params(params)
+    stored = client(tmp_path).get_run(tracker.run_id).data.params
+    assert stored == {key: str(value) for key, value in params.items()}
+    tracker.log_params({"group0.key0": 0.5, "new": 1})  # the same value again, and a new key: accepted
+    assert client(tmp_path).get_run(tracker.run_id).data.params["new"] == "1"
+    with pytest.raises(MlflowException, match="Changing param values is not allowed"):
+        tracker.log_params({"group0.key0": 0.25})
+    with pytest.raises(MlflowException, match="Invalid value|Invalid parameter name|Names may"):
+        tracker.log_params({"bad\nkey": 1})
 
 
 @pytest.mark.parametrize("status, ended", [("KILLED", "KILLED"), ("FINISHED", "FAILED")])
@@ -614,7 +558,6 @@ def test_a_run_whose_last_metrics_cannot_be_written_still_ends(tmp_path: Path, m
     def broken(*args, **kwargs):
         raise OSError("disk full")
 
-    tracker._sql_write = None
     monkeypatch.setattr(tracker.client, "log_batch", broken)
     tracker.log_metrics(0, {"a": 1.0})
     with pytest.raises(OSError, match="disk full"):

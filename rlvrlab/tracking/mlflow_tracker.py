@@ -1,9 +1,13 @@
-"""MLflow through its client API, batched: one `log_batch` per flush (docs/platform.md: 10k points cost 103 s
-with log_metric calls and 2.3 s with log_batch). Even batched, sqlite takes ~50 us per metric point (~1.4 ms
-for one step's ~30 metrics, 1% of a tiny-model step), so flushes run on one background thread; the training
-thread only appends to a list. `flush(wait=True)` (checkpoints, the end of a run) waits until all is written.
-A local sqlite store gets the same rows with one INSERT instead (`rlvrlab.tracking.sql_metrics`: log_batch's ORM
-objects cost ~140 us of CPU per point, ~6 ms for one toy step's 44 metrics, about half of the step itself).
+"""MLflow through its public client, batched. Metric points collect in a list on the training thread; a flush hands
+them to one background thread that writes them with `MlflowClient.log_batch`, up to 1000 points a call (one call per
+point costs ~45x more: docs/platform.md). `flush(wait=True)` returns once every point logged so far is stored: a
+checkpoint counts as complete only after it (rlvrlab.train.checkpoint), and a run ends only after it (`finish`), so a
+killed run keeps every metric of the steps its newest complete checkpoint holds.
+
+MLflow's own asynchronous logging (`log_batch(synchronous=False)`) is not used: its queue thread, started once per
+store, polls once a second and is joined at interpreter exit, so every store a process wrote through it adds up to
+1 s to that process's exit (bench/README.md, "Update engines and MLflow logging"); its errors come back wrapped in one
+MlflowException, where a full disk or a held store must be told apart (rlvrlab.outputs.full_or_held).
 
 Where the store is: `rlvrlab.tracking.store`.
 """
@@ -23,7 +27,6 @@ from rlvrlab.outputs import file_lock, full_or_held
 from rlvrlab.tracking.store import check_reachable
 
 _BATCH = 1000  # MLflow's limit of metrics per log_batch call
-_PARAMS_BATCH = 100  # ... and of params
 _FLUSH_SECONDS = 15.0  # metrics reach the store at least this often while a run is alive
 PARAM_LIMIT = 6000  # MLflow's limit on a param value's length; a longer value is kept whole as an artifact
 
@@ -50,9 +53,7 @@ def quiet_client(uri: str):
     path = uri.removeprefix("sqlite:///")
 
     def open_store():
-        client = MlflowClient(tracking_uri=uri)  # opening the store creates or migrates its tables
-        client._tracking_client.store  # noqa: B018 - (in case a later MLflow opens it lazily)
-        return _Patient(client, path)
+        return _Patient(MlflowClient(tracking_uri=uri), path)  # the client opens the store: creates or migrates it
 
     lock = Path(path).expanduser().parent / STORE_LOCK
     try:
@@ -151,10 +152,6 @@ class MlflowTracker:
                 raise RlvrlabError(f"--resume {run_id}: no such MLflow run in {uri} ({error})") from None
             self.client.update_run(run_id, status="RUNNING")
         self.run_id = run_id
-        from rlvrlab.tracking.sql_metrics import params_writer_for, writer_for
-
-        self._sql_write = writer_for(self.client, uri)  # a local sqlite store: one INSERT, not log_batch's ORM
-        self._sql_params = params_writer_for(self.client, uri)
         self._buffer: list = []
         self._last_flush = time.monotonic()
         self._writer: threading.Thread | None = None
@@ -172,16 +169,7 @@ class MlflowTracker:
                 text = text[: PARAM_LIMIT - len(note)] + note
                 cut.append(key)
             items.append(Param(key, text))
-        written = False
-        if self._sql_params is not None:
-            try:
-                retry_locked(partial(self._sql_params, self.run_id, items))
-                written = True
-            except Exception:  # noqa: BLE001 - a key the run has, or anything else: log_batch decides, in its words
-                pass
-        if not written:
-            for i in range(0, len(items), _PARAMS_BATCH):
-                self.client.log_batch(self.run_id, params=items[i : i + _PARAMS_BATCH])
+        self.client.log_batch(self.run_id, params=items)  # in calls of MLflow's 100 params
         if cut:
             from rlvrlab.tracking.tags import TRUNCATED_PARAMS
 
@@ -229,12 +217,6 @@ class MlflowTracker:
 
     def _write(self, metrics: list) -> None:
         try:
-            if self._sql_write is not None:
-                try:
-                    retry_locked(partial(self._sql_write, self.run_id, metrics))
-                    return
-                except Exception:  # noqa: BLE001 - whatever it was, log_batch writes them (or raises it)
-                    self._sql_write = None
             for i in range(0, len(metrics), _BATCH):
                 retry_locked(partial(self.client.log_batch, self.run_id, metrics=metrics[i : i + _BATCH]))
         except BaseException as error:  # re-raised on the training thread by the next flush
