@@ -7,6 +7,7 @@ delta = logp - old_logp, rho = exp(delta). Where verl clamps delta to [-20, 20] 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from typing import Any
 
@@ -394,7 +395,7 @@ def with_sign_split(loss: LossFn) -> LossFn:
         return out.replace(stats=lambda: sign_split(out.stats, x, out.clip_masks))
 
     split_loss.__name__ = getattr(loss, "__name__", "loss")
-    split_loss.__wrapped__ = loss  # type: ignore[attr-defined]  # keeps the knob signature visible
+    functools.update_wrapper(split_loss, loss, assigned=(), updated=())  # its knobs: inspect.unwrap finds `loss`
     return split_loss
 
 
@@ -411,7 +412,7 @@ def with_rollout_correction(loss: LossFn) -> LossFn:
         return out.replace(loss=agg(per_token, x.mask), per_token=per_token)
 
     corrected.__name__ = getattr(loss, "__name__", "loss")
-    corrected.__wrapped__ = loss  # type: ignore[attr-defined]
+    functools.update_wrapper(corrected, loss, assigned=(), updated=())
     return corrected
 
 
@@ -456,7 +457,7 @@ def with_unbounded_positive(base: LossFn) -> LossFn:
         return LossOutput(agg(per_token, x.mask), per_token, stats, clip_masks=clip_masks)
 
     up_loss.__name__ = f"unbounded_positive_{base.__name__}"
-    up_loss.__wrapped__ = base  # type: ignore[attr-defined]  # keeps the base's knob signature visible
+    functools.update_wrapper(up_loss, base, assigned=(), updated=())  # the base's knobs (inspect.unwrap)
     return up_loss
 
 

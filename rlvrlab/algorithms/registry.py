@@ -26,7 +26,8 @@ LossFn = Callable[..., LossOutput]  # (LossInputs, Aggregation, *, knobs) -> Los
 
 
 def knobs(fn: Callable[..., Any]) -> tuple[str, ...]:
-    """Names of the keyword-only scalar knobs ``fn`` reads (through wrappers that set ``__wrapped__``, as UP's)."""
+    """Names of the keyword-only scalar knobs ``fn`` reads: those of the function under its wrappers (UP's, the
+    by-sign diagnostics'), which ``functools.update_wrapper`` links for ``inspect.unwrap``."""
     params = inspect.signature(inspect.unwrap(fn)).parameters.values()
     return tuple(p.name for p in params if p.kind is inspect.Parameter.KEYWORD_ONLY)
 
