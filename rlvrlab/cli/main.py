@@ -1,6 +1,7 @@
 """The `rlvrlab` command: wires the sub-apps, and shows a RlvrlabError as one red line instead of a traceback."""
 
 import os
+import sys
 
 import typer
 from rich.console import Console
@@ -13,7 +14,7 @@ from rlvrlab.cli.sweep import sweep
 from rlvrlab.cli.train import train
 from rlvrlab.errors import RlvrlabError
 from rlvrlab.outputs import full_or_held
-from rlvrlab.procs import exit_now, ignore_further_signals, install_stop_handlers, stop_requested
+from rlvrlab.procs import ignore_further_signals, install_stop_handlers, stop_requested
 
 app = typer.Typer(
     name="rlvrlab",
@@ -31,8 +32,8 @@ app.command()(report)
 
 
 def main() -> None:
-    """The command. Its exit skips the interpreter's teardown (rlvrlab.procs.exit_now: ~1 s after importing torch and
-    MLflow); an unexpected error still ends with its traceback."""
+    """The command; a user's mistake or a full disk ends in one line and exit code 1, an unexpected error with its
+    traceback."""
     install_stop_handlers()  # `kill` stops a run as Ctrl-C does: MLflow run KILLED, checkpoints kept
     try:
         app()
@@ -43,20 +44,16 @@ def main() -> None:
             raise
         # soft_wrap: the message stays one line however narrow the terminal
         Console(stderr=True).print(f"error: {error}", style="red", markup=False, highlight=False, soft_wrap=True)
-        exit_now(1)
+        sys.exit(1)
     except Exception as error:  # a full disk or a held store the command did not word itself: one line too
         trouble = full_or_held(error)
         if trouble is None or os.environ.get("RLVRLAB_DEBUG") == "1":
             raise
         Console(stderr=True).print(f"error: {_storage_line(error, trouble)}", style="red", markup=False,
                                    highlight=False, soft_wrap=True)
-        exit_now(1)
-    except SystemExit as done:  # typer ends every command with one
-        if stop_requested() is not None:
-            ignore_further_signals()
-        exit_now(done.code)
+        sys.exit(1)
     finally:
-        if stop_requested() is not None:
+        if stop_requested() is not None:  # on its way out after a stop: a late signal must not break the exit
             ignore_further_signals()
 
 
