@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional
 
 from rlvrlab.errors import RlvrlabError
 
@@ -33,7 +33,7 @@ def open_storage(url: str):
         return optuna.storages.JournalStorage(JournalFileBackend(str(path)))
     for attempt in range(5):
         try:
-            engine = {"pool_pre_ping": True}
+            engine: dict[str, Any] = {"pool_pre_ping": True}
             if url.startswith("sqlite"):  # wait for the lock instead of failing after pysqlite's 5 s
                 engine["connect_args"] = {"timeout": 60}
             return optuna.storages.RDBStorage(url, engine_kwargs=engine)
