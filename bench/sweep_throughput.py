@@ -96,7 +96,8 @@ def in_process(seeds: int, overrides: list[str]) -> dict:
     import rlvrlab.config
     import rlvrlab.train.loop
     from rlvrlab.sweep.spec import load_sweep
-    from rlvrlab.sweep.trials import finish_study_run, open_sweep, work
+    from rlvrlab.sweep.study import finish_study_run, open_sweep
+    from rlvrlab.sweep.trials import work
 
     root = Path(tempfile.mkdtemp(prefix="sweep_throughput_"))
     home = Path.cwd()
@@ -200,7 +201,8 @@ def grid(seeds: int, overrides: list[str]) -> None:
     import rlvrlab.config
     import rlvrlab.train.loop as loop
     from rlvrlab.sweep.spec import load_sweep
-    from rlvrlab.sweep.trials import finish_study_run, open_sweep, work
+    from rlvrlab.sweep.study import finish_study_run, open_sweep
+    from rlvrlab.sweep.trials import work
     from rlvrlab.tracking.mlflow_tracker import MlflowTracker
     from rlvrlab.train import checkpoint
 

@@ -454,7 +454,7 @@ def test_careless_files(tmp_path: Path) -> None:
 
 def test_sweep_status_creates_nothing_and_names_what_differs(tmp_path: Path) -> None:
     from rlvrlab.sweep.spec import load_sweep
-    from rlvrlab.sweep.trials import open_sweep
+    from rlvrlab.sweep.study import open_sweep
 
     path = tmp_path / "st.yaml"
     path.write_text(SWEEP.replace("steps=100000", "steps=4"))
@@ -705,7 +705,7 @@ def test_sweep_workers_never_outnumber_the_trials_left(tmp_path: Path, monkeypat
     import multiprocessing
 
     from rlvrlab.sweep.spec import load_sweep
-    from rlvrlab.sweep.trials import open_sweep
+    from rlvrlab.sweep.study import open_sweep
     from rlvrlab.sweep.workers import run_sweep
     from rlvrlab.tracking import tags as T
 
@@ -732,7 +732,7 @@ def test_a_sweep_stopped_at_each_point_of_its_start_up_is_continued_by_the_same_
     and runs each grid point once, under one MLflow study run."""
     from rlvrlab.cli.sweep import sweep
     from rlvrlab.sweep.spec import load_sweep
-    from rlvrlab.sweep.trials import open_sweep
+    from rlvrlab.sweep.study import open_sweep
 
     (tmp_path / "runs").mkdir()
     shutil.copy(finished[0] / "mlflow.db", tmp_path / "runs" / "mlflow.db")  # a store whose tables exist
@@ -1161,7 +1161,7 @@ def test_a_sweep_on_a_disk_that_fills_stops_in_one_line_and_the_same_command_fin
     from optuna.trial import TrialState
 
     from rlvrlab.sweep.spec import load_sweep
-    from rlvrlab.sweep.trials import open_sweep
+    from rlvrlab.sweep.study import open_sweep
 
     disk = small_disk(2)
     (disk / "runs").mkdir()

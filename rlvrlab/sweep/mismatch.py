@@ -7,11 +7,12 @@ from __future__ import annotations
 import tempfile
 from pathlib import Path
 
-from rlvrlab.sweep.spec import _NOT_SCIENCE, SweepSpec
+from rlvrlab.sweep.space import NOT_SCIENCE
+from rlvrlab.sweep.spec import SweepSpec
 
 
 def _science(overrides: list[str] | tuple[str, ...]) -> list[str]:
-    return [o for o in overrides if not o.startswith(_NOT_SCIENCE)]
+    return [o for o in overrides if not o.startswith(NOT_SCIENCE)]
 
 
 def differences(spec: SweepSpec, client, study_run_id: str | None) -> list[str]:

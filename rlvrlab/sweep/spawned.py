@@ -158,7 +158,8 @@ def _work(spec, storage: Optional[str], deadline: Optional[float], index: int) -
 
     from rlvrlab.errors import RlvrlabError
     from rlvrlab.procs import exit_now
-    from rlvrlab.sweep.trials import open_sweep, work
+    from rlvrlab.sweep.study import open_sweep
+    from rlvrlab.sweep.trials import work
 
     code = 0
     try:

@@ -19,7 +19,8 @@ before any storage is opened or run started; every mistake is one ConfigError li
       direction: maximize                      # maximize | minimize
       window: 10                               # per seed: mean of the metric over its last 10 steps (each logged,
                                                # whatever tracking.log_every: the sweep sets tracking.log_last)
-      aggregate: mean                          # over seeds: mean | lcb95 (maximize) | ucb95 (minimize)
+      aggregate: mean                          # over seeds: mean | lcb95 (maximize) | ucb95 (minimize),
+                                               # the entries of rlvrlab.sweep.objective.AGGREGATES
     budget: {trials: null, timeout: null}      # trials (samplers; grid: every point) and seconds per invocation
     pruner: {type: none}                       # none | median | hyperband; warmup_steps, startup_trials
     launcher: inprocess                        # how a seed run runs (not part of the study's fingerprint):
@@ -43,64 +44,24 @@ from typing import Any, Optional
 import yaml
 
 from rlvrlab.config.compose import folder_given
-from rlvrlab.config.rules import RANGES, unknown
+from rlvrlab.config.ranges import RANGES
+from rlvrlab.config.rules import unknown
 from rlvrlab.config.shipped import shipped_dir
 from rlvrlab.config.yamlfile import load as load_yaml
 from rlvrlab.errors import ConfigError
+from rlvrlab.sweep.objective import AGGREGATES, DIRECTIONS, MEAN, Objective
+from rlvrlab.sweep.space import FIXED_KEYS, NOT_SCIENCE, VARIANT, Param, parse_space, parse_variants
 
 SAMPLERS = ("grid", "tpe", "random")
 PRUNERS = ("none", "median", "hyperband")
-AGGREGATES = {"mean": None, "lcb95": "maximize", "ucb95": "minimize"}  # value: the direction it fits
-DIRECTIONS = ("maximize", "minimize")
 TOP_KEYS = ("name", "experiment", "overrides", "variants", "sampler", "sampler_seed", "seeds", "space", "objective",
             "budget", "pruner", "launcher", "slurm")
 LAUNCHERS = ("inprocess", "process", "slurm")
 SLURM_KEYS = ("partition", "nodes", "gpus_per_node", "cpus_per_task", "time", "account", "cluster")
 SLURM_CLUSTERS = ("slurm", "local")  # local: submitit's local executor, the same job path on this machine
-VARIANT = "variant"  # the space key of `variants:`
-_FIXED_KEYS = ("seed", "experiment")  # set by the sweep: seeds from `seeds:`, the MLflow experiment from the name
-_NOT_SCIENCE = ("output_dir=", "tracking.")  # overrides that move records, not results (not in the fingerprint)
 LOG_LAST = "tracking.log_last"  # set by the sweep to the objective's window (SweepSpec.overrides_for)
 MAX_SEEDS = 10_000  # seeds of one trial, each a training run; a count is expanded to a list (5e9 was a MemoryError)
 MAX_SEED = int(RANGES["seed"].high)  # what the config accepts as a run's seed
-
-
-
-@dataclasses.dataclass(frozen=True)
-class Param:
-    """One searched config key: grid values/choices, or a numeric range."""
-
-    key: str
-    values: Optional[tuple] = None  # grid values (grid sampler) or categorical choices (tpe, random)
-    low: Optional[float] = None
-    high: Optional[float] = None
-    log: bool = False
-    step: Optional[float] = None
-
-    @property
-    def is_int(self) -> bool:
-        return all(isinstance(v, int) and not isinstance(v, bool) for v in (self.low, self.high, self.step)
-                   if v is not None)
-
-    def suggest(self, trial) -> Any:
-        """The trial's value (Optuna returns the enqueued value for grid points and retries)."""
-        if self.values is not None:
-            return trial.suggest_categorical(self.key, list(self.values))
-        if self.is_int:
-            return trial.suggest_int(self.key, int(self.low), int(self.high), step=int(self.step or 1), log=self.log)
-        return trial.suggest_float(self.key, self.low, self.high, step=self.step, log=self.log)
-
-    def corners(self) -> list[Any]:
-        """Values that validation composes: every listed value, or both ends of a range."""
-        return list(self.values) if self.values is not None else [self.low, self.high]
-
-
-@dataclasses.dataclass(frozen=True)
-class Objective:
-    metric: str
-    direction: str = "maximize"
-    window: int = 1  # per seed run: mean of the metric over its last `window` steps (each logged: overrides_for)
-    aggregate: str = "mean"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -180,7 +141,7 @@ class SweepSpec:
     def grid(self) -> list[dict[str, Any]]:
         """Every grid point, in file order (the last key varies fastest)."""
         keys = [p.key for p in self.space]
-        return [dict(zip(keys, combo)) for combo in itertools.product(*(p.values for p in self.space))]
+        return [dict(zip(keys, combo)) for combo in itertools.product(*(p.listed for p in self.space))]
 
     def total_trials(self) -> Optional[int]:
         return len(self.grid()) if self.sampler == "grid" else self.trials
@@ -198,7 +159,7 @@ class SweepSpec:
         Budget, timeout and the name are not in it (more trials or time continue the same study)."""
         science = {
             "experiment": self.experiment, "sampler": self.sampler,
-            "overrides": [o for o in self.overrides if not o.startswith(_NOT_SCIENCE)],
+            "overrides": [o for o in self.overrides if not o.startswith(NOT_SCIENCE)],
             "sampler_seed": self.sampler_seed, "seeds": list(self.seeds), "objective": dataclasses.asdict(
                 self.objective), "space": [dataclasses.asdict(p) for p in self.space],
             "pruner": dataclasses.asdict(self.pruner),
@@ -269,13 +230,13 @@ def load_sweep(name: str, overrides: Sequence[str] = (), *, seeds: Optional[int]
     all_overrides = (*file_overrides, *overrides)
     for text in all_overrides:
         key = text.partition("=")[0].strip()
-        if key in _FIXED_KEYS:
+        if key in FIXED_KEYS:
             raise ConfigError(f"override {text!r} in {where}: {key} is set by the sweep "
                               f"({'use seeds:' if key == 'seed' else 'the MLflow experiment is the study name'})")
 
     sampler = _choice(body.get("sampler", "grid"), SAMPLERS, "sampler", where)
-    variants = _variants(body.get("variants"), where)
-    space = _space(body.get("space") or ({} if variants else None), sampler, where)
+    variants = parse_variants(body.get("variants"), where)
+    space = parse_space(body.get("space") or ({} if variants else None), sampler, where)
     if VARIANT in (p.key for p in space):
         raise ConfigError(f"space key {VARIANT!r} in {where} is the name of `variants:`; list the variants there")
     if variants:
@@ -284,20 +245,19 @@ def load_sweep(name: str, overrides: Sequence[str] = (), *, seeds: Optional[int]
     adaptive = _adaptive(body.get("seeds"), where) if seeds is None else None
     seed_list = tuple(range(adaptive.initial)) if adaptive else \
         _seeds(body.get("seeds", 5) if seeds is None else seeds, where)
-    if objective.aggregate != "mean" and len(seed_list) < 2:
-        raise ConfigError(f"objective.aggregate {objective.aggregate} in {where} needs at least 2 seeds")
+    needs = AGGREGATES[objective.aggregate].min_seeds
+    if len(seed_list) < needs:
+        raise ConfigError(f"objective.aggregate {objective.aggregate} in {where} needs at least {needs} seeds")
     budget = _mapping(body.get("budget"), ("trials", "timeout"), "budget", where)
-    trials = _optional_number(budget.get("trials"), "budget.trials", where, integer=True)
+    trials = _optional_integer(budget.get("trials"), "budget.trials", where)
     timeout = _optional_number(budget.get("timeout"), "budget.timeout", where)
     if sampler != "grid" and trials is None and timeout is None:
         raise ConfigError(f"sampler {sampler} in {where} needs budget.trials or budget.timeout (a grid has its size)")
     pruner_body = _mapping(body.get("pruner"), ("type", "warmup_steps", "startup_trials"), "pruner", where)
     pruner = Pruner(
         type=_choice(pruner_body.get("type", "none"), PRUNERS, "pruner.type", where),
-        warmup_steps=int(_optional_number(pruner_body.get("warmup_steps", 0), "pruner.warmup_steps", where,
-                                          integer=True, null=False)),
-        startup_trials=int(_optional_number(pruner_body.get("startup_trials", 5), "pruner.startup_trials", where,
-                                            integer=True, null=False)),
+        warmup_steps=_integer(pruner_body.get("warmup_steps", 0), "pruner.warmup_steps", where),
+        startup_trials=_integer(pruner_body.get("startup_trials", 5), "pruner.startup_trials", where),
     )
     sweep_name = study or body.get("name") or path.stem
     if not isinstance(sweep_name, str) or not sweep_name.strip():
@@ -307,8 +267,7 @@ def load_sweep(name: str, overrides: Sequence[str] = (), *, seeds: Optional[int]
         raise ConfigError(f"experiment in {where} must be an experiment name or a path to its YAML file")
     if experiment is not None and not experiment.endswith((".yaml", ".yml")) and os.sep in experiment:
         experiment = str((path.parent / experiment).resolve())
-    sampler_seed = int(_optional_number(body.get("sampler_seed", 0), "sampler_seed", where, integer=True,
-                                        null=False))
+    sampler_seed = _integer(body.get("sampler_seed", 0), "sampler_seed", where)
     launch = _launcher(body.get("launcher"), body.get("slurm"), where, launcher, nproc, gpus_per_run, slurm)
     spec = SweepSpec(sweep_name, path, experiment, tuple(all_overrides), space, sampler, sampler_seed, seed_list,
                      objective, trials, timeout, pruner, variants, adaptive, launch)
@@ -320,8 +279,8 @@ def load_sweep(name: str, overrides: Sequence[str] = (), *, seeds: Optional[int]
 def _launcher(body: Any, slurm_body: Any, where: str, kind: Optional[str], nproc: Optional[int],
               gpus_per_run: Optional[int], slurm: Sequence[str]) -> Launcher:
     example = "launcher: process, or launcher: {type: process, nproc: 2}"
-    fields = {"type": body} if isinstance(body, str) else _mapping(body, ("type", "nproc", "gpus_per_run"),
-                                                                    "launcher", where)
+    fields: dict[str, Any] = {"type": body} if isinstance(body, str) else _mapping(
+        body, ("type", "nproc", "gpus_per_run"), "launcher", where)
     kind = _choice(kind or fields.get("type", "inprocess"), LAUNCHERS, "launcher", where)
     ranks, gpus = nproc if nproc is not None else fields.get("nproc"), gpus_per_run if gpus_per_run is not None \
         else fields.get("gpus_per_run", 0)
@@ -412,69 +371,6 @@ def _check_composes(spec: SweepSpec, where: str) -> None:
                               f"{cfg.steps} steps{at}; set window to at most {cfg.steps} or raise steps")
 
 
-def _variants(body: Any, where: str) -> dict[str, tuple[str, ...]]:
-    if body is None:
-        return {}
-    example = "variants: {grpo: [algorithm=grpo], ucpo tau=1: [algorithm=ucpo, algorithm.tau=1.0]}"
-    if not isinstance(body, dict) or not body:
-        raise ConfigError(f"variants in {where} must map names to lists of overrides, e.g. {example}")
-    out = {}
-    for name, overrides in body.items():
-        if not isinstance(overrides, list) or not all(isinstance(o, str) and "=" in o for o in overrides):
-            raise ConfigError(f"variants.{name} in {where} must be a list of key=value overrides, e.g. {example}")
-        for text in overrides:
-            key = text.partition("=")[0].strip()
-            if key in _FIXED_KEYS or key.startswith(_NOT_SCIENCE) or key == "output_dir":
-                raise ConfigError(f"variants.{name} in {where}: {key} cannot be set per variant")
-        out[str(name)] = tuple(overrides)
-    return out
-
-
-def _space(body: Any, sampler: str, where: str) -> tuple[Param, ...]:
-    if body == {}:
-        return ()
-    if not isinstance(body, dict) or not body:
-        raise ConfigError(f"space in {where} must map config keys to values, e.g. space: {{algorithm.tau: [0.1, 0.5]}}")
-    params = []
-    for key, spec in body.items():
-        key = str(key)
-        if key in _FIXED_KEYS or key.startswith(_NOT_SCIENCE) or key == "output_dir":
-            hint = "use seeds:" if key == "seed" else "it does not change what is trained"
-            raise ConfigError(f"space key {key!r} in {where} cannot be searched; {hint}")
-        if isinstance(spec, list):
-            if not spec or len(set(map(repr, spec))) != len(spec):
-                raise ConfigError(f"space.{key} in {where} must list distinct values")
-            if not all(v is None or isinstance(v, (bool, int, float, str)) for v in spec):
-                raise ConfigError(f"space.{key} in {where}: values must be numbers, strings, booleans or null")
-            params.append(Param(key, values=tuple(spec)))
-            continue
-        if isinstance(spec, dict) and "choices" in spec:
-            choices = spec["choices"]
-            if set(spec) != {"choices"} or not isinstance(choices, list) or not choices:
-                raise ConfigError(f"space.{key} in {where}: write {{choices: [a, b, ...]}} and nothing else")
-            params.append(Param(key, values=tuple(choices)))
-            continue
-        if not isinstance(spec, dict) or not {"low", "high"} <= set(spec) or not set(spec) <= {"low", "high", "log",
-                                                                                             "step"}:
-            raise ConfigError(f"space.{key} in {where} must be a list of values, {{choices: [...]}} or "
-                              "{low: L, high: H[, log: true][, step: S]}")
-        low, high, step = spec["low"], spec["high"], spec.get("step")
-        if not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (low, high)) or not low < high:
-            raise ConfigError(f"space.{key} in {where}: low and high must be numbers with low < high")
-        log = bool(spec.get("log", False))
-        if log and (low <= 0 or step is not None):
-            raise ConfigError(f"space.{key} in {where}: log ranges need low > 0 and no step")
-        if step is not None and (not isinstance(step, (int, float)) or step <= 0):
-            raise ConfigError(f"space.{key} in {where}: step must be a positive number")
-        params.append(Param(key, low=low, high=high, log=log, step=step))
-    if sampler == "grid":
-        ranged = [p.key for p in params if p.values is None]
-        if ranged:
-            raise ConfigError(f"space.{ranged[0]} in {where} is a range; the grid sampler needs a list of values "
-                              "(or use sampler: tpe or random)")
-    return tuple(params)
-
-
 def _objective(body: Any, where: str) -> Objective:
     fields = _mapping(body, ("metric", "direction", "window", "aggregate"), "objective", where)
     metric = fields.get("metric")
@@ -485,16 +381,16 @@ def _objective(body: Any, where: str) -> Objective:
     if metric not in metric_names():
         raise unknown("objective.metric", metric, metric_names(), where=where)
     direction = _choice(fields.get("direction", "maximize"), DIRECTIONS, "objective.direction", where)
-    aggregate = _choice(fields.get("aggregate", "mean"), tuple(AGGREGATES), "objective.aggregate", where)
-    fits = AGGREGATES[aggregate]
-    if fits is not None and fits != direction:
-        other = next(name for name, d in AGGREGATES.items() if d == direction)
+    aggregate = _choice(fields.get("aggregate", MEAN.name), tuple(AGGREGATES), "objective.aggregate", where)
+    if AGGREGATES[aggregate].direction not in (None, direction):
+        bounds = [a.name for a in AGGREGATES.values() if a.direction == direction]
+        hint = f"{' or '.join(bounds)} (the pessimistic bound) or {MEAN.name}" if bounds else MEAN.name
         raise ConfigError(f"objective.aggregate {aggregate} with direction {direction} in {where} favours noisy "
-                          f"trials; use {other} (the pessimistic bound) or mean")
-    window = _optional_number(fields.get("window", 1), "objective.window", where, integer=True)
+                          f"trials; use {hint}")
+    window = _optional_integer(fields.get("window", 1), "objective.window", where)
     if window is None or window < 1:
         raise ConfigError(f"objective.window in {where} must be an integer >= 1")
-    return Objective(metric, direction, int(window), aggregate)
+    return Objective(metric, direction, window, aggregate)
 
 
 def _seeds(value: Any, where: str) -> tuple[int, ...]:
@@ -544,8 +440,8 @@ def _choice(value: Any, options: Sequence[str], name: str, where: str) -> str:
     return value
 
 
-def _optional_number(value: Any, name: str, where: str, *, integer: bool = False, null: bool = True
-                     ) -> Optional[float]:
+def _checked(value: Any, name: str, where: str, *, integer: bool, null: bool) -> Any:
+    """`value` itself, if it is a number from 0 to MAX_NUMBER (an integer where `integer`; or null where `null`)."""
     if value is None and null:
         return None
     kinds = (int,) if integer else (int, float)
@@ -553,6 +449,18 @@ def _optional_number(value: Any, name: str, where: str, *, integer: bool = False
         raise ConfigError(f"{name} in {where} must be a{'n integer' if integer else ' number'} from 0 to "
                           f"{MAX_NUMBER:.0e}{' or null' if null else ''}")
     return value
+
+
+def _integer(value: Any, name: str, where: str) -> int:
+    return _checked(value, name, where, integer=True, null=False)
+
+
+def _optional_integer(value: Any, name: str, where: str) -> Optional[int]:
+    return _checked(value, name, where, integer=True, null=True)
+
+
+def _optional_number(value: Any, name: str, where: str) -> Optional[float]:
+    return _checked(value, name, where, integer=False, null=True)
 
 
 MAX_NUMBER = 1e15  # budget, pruner and sampler numbers: beyond any real use, and a float (nan and inf are refused)

@@ -6,7 +6,8 @@ import math
 from dataclasses import dataclass
 from typing import Any, Optional
 
-from rlvrlab.sweep.trials import Sweep, counts, seed_summary, seeds_needed
+from rlvrlab.sweep.objective import seed_summary, seeds_needed
+from rlvrlab.sweep.study import Sweep, counts
 from rlvrlab.tracking import tags as T
 
 
@@ -51,9 +52,9 @@ def summarize(sweep: Sweep) -> StudySummary:
             retry_of=t.system_attrs.get("failed_trial"),
             halfwidth=_finite(summary.get("halfwidth")), more_seeds=more,
         ))
-    complete = [r for r in rows if r.state == "COMPLETE"]
     sign = 1 if sweep.spec.objective.direction == "maximize" else -1
-    best = max(complete, key=lambda r: sign * r.value) if complete else None
+    scored = [(sign * r.value, r) for r in rows if r.state == "COMPLETE" and r.value is not None]
+    best = max(scored, key=lambda pair: pair[0])[1] if scored else None
     return StudySummary(rows, best, sweep.spec.total_trials(), finished_trials(sweep))
 
 

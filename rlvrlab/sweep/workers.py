@@ -22,8 +22,9 @@ from rlvrlab.procs import signal_name, stop_at_safe_points, stop_requested
 from rlvrlab.sweep.placement import assign, visible_devices
 from rlvrlab.sweep.spawned import WORKER_BYTES, WorkerPool, machine_limit
 from rlvrlab.sweep.spec import SweepSpec
+from rlvrlab.sweep.study import Sweep, finish_study_run, open_sweep
 from rlvrlab.sweep.summary import finished_trials, summarize
-from rlvrlab.sweep.trials import Sweep, finish_study_run, open_sweep, work
+from rlvrlab.sweep.trials import work
 
 STOP_GRACE_SECONDS = 600  # how long a stopping sweep waits for each worker to finish its step
 

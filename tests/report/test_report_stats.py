@@ -382,7 +382,8 @@ def test_t_ppf_is_scipys_t_ppf_to_the_bit() -> None:
 def test_a_sweep_worker_scores_trials_without_importing_scipy_stats() -> None:
     """What a worker imports to score a trial (t_interval, seeds_for_halfwidth) leaves scipy.stats out (~0.35 s of
     each worker's start)."""
-    code = ("import sys; import rlvrlab.sweep.trials as t; from rlvrlab.report.stats import seeds_for_halfwidth; "
-            "t.seed_summary([0.1, 0.3, 0.2]); seeds_for_halfwidth(0.2, 0.1); print('scipy.stats' in sys.modules)")
+    code = ("import sys; import rlvrlab.sweep.trials; from rlvrlab.sweep.objective import seed_summary; "
+            "from rlvrlab.report.stats import seeds_for_halfwidth; "
+            "seed_summary([0.1, 0.3, 0.2]); seeds_for_halfwidth(0.2, 0.1); print('scipy.stats' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "False"

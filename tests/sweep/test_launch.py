@@ -19,7 +19,8 @@ import pytest
 from rlvrlab.errors import ConfigError
 from rlvrlab.sweep.launch import failure_reason, train_command
 from rlvrlab.sweep.spec import load_sweep
-from rlvrlab.sweep.trials import open_sweep, work
+from rlvrlab.sweep.study import open_sweep
+from rlvrlab.sweep.trials import work
 from rlvrlab.tracking import tags as T
 
 RLVRLAB = shutil.which("rlvrlab", path=str(Path(sys.executable).parent))

@@ -17,9 +17,11 @@ import numpy as np
 import pytest
 
 from rlvrlab.errors import ConfigError, RlvrlabError
+from rlvrlab.sweep.objective import AGGREGATES, seed_summary, window_mean
 from rlvrlab.sweep.spec import load_sweep, sweeps_dir
+from rlvrlab.sweep.study import open_sweep
 from rlvrlab.sweep.summary import summarize
-from rlvrlab.sweep.trials import open_sweep, seed_summary, work
+from rlvrlab.sweep.trials import work
 from rlvrlab.tracking import tags as T
 
 RLVRLAB = shutil.which("rlvrlab", path=str(Path(sys.executable).parent))
@@ -185,6 +187,47 @@ def test_seed_summary_is_a_student_t_interval() -> None:
     assert s["high"] == pytest.approx(2.5 + half) and s["n"] == 4
     one = seed_summary([0.3])
     assert one["mean"] == 0.3 and math.isnan(one["low"]) and math.isnan(one["high"])
+
+
+# 1, 2, 3, 4 by hand: mean 2.5, sd^2 = (2.25 + 0.25 + 0.25 + 2.25) / 3 = 5/3, t_{0.975, 3} = 3.182446305284263
+HALF = 3.182446305284263 * math.sqrt(5 / 3) / math.sqrt(4)
+HAND_WORKED = {"mean": 2.5, "lcb95": 2.5 - HALF, "ucb95": 2.5 + HALF}
+
+
+@pytest.mark.parametrize("name", sorted(AGGREGATES))
+def test_every_aggregate_validates_in_a_sweep_file_and_scores_seed_values(here: Path, name: str) -> None:
+    """Each registered aggregate: a sweep file naming it validates with a direction it fits and its seeds; fewer
+    seeds or the other direction are one-line errors; a trial's seed values give the hand-worked value."""
+    entry = AGGREGATES[name]
+    assert name in HAND_WORKED, f"give the aggregate {name} a hand-worked value in HAND_WORKED"
+    direction = entry.direction or "maximize"
+    text = ("experiment: toy\noverrides: [algorithm=ucpo, steps=4]\nseeds: 2\nspace: {algorithm.tau: [0.1]}\n"
+            f"objective: {{metric: train/reward, direction: {direction}, aggregate: {name}}}\n")
+    spec = load_sweep(str(_sweep_file(here, text)), seeds=max(2, entry.min_seeds))
+    assert spec.objective.aggregate == name and spec.objective.direction == direction
+    if entry.min_seeds > 1:
+        with pytest.raises(ConfigError, match=f"needs at least {entry.min_seeds} seeds"):
+            load_sweep(str(_sweep_file(here, text)), seeds=entry.min_seeds - 1)
+    if entry.direction is not None:
+        other = text.replace(f"direction: {direction}", "direction: " + ("minimize" if direction == "maximize"
+                                                                         else "maximize"))
+        with pytest.raises(ConfigError, match="favours noisy trials"):
+            load_sweep(str(_sweep_file(here, other)))
+    value = entry.over([1.0, 2.0, 3.0, 4.0])
+    assert value == pytest.approx(HAND_WORKED[name], rel=1e-12)
+    assert entry.over([4.0, 1.0, 3.0, 2.0]) == value  # seeds in any order
+    # its traits fit what it computes: undefined on one seed -> it needs 2; the direction it fits is the one for
+    # which it is pessimistic (below the mean when maximising)
+    assert entry.min_seeds >= 2 or not math.isnan(entry.over([0.3]))
+    if entry.direction is not None:
+        assert (value < 2.5) == (entry.direction == "maximize") and value != 2.5
+
+
+def test_window_mean_is_the_mean_of_the_last_window_values() -> None:
+    """One window for the objective and the pruner: the last `window` values in step order, all when fewer."""
+    steps = [0.5, 1.0, 2.0, 4.0]
+    assert window_mean(steps, 1) == 4.0 and window_mean(steps, 2) == 3.0
+    assert window_mean(steps, 4) == window_mean(steps, 10) == 1.875
 
 
 def test_adaptive_seeds_look_at_the_spread_only(here: Path) -> None:
@@ -449,6 +492,11 @@ pruner: {type: median, warmup_steps: 10, startup_trials: 1}
     trials = open_sweep(spec).study.get_trials()
     pruned = next(t for t in trials if t.state == TrialState.PRUNED)
     assert pruned.params["trainer.lr"] == 1e-9
+    # what the pruner was told at each seed's last step (offset by 30 steps a seed) is that seed's objective: one
+    # window, to the bit
+    learned = next(t for t in trials if t.state == TrialState.COMPLETE)
+    assert [learned.intermediate_values[29], learned.intermediate_values[59]] == \
+        [learned.user_attrs[T.VALUES][seed] for seed in ("0", "1")]
     # pruned at the first step past warm-up of its first seed; intermediate values are on the per-step metric
     assert max(pruned.intermediate_values) == 10 and min(pruned.intermediate_values) == 0
     runs = _runs(here, "grid")

@@ -1,0 +1,90 @@
+"""A sweep's objective: a seed run's value (`window_mean` of a metric over its last logged steps, read back from
+MLflow) and a trial's value over its seeds (an `Aggregate`), with the Student-t 95% interval over seeds that
+`rlvrlab report` prints (rlvrlab.report.stats.t_interval), so `--status`, the objective and a report agree to the bit.
+
+An aggregate is registered once, in AGGREGATES, with its traits: the sweep file's validation (the name, the
+direction it fits, the seeds it needs) and the trial's objective both read that entry, and nothing else lists them.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import KW_ONLY, dataclass
+from typing import Any, Optional
+
+import numpy as np
+
+from rlvrlab.errors import RlvrlabError
+from rlvrlab.report.stats import Interval, seeds_for_halfwidth, t_interval
+
+DIRECTIONS = ("maximize", "minimize")
+
+
+@dataclass(frozen=True)
+class Aggregate:
+    """A trial's value from its seed values: one statistic of their Student-t 95% interval, and its traits."""
+
+    name: str
+    statistic: Callable[[Interval], float]
+    _: KW_ONLY
+    min_seeds: int  # seeds a trial needs (an interval's bound needs a spread: 2); checked when the file is read
+    # the one direction it fits: a bound is the pessimistic end for that direction (lcb95 of a maximised metric);
+    # the other end would favour noisy trials. None: it fits both
+    direction: Optional[str]
+
+    def over(self, values: Sequence[float]) -> float:
+        """The trial's value from its seed values."""
+        return self.statistic(t_interval(np.asarray(values, dtype=float)))
+
+
+MEAN = Aggregate("mean", lambda interval: interval.mean, min_seeds=1, direction=None)
+AGGREGATES: dict[str, Aggregate] = {a.name: a for a in (
+    MEAN,
+    Aggregate("lcb95", lambda interval: interval.low, min_seeds=2, direction="maximize"),
+    Aggregate("ucb95", lambda interval: interval.high, min_seeds=2, direction="minimize"),
+)}
+
+
+@dataclass(frozen=True)
+class Objective:
+    """`objective:` of a sweep file (its fields, in this order, are part of the study's fingerprint)."""
+
+    metric: str
+    direction: str = "maximize"  # one of DIRECTIONS
+    window: int = 1  # per seed run: window_mean of the metric over its last `window` steps, each of them logged
+    aggregate: str = MEAN.name  # over seeds: a name in AGGREGATES
+
+
+def window_mean(values: Sequence[float], window: int) -> float:
+    """The mean of the last `window` of `values` (all of them when there are fewer), given in step order: a seed
+    run's objective from its logged steps, and the value the pruner is told at each step of a running seed."""
+    return float(np.mean(values[-window:]))
+
+
+def objective_of(client: Any, run_id: str, metric: str, window: int) -> float:
+    """A seed run's objective: window_mean of `metric` over its logged steps (the last value logged at each step)."""
+    history = client.get_metric_history(run_id, metric)
+    if not history:
+        logged = sorted(client.get_run(run_id).data.metrics)
+        raise RlvrlabError(f"run {run_id} logged no {metric!r}; it logged {', '.join(logged) or 'nothing'} "
+                           "(change objective.metric)")
+    by_step: dict[int, float] = {}
+    for point in sorted(history, key=lambda m: (m.step, m.timestamp)):
+        by_step[point.step] = point.value
+    return window_mean([by_step[step] for step in sorted(by_step)], window)
+
+
+def seed_summary(values: Sequence[float]) -> dict[str, float]:
+    """Mean over seeds with the report's Student-t 95% interval (NaN bounds for one seed; NaN everywhere for a NaN
+    value), as a trial records it."""
+    x = np.asarray(values, dtype=float)
+    interval = t_interval(x)
+    sd = float(x.std(ddof=1)) if len(x) > 1 else math.nan
+    return {"mean": interval.mean, "sd": sd, "low": interval.low, "high": interval.high,
+            "halfwidth": interval.halfwidth, "n": len(x)}
+
+
+def seeds_needed(values: Sequence[float], halfwidth: float) -> int:
+    """Seeds for a 95% t half-width of `halfwidth`, from the spread of `values` (rlvrlab.report.stats)."""
+    return seeds_for_halfwidth(float(np.std(values, ddof=1)) if len(values) > 1 else math.inf, halfwidth)
