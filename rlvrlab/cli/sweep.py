@@ -56,39 +56,26 @@ def sweep(sweep_file: SweepArg, overrides: OverridesArg = None, workers: Workers
     Re-running the same command continues the study: finished trials are kept, trials of a worker that died
     are re-run. KEY=VALUE overrides change the base config (and so the study's fingerprint).
     """
-    from contextlib import nullcontext
+    from rlvrlab.sweep.workers import run_sweep_file
 
-    from rlvrlab.sweep.spawned import WorkerPool, machine_limit  # imports nothing heavy
+    err = Console(stderr=True)
+    progress = Progress(TextColumn("[bold]sweep[/]"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                        TextColumn("{task.fields[status]}"), console=err,
+                        refresh_per_second=2)  # it moves once a trial: more redraws only cost CPU
+    task = progress.add_task("sweep", total=None, status="")
 
-    # the worker pool first: its start-up overlaps all that follows (placed on GPUs, it starts once devices are known).
-    # Only a pool the machine holds is started before the file is read (--oversubscribe or not): run_sweep caps the
-    # count at the sweep's trials, and refuses what the machine cannot hold, before it starts any worker itself
-    early = workers > 1 and not status and launcher != "slurm" and gpus_per_run is None and \
-        workers <= machine_limit()[0]
-    with WorkerPool(workers, warm=launcher != "process") if early else nullcontext() as pool:
-        from rlvrlab.sweep.spec import load_sweep
-        from rlvrlab.sweep.workers import check_locations, run_sweep
+    def show(done: int, total: int | None, note: str) -> None:
+        if not progress.live.is_started:  # from the first report on: a bad file or storage stays one line
+            progress.start()
+        progress.update(task, completed=done, total=total, status=note)
 
-        spec = load_sweep(sweep_file, overrides or [], seeds=seeds, study=name, launcher=launcher, nproc=nproc,
-                          gpus_per_run=gpus_per_run, slurm=slurm or [])
-        check_locations(spec, storage, status_only=status)  # before the progress bar: a bad folder is one line
-        err = Console(stderr=True)
-        progress = Progress(TextColumn("[bold]sweep[/]"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                            TextColumn("{task.fields[status]}"), console=err,
-                            refresh_per_second=2)  # it moves once a trial; 10 redraws/s cost ~1 s of a 1-min sweep
-        task = progress.add_task("sweep", total=None, status="")
-
-        def show(done: int, total: int | None, note: str) -> None:
-            if not progress.live.is_started:  # from the first report on: a storage that cannot open stays one line
-                progress.start()
-            progress.update(task, completed=done, total=total, status=note)
-
-        try:
-            opened = run_sweep(spec, storage, workers=workers, status_only=status, on_progress=show, pool=pool,
-                               warn=lambda message: err.print(f"warning: {message}", style="yellow"),
-                               oversubscribe=oversubscribe)
-        finally:
-            progress.stop()
+    try:
+        opened = run_sweep_file(sweep_file, overrides or [], seeds=seeds, study=name, launcher=launcher, nproc=nproc,
+                                gpus_per_run=gpus_per_run, slurm=slurm or [], storage=storage, workers=workers,
+                                status_only=status, on_progress=show, oversubscribe=oversubscribe,
+                                warn=lambda message: err.print(f"warning: {message}", style="yellow"))
+    finally:
+        progress.stop()
     console = Console(soft_wrap=True)
     if not console.is_terminal:  # a log file: wide enough for the table, not squeezed to 80 columns
         console = Console(soft_wrap=True, width=200)
@@ -111,6 +98,7 @@ def _more(row, most: int) -> str:
 
 
 def _print_summary(console: Console, opened) -> None:
+    from rlvrlab.sweep.objective import MEAN
     from rlvrlab.sweep.spec import format_value
     from rlvrlab.sweep.storage import masked
     from rlvrlab.sweep.summary import summarize
@@ -118,7 +106,7 @@ def _print_summary(console: Console, opened) -> None:
     spec, summary = opened.spec, summarize(opened)
     keys = [p.key for p in spec.space]
     objective = spec.objective
-    bound = objective.aggregate != "mean"  # the optimised value differs from the mean: show both
+    bound = objective.aggregate != MEAN.name  # the optimised value differs from the mean: show both
     adaptive = spec.adaptive
     seeds_text = (f"seeds {adaptive.initial}-{adaptive.max} until ±{adaptive.halfwidth:g}" if adaptive
                   else f"{len(spec.seeds)} seeds")

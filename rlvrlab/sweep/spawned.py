@@ -1,10 +1,10 @@
-"""The worker processes of `rlvrlab sweep --workers N` on this machine, started before anything else is done.
+"""The worker processes of `rlvrlab sweep --workers N` on this machine (rlvrlab.sweep.workers starts and runs them).
 
 A worker's start-up is its imports (torch, MLflow, Optuna and the training loop: ~4 s of CPU each here,
-bench/README.md). The pool is started first thing, so that those imports overlap the parent's own work (reading the
-sweep file, which imports torch for its metric names, and then MLflow and Optuna to create the study); each worker
-then waits for its orders (the sweep, sent once the study exists) or for the pool's cancel. This module imports
-nothing heavy itself: pickling the workers' entry point must not import what the workers are started early to import.
+bench/README.md). The pool is started before the study is opened, so that those imports overlap the parent's
+opening or creation of the study; each worker then waits for its orders (the sweep, sent once the study is open) or
+for the pool's cancel. This module imports nothing heavy itself: a spawned worker imports it to unpickle its entry
+point, before the imports it is started early for.
 
 Spawned, not forked: no CUDA state, thread or open store of the parent reaches them (a fork server preloading torch
 was tried: its own ~1 s exit delayed the stop of the workers when the sweep was killed).
@@ -91,12 +91,6 @@ class WorkerPool:
             proc.join()
         del self._pipes[count:], self.procs[count:]
 
-    def __enter__(self) -> WorkerPool:
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.cancel()  # not given the study (a bad file, an error, a stop): they end; given it: nothing to do
-
     def give(self, orders: Sequence[tuple[Any, ...]]) -> None:
         """Worker i works on the study: orders[i] = (spec, storage, deadline, worker index)."""
         self.given = True
@@ -108,7 +102,7 @@ class WorkerPool:
             pipe.close()
 
     def cancel(self) -> None:
-        """No orders will come (the sweep file or the study could not be opened, this process was stopped first):
+        """No orders will come (the study could not be opened, this process was stopped first):
         the workers are ended at once, before they touch anything. Idempotent; after give() it leaves the workers to
         their work."""
         if self.given:
@@ -136,10 +130,12 @@ def _main(pipe, threads: int, warm: bool, visible: Optional[str]) -> None:
         torch.set_num_threads(threads)
         import rlvrlab.sweep.trials  # noqa: F401  (MLflow, Optuna)
 
-        if warm:  # what its first seed run imports: the loop, and what torch.optim imports (~1.6 s here)
-            import torch._dynamo  # noqa: F401
-
+        if warm:  # what its first seed run imports: the loop, and what an optimizer's first step imports (~1.3 s)
             import rlvrlab.train.loop  # noqa: F401
+
+            weight = torch.zeros(1, requires_grad=True)
+            weight.grad = torch.zeros(1)
+            torch.optim.AdamW([weight]).step()
         try:
             order: Optional[tuple[Any, ...]] = pipe.recv()
         except EOFError:  # the parent ended without a word

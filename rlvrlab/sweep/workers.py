@@ -21,7 +21,7 @@ from rlvrlab.errors import RlvrlabError
 from rlvrlab.procs import signal_name, stop_at_safe_points, stop_requested
 from rlvrlab.sweep.placement import assign, visible_devices
 from rlvrlab.sweep.spawned import WORKER_BYTES, WorkerPool, machine_limit
-from rlvrlab.sweep.spec import SweepSpec
+from rlvrlab.sweep.spec import SweepSpec, load_sweep
 from rlvrlab.sweep.study import Sweep, finish_study_run, open_sweep
 from rlvrlab.sweep.summary import finished_trials, summarize
 from rlvrlab.sweep.trials import work
@@ -32,20 +32,30 @@ STOP_GRACE_SECONDS = 600  # how long a stopping sweep waits for each worker to f
 OnProgress = Callable[[int, Optional[int], str], None]
 
 
+def run_sweep_file(name: str, overrides: Sequence[str] = (), *, seeds: Optional[int] = None,
+                   study: Optional[str] = None, launcher: Optional[str] = None, nproc: Optional[int] = None,
+                   gpus_per_run: Optional[int] = None, slurm: Sequence[str] = (), storage: Optional[str] = None,
+                   workers: int = 1, status_only: bool = False, on_progress: Optional[OnProgress] = None,
+                   warn: Callable[[str], None] = lambda message: None, oversubscribe: bool = False) -> Sweep:
+    """`rlvrlab sweep` as one call: the sweep file read and checked (load_sweep, with the command line's choices
+    over the file's), then run_sweep."""
+    spec = load_sweep(name, overrides, seeds=seeds, study=study, launcher=launcher, nproc=nproc,
+                      gpus_per_run=gpus_per_run, slurm=slurm)
+    return run_sweep(spec, storage, workers=workers, status_only=status_only, on_progress=on_progress, warn=warn,
+                     oversubscribe=oversubscribe)
+
+
 def run_sweep(spec: SweepSpec, storage: Optional[str] = None, *, workers: int = 1, status_only: bool = False,
               on_progress: Optional[OnProgress] = None, warn: Callable[[str], None] = lambda message: None,
-              devices: Optional[Sequence[str]] = None, pool: Optional[WorkerPool] = None,
-              oversubscribe: bool = False) -> Sweep:
+              devices: Optional[Sequence[str]] = None, oversubscribe: bool = False) -> Sweep:
     """Open (or create) the study and run it to its end; with status_only, open it and run nothing.
     workers: never more than the sweep's trials (a grid's points, a sampler's budget.trials) nor, once the study is
     open, than its trials not yet done; more than this machine holds (a core and spawned.WORKER_BYTES of available
-    memory each) is refused before any worker starts, unless oversubscribe.
-    devices: the GPUs that spec.launcher.gpus_per_run places workers on (default: the ones this machine shows).
-    pool: worker processes the caller started before reading the sweep file (rlvrlab.sweep.spawned), used when
-    `workers` of them run here; otherwise cancelled (so is a pool that an error leaves without the study), and the
-    workers are started here."""
+    memory each) is refused before any worker starts, unless oversubscribe. Several workers are started before the
+    study is opened, so that their imports overlap its opening; an error before they are given it ends them.
+    devices: the GPUs that spec.launcher.gpus_per_run places workers on (default: the ones this machine shows)."""
     started = None
-    try:  # ends the caller's pool and ours on any error before they are given the study (a no-op after that)
+    try:  # ends the pool on any error before it is given the study (a no-op after that)
         if workers > 1 and (storage or "").startswith("sqlite"):
             raise RlvrlabError("--storage sqlite:// can hand one trial to two workers (sqlite ignores SELECT ... FOR "
                                "UPDATE; bench/sweep_storage.py); with --workers use the default journal file or "
@@ -64,12 +74,8 @@ def run_sweep(spec: SweepSpec, storage: Optional[str] = None, *, workers: int = 
             check_slurm(spec, storage, warn)
         deadline = time.time() + spec.timeout if spec.timeout and not status_only else None
         if not status_only and launch.type != "slurm" and workers > 1:
-            # their start-up overlaps the study's opening (and, started by the caller, the sweep file's reading);
-            # placed on GPUs, they are started here, each with its devices set before it imports torch
-            usable = pool is not None and len(pool) == workers and placed is None
-            started = pool if usable else WorkerPool(workers, warm=not launch.child, visible=placed)
-        if pool is not None and pool is not started:
-            pool.cancel()  # now: its processes would compete with ours for the CPU
+            # placed on GPUs, each has its devices set before it imports torch
+            started = WorkerPool(workers, warm=not launch.child, visible=placed)
         opened = open_sweep(spec, storage, create=not status_only)
         if status_only:
             return opened
@@ -97,9 +103,8 @@ def run_sweep(spec: SweepSpec, storage: Optional[str] = None, *, workers: int = 
                                f"was done; its MLflow study run {opened.study_run_id} ended KILLED; re-run the same "
                                "command to continue it (interrupted trials are re-run)") from None
     finally:
-        for spawned in (pool, started):
-            if spawned is not None:
-                spawned.cancel()
+        if started is not None:
+            started.cancel()
     finish_study_run(opened)
     return opened
 

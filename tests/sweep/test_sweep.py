@@ -7,7 +7,6 @@ from __future__ import annotations
 import math
 import os
 import shutil
-import signal
 import subprocess
 import sys
 from collections import Counter
@@ -540,37 +539,6 @@ def test_workers_started_early_end_when_the_sweep_fails_before_they_work(here: P
         run_sweep(spec, workers=2, on_progress=fail if where != "opening the study" else None)
     assert multiprocessing.active_children() == []
     assert _role(_runs(here, "grid"), "seed") == []
-
-
-@pytest.mark.slow
-def test_workers_started_before_the_sweep_file_is_read_run_it_or_end_at_once(here: Path) -> None:
-    """`rlvrlab sweep --workers N` starts its worker pool first thing (rlvrlab.sweep.spawned). run_sweep gives a pool
-    of the right size the study (its processes are the ones that work, and end on their own); a pool of another size,
-    or one never given a study (a bad sweep file), is ended at once, and no worker is left behind."""
-    import multiprocessing
-
-    from rlvrlab.sweep.spawned import WorkerPool
-    from rlvrlab.sweep.workers import run_sweep
-
-    spec = load_sweep(str(_sweep_file(here)))
-    pool = WorkerPool(2)
-    run_sweep(spec, workers=2, pool=pool)
-    assert pool.given and [proc.exitcode for proc in pool.procs] == [0, 0]
-    trials = open_sweep(spec, create=False).study.get_trials()
-    assert len(trials) == 4 and all(t.state.name == "COMPLETE" for t in trials)
-
-    other = WorkerPool(3)  # not the size asked for: ended, and the sweep starts its own (here: none left to run)
-    run_sweep(spec, workers=2, pool=other)
-    assert all(proc.exitcode == -signal.SIGKILL for proc in other.procs)
-
-    unused = WorkerPool(2)
-    unused.cancel()
-    unused.cancel()  # idempotent
-    assert all(proc.exitcode == -signal.SIGKILL for proc in unused.procs)
-    assert multiprocessing.active_children() == []
-    bad = subprocess.run([RLVRLAB, "sweep", str(_sweep_file(here)), "--workers", "2", "objective.metric=nothing"],
-                         cwd=here, capture_output=True, text=True, timeout=120)
-    assert bad.returncode == 1 and bad.stderr.count("\n") == 1 and "Traceback" not in bad.stderr, bad.stderr
 
 
 @pytest.mark.slow
