@@ -101,8 +101,9 @@ def die_with_parent(sig: int) -> None:
 
 def exit_now(code: int | str | None) -> NoReturn:
     """End a sweep worker process (rlvrlab.sweep), its work written, without the interpreter's teardown of torch,
-    MLflow and Optuna: ~1.3 s of CPU after a toy run here, which the sweep's wall time would wait for at its end, once
-    per worker and on the same cores as the last trials. Every other process exits normally. The atexit handlers
+    MLflow and Optuna (~1-1.3 s of CPU a process, bench/README.md "The full toy grid"), which the sweep's wall time
+    would wait for at its end, once per worker and on the same cores as the last trials. Every other process exits
+    normally. The atexit handlers
     run (logging's flush, multiprocessing's join of child processes), stdout and stderr are flushed, then os._exit, as
     multiprocessing ends its forked children. `code` as SystemExit takes it: None is 0, a string is printed to stderr
     and is 1."""
