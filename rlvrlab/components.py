@@ -12,7 +12,7 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -23,11 +23,17 @@ from rlvrlab.config.rules import CHOICES
 from rlvrlab.config.schema import DatasetConfig, RunConfig
 from rlvrlab.data import warm_start_targets
 from rlvrlab.data.problems import Problem
-from rlvrlab.errors import RlvrlabError
+from rlvrlab.errors import ConfigError, RlvrlabError
+from rlvrlab.policy.toy import ToyDiagnostics
 from rlvrlab.rewards.pool import RewardPool, default_workers
 from rlvrlab.rollout.base import RolloutEngine
 from rlvrlab.update.base import UpdateEngine
 from rlvrlab.update.dist import Placement
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel
+
+SaveModel = Callable[[torch.nn.Module, Path, "dict | None"], None]
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}  # model.dtype -> torch
 
@@ -57,6 +63,7 @@ def check_model_folder(folder: Path, what: str = "model folder") -> Path:
 def model_folder(cfg: RunConfig, problems: list[Problem]) -> Path:
     """The HF folder of the tiny or real tier (the tiny one is built and warm-started once, then cached)."""
     if cfg.model.tier == "real":
+        assert cfg.model.path is not None  # config rule: model.tier=real needs model.path
         return check_model_folder(Path(cfg.model.path), "model.path")
     from rlvrlab.policy.tiny import tiny_model_folder
 
@@ -79,7 +86,7 @@ def load_tokenizer(folder: Path):
     return tokenizer
 
 
-def load_model(folder: Path, dtype: torch.dtype = torch.float32) -> torch.nn.Module:
+def load_model(folder: Path, dtype: torch.dtype = torch.float32) -> PreTrainedModel:
     """The folder's causal LM in eval mode (no dropout: behaviour and current log-probs of one set of weights
     must agree)."""
     from transformers import AutoModelForCausalLM
@@ -194,7 +201,13 @@ def update_engine(cfg: RunConfig, model: torch.nn.Module, world_size: int) -> Up
 def enable_gradient_checkpointing(model: torch.nn.Module) -> None:
     """transformers' gradient checkpointing (non-reentrant). It acts only in train mode, which changes nothing else
     for a model without active dropout; a model with dropout is refused (behaviour and current log-probs of one
-    set of weights must agree)."""
+    set of weights must agree); a model that is not a transformers model is refused (config rules allow it on the
+    tiny and real tiers only)."""
+    from transformers import PreTrainedModel
+
+    if not isinstance(model, PreTrainedModel):
+        raise RlvrlabError("trainer.gradient_checkpointing needs a transformers model (model.tier=tiny or real); "
+                           "set trainer.gradient_checkpointing=false")
     dropouts = [name for name, m in model.named_modules() if isinstance(m, torch.nn.Dropout) and m.p > 0]
     dropouts += [key for key in ("attention_dropout", "hidden_dropout", "dropout")
                  if float(getattr(getattr(model, "config", None), key, 0.0) or 0.0) > 0]
@@ -249,3 +262,93 @@ def prompt_renderer(dataset: DatasetConfig, tokenizer) -> Callable[[Problem], li
         return tokenizer("\n\n".join(paragraphs)).input_ids
 
     return prompt_ids
+
+
+@dataclass(frozen=True)
+class Policy:
+    """A tier's policy with the engines around it: what a run trains, samples from and saves."""
+
+    update: UpdateEngine  # the trained weights and their optimizer
+    rollout: RolloutEngine  # samples from a copy of them, synced after each update
+    reference: torch.nn.Module | None  # frozen initial policy, when algorithm.kl_coef > 0
+    prompt_ids: Callable[[Problem], list[int]]
+    pad_id: int
+    # weights as safetensors (+ tokenizer): a loadable folder; the state dict when the module's own is sharded (ZeRO-3)
+    save_model: SaveModel
+    eos_id: int | None = None  # the tokenizer's end of sequence (None: the toy tier, whose responses are complete)
+    tokenizer: Any = None  # the hf tiers' tokenizer (None: toy)
+    diagnostics: Callable[[], ToyDiagnostics] | None = None  # exact measures of the whole policy (the toy table)
+
+
+def policy(cfg: RunConfig, problems: list[Problem], placement: Placement) -> Policy:
+    """model.tier's policy for training on `problems`: the toy table, or the tiny or real tier's HF model."""
+    if cfg.model.tier == "toy":
+        return _toy_policy(cfg, problems, placement.world_size)
+    return _hf_policy(cfg, model_folder(cfg, problems), placement, problems)
+
+
+def _frozen_copy(model: torch.nn.Module, dtype: torch.dtype) -> torch.nn.Module:
+    """The reference policy: a copy of the initial model in `dtype`, without gradients."""
+    return copy.deepcopy(model).to(dtype).requires_grad_(False)
+
+
+def _toy_policy(cfg: RunConfig, problems: list[Problem], world_size: int) -> Policy:
+    from safetensors.torch import save_file
+
+    from rlvrlab.policy.toy import ToyPolicy, correct_members, diagnostics
+    from rlvrlab.rollout.toy_engine import ToyEngine
+
+    torch.manual_seed(cfg.seed)
+    table = ToyPolicy.initial(problems, num_responses=cfg.model.toy_num_responses, init=cfg.model.toy_init,
+                              skew=cfg.model.toy_init_skew)
+    reference = copy.deepcopy(table).requires_grad_(False) if cfg.algorithm.kl_coef > 0 else None
+    update = update_engine(cfg, table, world_size)
+    engine = ToyEngine(table.logits, temperature=cfg.rollout.temperature, top_p=cfg.rollout.top_p)
+
+    def save_model(module: torch.nn.Module, folder: Path, state: dict | None = None) -> None:
+        folder.mkdir(parents=True, exist_ok=True)
+        save_file({k: v.contiguous() for k, v in (state or module.state_dict()).items()},
+                  str(folder / "model.safetensors"))
+
+    members = correct_members(problems, table.logits.shape[1])
+    return Policy(update=update, rollout=engine, reference=reference, prompt_ids=lambda p: [int(p.prompt)],
+                  pad_id=0, save_model=save_model,
+                  diagnostics=lambda: diagnostics(table, problems, members=members))
+
+
+def _hf_policy(cfg: RunConfig, folder: Path, placement: Placement, problems: list[Problem]) -> Policy:
+    tokenizer = load_tokenizer(folder)
+    prompt_ids = prompt_renderer(cfg.dataset, tokenizer)
+    _check_prompt_lengths(cfg, problems, prompt_ids)
+    check_memory(cfg, folder, placement)
+    torch.manual_seed(cfg.seed)
+    # weights in model.dtype: under bf16 DeepSpeed casts the module to bf16 and builds its fp32 masters from those
+    # bf16 values, so loading fp32 first would give the same masters (tests/update/test_bf16_load.py) for twice the
+    # host memory per rank
+    dtype = torch_dtype(cfg.model.dtype)
+    model = load_model(folder, dtype)
+    reference = _frozen_copy(model, dtype) if cfg.algorithm.kl_coef > 0 else None
+    engine = rollout_engine(Sampling.of(cfg), folder, tokenizer, seed=cfg.seed, model=model, device=placement.device,
+                            world_size=placement.world_size, rank=placement.rank)
+    update = update_engine(cfg, model, placement.world_size)
+    if reference is not None:
+        reference.to(next(update.module.parameters()).device)
+
+    def save_model(module: torch.nn.Module, out: Path, state: dict | None = None) -> None:
+        assert isinstance(module, type(model))  # the update engine's module is the model it was given
+        module.save_pretrained(out, safe_serialization=True, state_dict=state)
+        tokenizer.save_pretrained(out)
+
+    return Policy(update=update, rollout=engine, reference=reference, prompt_ids=prompt_ids,
+                  pad_id=tokenizer.pad_token_id, save_model=save_model, eos_id=tokenizer.eos_token_id,
+                  tokenizer=tokenizer)
+
+
+def _check_prompt_lengths(cfg: RunConfig, problems: list[Problem], prompt_ids: Callable[[Problem], list[int]]) -> None:
+    """Every training prompt fits rollout.max_prompt_tokens (vLLM's max_model_len and the memory estimate count on
+    it); else one line naming the longest."""
+    longest = max(problems, key=lambda p: len(prompt_ids(p)), default=None)
+    if longest is not None and len(prompt_ids(longest)) > cfg.rollout.max_prompt_tokens:
+        raise ConfigError(f"problem {longest.id}'s prompt has {len(prompt_ids(longest))} tokens, more than "
+                          f"rollout.max_prompt_tokens={cfg.rollout.max_prompt_tokens}; raise it or shorten the "
+                          "prompts (template, few-shot examples)")

@@ -97,9 +97,9 @@ def diagnostics(policy: ToyPolicy, problems: list[Problem], *, members: torch.Te
         q = p / mass.unsqueeze(-1)
         entropy = -(q * q.clamp_min(1e-300).log()).sum(-1)
         sizes = members.sum(-1)
-        coverage = (1 - (1 - p) ** COVERAGE_DRAWS).sum(-1) / sizes
+        covered = (1 - (1 - p) ** COVERAGE_DRAWS).sum(-1) / sizes
         # (Z, H(q), max q, coverage, |C|) per problem, as numpy in one conversion
-        z_, h_, max_q_, coverage_, n_ = torch.stack([mass, entropy, q.amax(-1), coverage, sizes.double()]).numpy()
+        z_, h_, max_q_, coverage_, n_ = torch.stack([mass, entropy, q.amax(-1), covered, sizes.double()]).numpy()
     several = n_ > 1
     uniformity = h_[several] / np.log(n_[several])
     z, h, max_q, coverage = (float(np.mean(column)) for column in (z_, h_, max_q_, coverage_))

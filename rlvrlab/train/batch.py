@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import itertools
 import sys
-from dataclasses import dataclass, replace
+from collections.abc import Sequence
+from dataclasses import dataclass, fields, replace
+from typing import TYPE_CHECKING, TypeGuard, TypeVar
 
 import numpy as np
 import torch
@@ -21,9 +23,46 @@ from rlvrlab.config.memory import ENTROPY_CHUNK_ELEMENTS
 from rlvrlab.data.problems import Problem
 from rlvrlab.rollout.base import Generation
 
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel
 
-@dataclass
-class RolloutBatch:
+_R = TypeVar("_R", bound="Rows")
+
+
+class Rows:
+    """A dataclass of per-row fields that slices by rows: rows(index) takes the given rows of every tensor ([B, ...]),
+    list ([B]) and nested Rows field; the others (widths, counters) stay. Micro- and mini-batches are made with it."""
+
+    def __len__(self) -> int:
+        raise NotImplementedError
+
+    def rows(self: _R, index: torch.Tensor | slice) -> _R:
+        """The sub-batch of the given rows; the batch itself for a slice of all its rows."""
+        if isinstance(index, slice) and range(len(self))[index] == range(len(self)):
+            return self
+        ids = index.tolist() if isinstance(index, torch.Tensor) else range(len(self))[index]
+        picked: dict[str, object] = {}
+        for f in fields(self):  # type: ignore[arg-type]  # every subclass is a dataclass
+            value = getattr(self, f.name)
+            if isinstance(value, torch.Tensor | Rows):
+                picked[f.name] = value[index] if isinstance(value, torch.Tensor) else value.rows(index)
+            elif isinstance(value, list):
+                picked[f.name] = [value[i] for i in ids]
+        return replace(self, **picked)  # type: ignore[type-var]
+
+    def to(self: _R, device: torch.device) -> _R:
+        moved: dict[str, object] = {}
+        for f in fields(self):  # type: ignore[arg-type]
+            value = getattr(self, f.name)
+            if isinstance(value, torch.Tensor | Rows):
+                moved[f.name] = value.to(device)
+        return replace(self, **moved)  # type: ignore[type-var]
+
+
+@dataclass(frozen=True)
+class RolloutBatch(Rows):
+    """What the rollout engine sampled, verified and collated (rlvrlab.train.rollouts.generate); never changed after."""
+
     input_ids: torch.Tensor  # [B, P + T]
     attention_mask: torch.Tensor  # [B, P + T]
     mask: torch.Tensor  # [B, T] response mask
@@ -34,19 +73,11 @@ class RolloutBatch:
     texts: list[str]
     version: int  # policy version (optimizer steps taken) of the weights that generated it
     batch_index: int  # position in the data stream
+    scores: torch.Tensor  # [B] the verifier's scores (rewards before overlong shaping)
+    truncated: torch.Tensor  # [B] bool: cut at max_new_tokens without an end-of-sequence token
     generate_seconds: float = 0.0  # wall-clock time the rollout engine took for this batch
-    old_logp: torch.Tensor | None = None  # [B, T] trainer's behaviour log-probs at generation time (tempered)
-    raw_logp: torch.Tensor | None = None  # [B, T] the same at temperature 1 (compared with engine_logp)
-    ref_logp: torch.Tensor | None = None  # [B, T] reference-policy log-probs, when a KL term is used
-    old_entropy: torch.Tensor | None = None  # [B, T] behaviour-policy token entropy, only for Ent-Adv (its reader)
-    adv: torch.Tensor | None = None  # [B, T] advantages, set when the batch is consumed
-    scores: torch.Tensor | None = None  # [B] the verifier's scores (rewards before overlong shaping)
-    truncated: torch.Tensor | None = None  # [B] bool: cut at max_new_tokens without an end-of-sequence token
     generated_batches: int = 1  # rollout batches sampled to fill this one (DAPO's dynamic sampling)
     filled_groups: int = 0  # groups without signal that filled it after max_gen_batches
-    # verl's rollout correction (rlvrlab.train.loop.correct_rollouts), set when the batch is consumed:
-    is_weights: torch.Tensor | None = None  # [B, T] importance weights (algorithm.tis_level), into every token's loss
-    kept_mask: torch.Tensor | None = None  # [B, T] the response mask after rejection sampling (algorithm.rollout_rs)
 
     def response_keys(self) -> list[tuple[int, ...]]:
         """[B] each row's response token ids: equal keys, the same response."""
@@ -54,56 +85,56 @@ class RolloutBatch:
         lengths = self.mask.sum(-1).long().tolist()
         return [tuple(row[:n]) for row, n in zip(ids, lengths)]
 
-    def rows(self, index: torch.Tensor | slice) -> RolloutBatch:
-        """The sub-batch of the given rows (micro- and mini-batches); the batch itself for a slice of all its rows."""
-        if isinstance(index, slice) and range(len(self))[index] == range(len(self)):
-            return self
-
-        def pick(t: torch.Tensor | None) -> torch.Tensor | None:
-            return None if t is None else t[index]
-
-        ids = index.tolist() if isinstance(index, torch.Tensor) else range(len(self.group_ids))[index]
-        return replace(
-            self,
-            input_ids=self.input_ids[index],
-            attention_mask=self.attention_mask[index],
-            mask=self.mask[index],
-            group_ids=[self.group_ids[i] for i in ids],
-            rewards=self.rewards[index],
-            engine_logp=self.engine_logp[index],
-            texts=[self.texts[i] for i in ids],
-            old_logp=pick(self.old_logp),
-            raw_logp=pick(self.raw_logp),
-            ref_logp=pick(self.ref_logp),
-            old_entropy=pick(self.old_entropy),
-            adv=pick(self.adv),
-            scores=pick(self.scores),
-            truncated=pick(self.truncated),
-            is_weights=pick(self.is_weights),
-            kept_mask=pick(self.kept_mask),
-        )
-
-    def to(self, device: torch.device) -> RolloutBatch:
-        def move(t: torch.Tensor | None) -> torch.Tensor | None:
-            return None if t is None else t.to(device)
-
-        return replace(self, input_ids=move(self.input_ids), attention_mask=move(self.attention_mask),
-                       mask=move(self.mask), rewards=move(self.rewards), engine_logp=move(self.engine_logp),
-                       old_logp=move(self.old_logp), raw_logp=move(self.raw_logp), ref_logp=move(self.ref_logp),
-                       old_entropy=move(self.old_entropy), adv=move(self.adv), scores=move(self.scores),
-                       truncated=move(self.truncated), is_weights=move(self.is_weights),
-                       kept_mask=move(self.kept_mask))
-
     def __len__(self) -> int:
         return self.input_ids.shape[0]
+
+
+@dataclass(frozen=True)
+class TrainerLogp(Rows):
+    """The trainer's log-probs of a batch's response tokens under the weights that sampled it."""
+
+    behaviour: torch.Tensor  # [B, T] at rollout.temperature: the denominator of the policy ratio
+    raw: torch.Tensor  # [B, T] at temperature 1: compared with the engine's (rollout/logp_gap_*, mismatch KL)
+    entropy: torch.Tensor | None = None  # [B, T] the behaviour policy's token entropy; only Ent-Adv reads it
+
+    def __len__(self) -> int:
+        return self.behaviour.shape[0]
+
+
+@dataclass(frozen=True)
+class UpdateRows(Rows):
+    """One step's rows as the policy update reads them: the sampled batch and what the step computed for it."""
+
+    batch: RolloutBatch
+    adv: torch.Tensor  # [B, T] advantages
+    # [B, T] the behaviour log-probs; None exactly when the update's own forward gives them
+    # (rlvrlab.train.rollouts.Behaviour.UPDATE_FORWARD)
+    behaviour: torch.Tensor | None
+    reference: torch.Tensor | None = None  # [B, T] reference-policy log-probs, when a KL term is used
+    # verl's rollout correction (rlvrlab.train.optimize.correct_rollouts), when on:
+    is_weights: torch.Tensor | None = None  # [B, T] importance weights (algorithm.tis_level), into every token's loss
+    kept_mask: torch.Tensor | None = None  # [B, T] the response mask after rejection sampling (algorithm.rollout_rs)
+
+    def __len__(self) -> int:
+        return len(self.batch)
 
     def loss_mask(self, *, drop_truncated: bool) -> torch.Tensor:
         """[B, T] the tokens the loss is taken over: the response mask (after rejection sampling, when on), without
         truncated responses when asked (DAPO's overlong filtering)."""
-        mask = self.mask if self.kept_mask is None else self.kept_mask
-        if not drop_truncated or self.truncated is None:
+        mask = self.batch.mask if self.kept_mask is None else self.kept_mask
+        if not drop_truncated:
             return mask
-        return mask * (~self.truncated).to(mask.dtype).unsqueeze(-1)
+        return mask * (~self.batch.truncated).to(mask.dtype).unsqueeze(-1)
+
+
+@dataclass(frozen=True)
+class Sampled:
+    """A generated batch as it waits in the staleness queue."""
+
+    batch: RolloutBatch
+    # None exactly when the behaviour policy is the update's forward (rlvrlab.train.rollouts.Behaviour)
+    trainer: TrainerLogp | None
+    reference: torch.Tensor | None  # [B, T] the reference policy's log-probs, when algorithm.kl_coef > 0
 
 
 def collate(groups: list[list[Generation]], group_ids: list[str], rewards: list[float], *, pad_id: int,
@@ -157,14 +188,14 @@ def token_logits(model: torch.nn.Module, batch: RolloutBatch, *, prompt_cache: f
     return out.logits[:, :-1].float()  # [B, T, V]: positions P-1 .. P+T-2
 
 
-def can_share_prompt(model: torch.nn.Module) -> bool:
+def can_share_prompt(model: torch.nn.Module) -> TypeGuard[PreTrainedModel]:
     """A transformers causal LM takes a KV cache in its forward; the toy policy (one table lookup) does not. Asked
     without importing transformers, which a toy run never loads (it would add ~1.5 s to each toy process)."""
     modeling = sys.modules.get("transformers.modeling_utils")
     return modeling is not None and isinstance(model, modeling.PreTrainedModel)
 
 
-def _shared_prompt_logits(model: torch.nn.Module, batch: RolloutBatch, position_ids: torch.Tensor,
+def _shared_prompt_logits(model: PreTrainedModel, batch: RolloutBatch, position_ids: torch.Tensor,
                           charge: float) -> torch.Tensor | None:
     """token_logits with each distinct prompt of the batch run once: its forward fills a KV cache (with the graph,
     for backward), the cache's rows are repeated for the rows that share the prompt (`_RepeatRows`, whose backward
@@ -172,7 +203,7 @@ def _shared_prompt_logits(model: torch.nn.Module, batch: RolloutBatch, position_
     last position predicts the first response token. Equal to one forward over every row up to float rounding
     (tests/train/test_batch.py). None when sharing would keep more than the plain forward (`pass_tokens`): every
     row has its own prompt, or too few rows share one to pay for the repeated cache."""
-    from transformers import DynamicCache
+    from transformers import DynamicCache, DynamicLayer
 
     p = batch.prompt_width
     distinct, inverse = _distinct_prompts(batch)
@@ -184,13 +215,19 @@ def _shared_prompt_logits(model: torch.nn.Module, batch: RolloutBatch, position_
         first.setdefault(which, row)
     heads = torch.tensor([first[which] for which in range(len(distinct))])
     cache = DynamicCache(config=model.config)
+    # layers that hold keys and values only (full or sliding-window attention); a linear-attention layer's states
+    # (conv_states, recurrent_states) are not repeated here, so such a model takes the plain forward
+    layers = [layer for layer in cache.layers
+              if isinstance(layer, DynamicLayer) and not hasattr(layer, "recurrent_states")]
+    if len(layers) != len(cache.layers):
+        return None
     prompt_logits = model(input_ids=batch.input_ids[heads, :p], attention_mask=batch.attention_mask[heads, :p],
                           position_ids=position_ids[heads, :p], past_key_values=cache, use_cache=True,
                           logits_to_keep=1).logits  # [D, 1, V]: predicts response token 0
     prompt_logits = _RepeatRows.apply(prompt_logits, inverse)  # [B, 1, V]
     if width == 1:
         return prompt_logits.float()
-    for layer in cache.layers:  # DynamicCache.batch_select_indices, with a deterministic backward
+    for layer in layers:  # DynamicCache.batch_select_indices, with a deterministic backward
         layer.keys, layer.values = _RepeatRows.apply(layer.keys, inverse), _RepeatRows.apply(layer.values, inverse)
     end = p + width - 1  # the last response token predicts nothing
     out = model(input_ids=batch.input_ids[:, p:end], attention_mask=batch.attention_mask[:, :end],
@@ -206,13 +243,13 @@ class _RepeatRows(torch.autograd.Function):
     longer matched its uninterrupted twin (tests/train/test_train_tiny.py)."""
 
     @staticmethod
-    def forward(ctx, x: torch.Tensor, inverse: torch.Tensor) -> torch.Tensor:  # type: ignore[override]
+    def forward(ctx, x: torch.Tensor, inverse: torch.Tensor) -> torch.Tensor:
         ctx.save_for_backward(inverse)
         ctx.sources = x.shape[0]
         return x.index_select(0, inverse)
 
     @staticmethod
-    def backward(ctx, grad: torch.Tensor):  # type: ignore[override]
+    def backward(ctx, grad: torch.Tensor):
         (inverse,) = ctx.saved_tensors
         rows = torch.arange(len(inverse), device=inverse.device)
         onehot = torch.zeros(ctx.sources, len(inverse), dtype=grad.dtype, device=grad.device)
@@ -449,10 +486,12 @@ def split_to(parts: list[torch.Tensor], count: int) -> list[torch.Tensor]:
     return parts
 
 
-def row_order(parts: list[slice] | list[torch.Tensor], size: int) -> torch.Tensor | None:
-    """The permutation that puts results concatenated over `parts` back in batch order (None: already in order)."""
-    if not parts or isinstance(parts[0], slice):
+def row_order(parts: Sequence[slice | torch.Tensor], size: int) -> torch.Tensor | None:
+    """The permutation that puts results concatenated over `parts` back in batch order (None: already in order:
+    consecutive slices, as micro_batches gives them without a token budget)."""
+    indices = [part for part in parts if isinstance(part, torch.Tensor)]
+    if not indices:
         return None
     inverse = torch.empty(size, dtype=torch.long)
-    inverse[torch.cat(list(parts))] = torch.arange(size)
+    inverse[torch.cat(indices)] = torch.arange(size)
     return inverse

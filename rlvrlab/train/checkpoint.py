@@ -16,7 +16,7 @@ import torch
 
 from rlvrlab import rundir
 from rlvrlab.rundir import complete, latest, step_of
-from rlvrlab.train.batch import RolloutBatch
+from rlvrlab.train.batch import RolloutBatch, Sampled, TrainerLogp
 from rlvrlab.update.base import full_weights
 from rlvrlab.update.dist import all_gather_objects, barrier
 
@@ -27,7 +27,7 @@ KEEP = 2
 class TrainState:
     step: int = 0  # the next step to run
     next_batch: int = 0  # data position: index of the next rollout batch to generate
-    queue: deque[RolloutBatch] = field(default_factory=deque)  # generated, not yet consumed (staleness)
+    queue: deque[Sampled] = field(default_factory=deque)  # generated, not yet consumed (staleness)
 
 
 def save(run, state: TrainState, *, before_complete: Callable[[], None] | None = None) -> Path:
@@ -49,7 +49,7 @@ def save(run, state: TrainState, *, before_complete: Callable[[], None] | None =
     # only one to keep them
     full = full_weights(run.update.weights(), keep=run.rank == 0) if getattr(run.update, "zero_stage", 0) == 3 else None
     if run.rank == 0:
-        run.save_model(run.update.module, tmp / rundir.MODEL, full)
+        run.policy.save_model(run.update.module, tmp / rundir.MODEL, full)
     barrier(where)  # every file is written
     sums = _checksums(tmp, run.rank, run.world_size, where)
     if sums is not None:  # rank 0
@@ -87,7 +87,26 @@ def restore(run, folder: Path) -> TrainState:
     np.random.set_state(saved["rng"]["numpy"])
     torch.set_rng_state(saved["rng"]["torch"])
     run.rollout.sync_weights(run.update.weights())
-    return TrainState(step=saved["step"], next_batch=saved["next_batch"], queue=deque(saved["queue"]))
+    return TrainState(step=saved["step"], next_batch=saved["next_batch"],
+                      queue=deque(_sampled(item) for item in saved["queue"]))
+
+
+_SAMPLED_FIELDS = ("input_ids", "attention_mask", "mask", "prompt_width", "group_ids", "rewards", "engine_logp",
+                   "texts", "version", "batch_index", "scores", "truncated", "generate_seconds",
+                   "generated_batches", "filled_groups")
+
+
+def _sampled(item: object) -> Sampled:
+    """A queued batch as this version holds it. Checkpoints written before the batch and the trainer's log-probs
+    were separate objects (up to a8ea15d) hold one RolloutBatch with the log-probs as optional attributes (unpickled
+    into its __dict__); they become the same Sampled a run of this version would have queued."""
+    if isinstance(item, Sampled):
+        return item
+    old = vars(item)
+    batch = RolloutBatch(**{name: old[name] for name in _SAMPLED_FIELDS if name in old})
+    trainer = None if old.get("old_logp") is None else TrainerLogp(old["old_logp"], old["raw_logp"],
+                                                                    old.get("old_entropy"))
+    return Sampled(batch, trainer, old.get("ref_logp"))
 
 
 __all__ = ["KEEP", "TrainState", "complete", "latest", "restore", "save", "step_of"]

@@ -54,7 +54,7 @@ class HeldOut:
         """The eval/ metrics of the current policy (see the module docstring), with time/eval in seconds."""
         tic = time.perf_counter()
         if self.method == "toy":
-            d = run.toy_diagnostics()
+            d = run.policy.diagnostics()
             out = {"eval/train/pass_at_1": d.correct_mass, "eval/train/uniformity": d.uniformity,
                    "eval/train/correct_entropy": d.correct_entropy, "eval/train/max_q": d.max_q,
                    "eval/train/coverage_at_64": d.coverage,

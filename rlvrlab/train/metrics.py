@@ -9,6 +9,7 @@ names), time/ (seconds per stage).
 from __future__ import annotations
 
 from dataclasses import fields
+from typing import Any
 
 from rlvrlab.train.stats import StepStats, Timings
 
@@ -78,8 +79,9 @@ def metric_names() -> list[str]:
     toy = ToyDiagnostics(0.0, 0.0, 0.0, 0.0, 0.0, {k: 0.0 for k in TOY_KS})
     from rlvrlab.algorithms.rollout_shaping import correction_metric_names
 
-    full = StepStats(**{f.name: 0.0 for f in fields(StepStats)
-                        if f.name not in ("loss", "timings", "lag", "toy", "rollout_corr")},
+    zeros: dict[str, Any] = {f.name: 0.0 for f in fields(StepStats)
+                             if f.name not in ("loss", "timings", "lag", "toy", "rollout_corr")}
+    full = StepStats(**zeros,
                      loss=zero_loss, lag=0, timings=Timings(), toy=toy,
                      rollout_corr=dict.fromkeys(correction_metric_names(), 0.0))
     from rlvrlab.train.heldout import metric_names as eval_names

@@ -5,7 +5,6 @@ Bad paths and unreadable data fail here, in one line, before any model is loaded
 
 from __future__ import annotations
 
-import copy
 import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
@@ -21,7 +20,6 @@ from rlvrlab.config.schema import RunConfig
 from rlvrlab.data import load_split
 from rlvrlab.data.problems import Problem
 from rlvrlab.errors import ConfigError, RlvrlabError
-from rlvrlab.policy.toy import ToyDiagnostics
 from rlvrlab.rewards.pool import RewardPool
 from rlvrlab.rollout.base import RolloutEngine
 from rlvrlab.tracking import tags as T
@@ -32,7 +30,7 @@ from rlvrlab.train import heldout
 from rlvrlab.train.batch import can_share_prompt, shared_cache_ratio
 from rlvrlab.train.heldout import HeldOut
 from rlvrlab.update.base import UpdateEngine
-from rlvrlab.update.dist import Placement, barrier, setup_distributed, waiting
+from rlvrlab.update.dist import barrier, setup_distributed, waiting
 
 RESUMABLE_OVERRIDES = ("output_dir=", "tracking.", "steps=", "trainer.dist_timeout_minutes=")
 
@@ -89,31 +87,52 @@ def _flat(cfg: RunConfig) -> dict[str, object]:
     return out
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Run:
+    """A run as its steps see it; built by build() only."""
+
     cfg: RunConfig
     problems: list[Problem]  # training problems (the data stream cycles through them)
-    prompt_ids: Callable[[Problem], list[int]]
+    policy: components.Policy  # the tier's policy and engines (rlvrlab.components.policy)
     verifier: RewardPool  # scores whole batches (isolated verifiers in worker processes); closed by train()
-    update: UpdateEngine
-    rollout: RolloutEngine
-    reference: torch.nn.Module | None  # frozen initial policy, when algorithm.kl_coef > 0
     tracker: Tracker
     rank: int
     world_size: int
-    pad_id: int
     run_dir: Path  # <output_dir>/<run id>: resolved config, checkpoints
-    # weights as safetensors (+ tokenizer): a loadable folder; the state dict when the module's own is sharded (ZeRO-3)
-    save_model: Callable[[torch.nn.Module, Path, dict | None], None]
-    toy_diagnostics: Callable[[], ToyDiagnostics] | None  # exact toy-policy collapse measures
     algorithm: BoundAlgorithm  # estimator, loss and loss terms with their knobs bound once from cfg.algorithm
-    eos_id: int | None = None  # the tokenizer's end of sequence (None: the toy tier, whose responses are complete)
-    tokenizer: object | None = None  # the hf tiers' tokenizer (None: toy)
     heldout: HeldOut | None = None  # trainer.eval_every's evaluation (rlvrlab.train.heldout), None when off
     # the update shares a prompt's forward among its rows (share_prompt): one position of the repeated KV cache
     # relative to one token's activations, which packing by length charges (rlvrlab.train.batch.micro_batches)
     shared_cache: float | None = None
     left_regime: bool = False  # the held-out group signal has fallen below its floor (tagged once)
+
+    @property
+    def update(self) -> UpdateEngine:
+        return self.policy.update
+
+    @property
+    def rollout(self) -> RolloutEngine:
+        return self.policy.rollout
+
+    @property
+    def reference(self) -> torch.nn.Module | None:
+        return self.policy.reference
+
+    @property
+    def prompt_ids(self) -> Callable[[Problem], list[int]]:
+        return self.policy.prompt_ids
+
+    @property
+    def pad_id(self) -> int:
+        return self.policy.pad_id
+
+    @property
+    def eos_id(self) -> int | None:
+        return self.policy.eos_id
+
+    @property
+    def tokenizer(self) -> object | None:
+        return self.policy.tokenizer
 
 
 def build(cfg: RunConfig, *, run_id: str | None = None, tags: Mapping[str, str] | None = None) -> Run:
@@ -139,10 +158,7 @@ def build(cfg: RunConfig, *, run_id: str | None = None, tags: Mapping[str, str] 
         raise RlvrlabError(f"{world_size} processes need trainer.engine=deepspeed (data parallel); "
                            "the torch engine trains in one process")
     problems = load_split(cfg.dataset, cfg.model)  # dataset.split: train (default), eval or all
-    if cfg.model.tier == "toy":
-        parts = _toy_parts(cfg, problems, world_size)
-    else:
-        parts = _hf_parts(cfg, components.model_folder(cfg, problems), placement, problems)
+    policy = components.policy(cfg, problems, placement)
 
     output_dir = Path(cfg.output_dir).expanduser().resolve()
     tracker, resolved = _tracker(cfg, output_dir, run_id, rank, tags or {})
@@ -151,14 +167,14 @@ def build(cfg: RunConfig, *, run_id: str | None = None, tags: Mapping[str, str] 
     if rank == 0:
         run_folder.mkdir(parents=True, exist_ok=True)
         outputs.write_replacing(rundir.config_file(run_folder), resolved if resolved is not None else to_yaml(cfg))
-    evaluation = _heldout(cfg, parts)
+    evaluation = _heldout(cfg, policy)
     if rank == 0 and evaluation is not None:
         tracker.set_tags({T.EVAL_METHOD: evaluation.method})
     barrier("the end of the setup")  # every rank's engines are built before any rank starts sampling
-    return Run(cfg, problems, parts.prompt_ids, components.reward_pool(cfg.dataset, world_size), parts.update,
-               parts.rollout, parts.reference, tracker, rank, world_size, parts.pad_id, run_folder, parts.save_model,
-               parts.toy_diagnostics, algorithm=bind_algorithm(cfg.algorithm), eos_id=parts.eos_id,
-               tokenizer=parts.tokenizer, heldout=evaluation, shared_cache=_shared_cache(cfg, parts.update.module))
+    return Run(cfg=cfg, problems=problems, policy=policy, verifier=components.reward_pool(cfg.dataset, world_size),
+               tracker=tracker, rank=rank, world_size=world_size, run_dir=run_folder,
+               algorithm=bind_algorithm(cfg.algorithm), heldout=evaluation,
+               shared_cache=_shared_cache(cfg, policy.update.module))
 
 
 def share_prompt(cfg: RunConfig) -> bool:
@@ -177,7 +193,7 @@ def _shared_cache(cfg: RunConfig, module: torch.nn.Module) -> float | None:
     return shared_cache_ratio(module.config)
 
 
-def _heldout(cfg: RunConfig, parts: _Parts) -> HeldOut | None:
+def _heldout(cfg: RunConfig, policy: components.Policy) -> HeldOut | None:
     """trainer.eval_every's evaluation; an exact task whose listed answers have a second tokenization under this
     tokenizer is evaluated by sampling instead (its probabilities would not be the answers' whole probability)."""
     evaluation = heldout.make(cfg)
@@ -186,83 +202,9 @@ def _heldout(cfg: RunConfig, parts: _Parts) -> HeldOut | None:
 
         assert evaluation.space is not None
         texts = sorted({t for p in evaluation.heldout + evaluation.train for t in evaluation.space(p)})
-        if single_tokenization(parts.tokenizer, texts) is not None:
+        if single_tokenization(policy.tokenizer, texts) is not None:
             evaluation = HeldOut("sampled", evaluation.heldout, [], None)
     return evaluation
-
-
-@dataclass
-class _Parts:
-    """The tier-specific half of a Run."""
-
-    update: UpdateEngine
-    rollout: RolloutEngine
-    prompt_ids: Callable[[Problem], list[int]]
-    pad_id: int
-    save_model: Callable[[torch.nn.Module, Path, dict | None], None]
-    reference: torch.nn.Module | None
-    toy_diagnostics: Callable[[], ToyDiagnostics] | None
-    eos_id: int | None = None
-    tokenizer: object | None = None
-
-
-def _toy_parts(cfg: RunConfig, problems: list[Problem], world_size: int):
-    from safetensors.torch import save_file
-
-    from rlvrlab.policy.toy import ToyPolicy, correct_members, diagnostics
-    from rlvrlab.rollout.toy_engine import ToyEngine
-    torch.manual_seed(cfg.seed)
-    policy = ToyPolicy.initial(problems, num_responses=cfg.model.toy_num_responses, init=cfg.model.toy_init,
-                               skew=cfg.model.toy_init_skew)
-    reference = copy.deepcopy(policy).requires_grad_(False) if cfg.algorithm.kl_coef > 0 else None
-    update = components.update_engine(cfg, policy, world_size)
-    engine = ToyEngine(policy.logits, temperature=cfg.rollout.temperature, top_p=cfg.rollout.top_p)
-
-    def save_model(module: torch.nn.Module, folder: Path, state: dict | None = None) -> None:
-        folder.mkdir(parents=True, exist_ok=True)
-        save_file({k: v.contiguous() for k, v in (state or module.state_dict()).items()},
-                  str(folder / "model.safetensors"))
-
-    members = correct_members(problems, policy.logits.shape[1])
-    return _Parts(update, engine, lambda p: [int(p.prompt)], 0, save_model, reference,
-                  lambda: diagnostics(update.module, problems, members=members))
-
-
-def _hf_parts(cfg: RunConfig, folder: Path, placement: Placement, problems: list[Problem]) -> _Parts:
-    world_size = placement.world_size
-    tokenizer = components.load_tokenizer(folder)
-    prompt_ids = components.prompt_renderer(cfg.dataset, tokenizer)
-    _check_prompt_lengths(cfg, problems, prompt_ids)
-    components.check_memory(cfg, folder, placement)
-    torch.manual_seed(cfg.seed)
-    # weights in model.dtype: under bf16 DeepSpeed casts the module to bf16 and builds its fp32 masters from those
-    # bf16 values, so loading fp32 first gives the same masters (tests/update/test_bf16_load.py) for twice the host
-    # memory per rank (8 ranks x 32.8 GB for an 8B model)
-    dtype = components.torch_dtype(cfg.model.dtype)
-    model = components.load_model(folder, dtype)
-    pad_id = tokenizer.pad_token_id
-    reference = copy.deepcopy(model).to(dtype).requires_grad_(False) if cfg.algorithm.kl_coef > 0 else None
-    engine = components.rollout_engine(components.Sampling.of(cfg), folder, tokenizer, seed=cfg.seed, model=model,
-                                       device=placement.device, world_size=world_size, rank=placement.rank)
-    update = components.update_engine(cfg, model, world_size)
-    if reference is not None:
-        reference.to(next(update.module.parameters()).device)
-
-    def save_model(module: torch.nn.Module, out: Path, state: dict | None = None) -> None:
-        module.save_pretrained(out, safe_serialization=True, state_dict=state)
-        tokenizer.save_pretrained(out)
-
-    return _Parts(update, engine, prompt_ids, pad_id, save_model, reference, None, tokenizer.eos_token_id, tokenizer)
-
-
-def _check_prompt_lengths(cfg: RunConfig, problems: list[Problem], prompt_ids: Callable[[Problem], list[int]]) -> None:
-    """Every training prompt fits rollout.max_prompt_tokens (vLLM's max_model_len and the memory estimate count on
-    it); else one line naming the longest."""
-    longest = max(problems, key=lambda p: len(prompt_ids(p)), default=None)
-    if longest is not None and len(prompt_ids(longest)) > cfg.rollout.max_prompt_tokens:
-        raise ConfigError(f"problem {longest.id}'s prompt has {len(prompt_ids(longest))} tokens, more than "
-                          f"rollout.max_prompt_tokens={cfg.rollout.max_prompt_tokens}; raise it or shorten the "
-                          "prompts (template, few-shot examples)")
 
 
 def _tracker(cfg: RunConfig, output_dir: Path, run_id: str | None, rank: int,
@@ -294,4 +236,4 @@ def _broadcast(value: str | None) -> str:
     box = [value]
     with waiting("the run id's broadcast (rank 0 creates the MLflow run)"):
         dist.broadcast_object_list(box, src=0)
-    return box[0]
+    return box[0] or ""

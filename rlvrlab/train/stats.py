@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
+from typing import Any
 
 import torch
 
@@ -75,7 +76,7 @@ class LossStatsMean:
         return "neg" if name.endswith("_neg") else "tokens"
 
     def result(self) -> LossStats:
-        out: dict[str, float | None] = {}
+        out: dict[str, Any] = {}  # a float per field, None where the field is undefined
         for f in fields(LossStats):
             pairs = [(getattr(s, f.name), w[self._weight(f.name)]) for s, w in self.items
                      if getattr(s, f.name) is not None]

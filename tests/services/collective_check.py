@@ -26,7 +26,7 @@ import torch.distributed as dist
 from rlvrlab import rundir
 from rlvrlab.algorithms import groups_with_signal
 from rlvrlab.config import compose
-from rlvrlab.train import loop
+from rlvrlab.train import loop, rollouts
 
 
 def main(out: str, blank: int, slow: dict[tuple[int, int], float], overrides: list[str]) -> None:
@@ -42,7 +42,7 @@ def main(out: str, blank: int, slow: dict[tuple[int, int], float], overrides: li
             time.sleep(slow.get((step, int(path.stem.removeprefix("state_rank"))), 0.0))
         return hash_file(path)
 
-    generate, sample_groups = loop.generate, loop._sample_groups
+    generate, sample_groups = rollouts.generate, rollouts._sample_groups
 
     def counted_generate(run, state, **kwargs):
         sampled.append([])
@@ -58,7 +58,7 @@ def main(out: str, blank: int, slow: dict[tuple[int, int], float], overrides: li
         return groups
 
     rundir.file_sha256 = slow_hash
-    loop.generate, loop._sample_groups = counted_generate, blanked_groups
+    loop.generate, rollouts._sample_groups = counted_generate, blanked_groups
     steps: list[dict] = []
     groups_timeouts: list[float] = []
 

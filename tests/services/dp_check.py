@@ -15,8 +15,8 @@ import tempfile
 import torch
 
 from rlvrlab.config import compose
-from rlvrlab.train.batch import collate, logp_and_entropy
-from rlvrlab.train.loop import set_advantages, update_policy
+from rlvrlab.train.batch import TrainerLogp, collate, logp_and_entropy
+from rlvrlab.train.optimize import update_policy, update_rows
 from rlvrlab.train.setup import build
 
 
@@ -34,10 +34,10 @@ def main(out: str) -> None:
     batch = collate([groups[i] for i in mine], [problems[i].id for i in mine], rewards, pad_id=run.pad_id,
                     version=0, batch_index=0)
     with torch.no_grad():
-        batch.old_logp, batch.old_entropy = logp_and_entropy(run.update.module, batch, temperature=1.0)
-    set_advantages(run.algorithm, batch)
+        logp, entropy = logp_and_entropy(run.update.module, batch, temperature=1.0)
+    rows, _ = update_rows(run, batch, TrainerLogp(logp, logp, entropy), None)
     initial = run.update.module.logits.detach().clone()
-    result = update_policy(run, batch, step=0)
+    result = update_policy(run, rows, step=0)
     if run.rank == 0:
         torch.save({"initial": initial, "logits": run.update.module.logits.detach(), "norms": result.norms}, out)
     run.tracker.finish("FINISHED")

@@ -80,7 +80,8 @@ def main(out: str, overrides: list[str]) -> None:
     ids = torch.randint(0, arch.vocab, (rows, p + t), generator=generator)
     batch = RolloutBatch(input_ids=ids, attention_mask=torch.ones_like(ids), mask=torch.ones(rows, t), prompt_width=p,
                          group_ids=["g"] * rows, rewards=torch.zeros(rows), engine_logp=torch.zeros(rows, t),
-                         texts=[""] * rows, version=0, batch_index=0)
+                         texts=[""] * rows, version=0, batch_index=0,
+                         scores=torch.zeros(rows), truncated=torch.zeros(rows, dtype=torch.bool))
     def one_step() -> None:
         logp, _ = logp_and_entropy(update.module, batch, temperature=cfg.rollout.temperature)
         update.backward(-(logp.sum() / batch.mask.sum()), last=True)

@@ -3,7 +3,7 @@
     python tests/services/packing_check.py OUT.pt                          # one process: all rows
     torchrun --nproc_per_node 2 tests/services/packing_check.py OUT.pt     # rank 0 the short rows, rank 1 the long
 
-Rank 0's rows pack into fewer micro-batches than rank 1's; the loop's `_micro_batches` gives every rank the largest
+Rank 0's rows pack into fewer micro-batches than rank 1's; the loop's `run_micro_batches` gives every rank the largest
 count (ZeRO-2 reduces gradients in every backward: unequal counts would hang). The loss is normalised by the global
 token count (as the loop's Aggregation does, times the ranks DeepSpeed averages over); rank 0 saves the weights
 and each rank's micro-batch counts.
@@ -16,7 +16,7 @@ import torch
 
 from rlvrlab.rollout.base import Generation
 from rlvrlab.train.batch import collate
-from rlvrlab.train.loop import _micro_batches
+from rlvrlab.train.optimize import run_micro_batches
 from rlvrlab.update.deepspeed_engine import DeepSpeedEngine
 from rlvrlab.update.dist import all_sum, setup_distributed
 
@@ -36,8 +36,8 @@ def main(out: str) -> None:
     sizes = (SHORT + LONG) if world == 1 else (SHORT if rank == 0 else LONG)
     batch = _batch(sizes)
     cfg = SimpleNamespace(trainer=SimpleNamespace(micro_batch_size=4, micro_batch_tokens=40))
-    own = len(_micro_batches(SimpleNamespace(cfg=cfg, world_size=1, shared_cache=None), batch, same_count_on_all_ranks=True))
-    parts = _micro_batches(SimpleNamespace(cfg=cfg, world_size=world, shared_cache=None), batch, same_count_on_all_ranks=True)
+    own = len(run_micro_batches(SimpleNamespace(cfg=cfg, world_size=1, shared_cache=None), batch, same_count_on_all_ranks=True))
+    parts = run_micro_batches(SimpleNamespace(cfg=cfg, world_size=world, shared_cache=None), batch, same_count_on_all_ranks=True)
     torch.manual_seed(0)
     engine = DeepSpeedEngine(torch.nn.Embedding(32, 4), lr=0.1, weight_decay=0.0, betas=(0.9, 0.999), grad_clip=0.0,
                              zero_stage=2, bf16=False, micro_batch_size=4, accumulation_steps=1, world_size=world)

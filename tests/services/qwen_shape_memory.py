@@ -103,7 +103,8 @@ def main(out: str, folder: str, overrides: list[str]) -> None:
     ids = torch.randint(0, arch.vocab, (rows, p + t), generator=torch.Generator().manual_seed(0))
     batch = RolloutBatch(input_ids=ids, attention_mask=torch.ones_like(ids), mask=torch.ones(rows, t), prompt_width=p,
                          group_ids=["g"] * rows, rewards=torch.zeros(rows), engine_logp=torch.zeros(rows, t),
-                         texts=[""] * rows, version=0, batch_index=0)
+                         texts=[""] * rows, version=0, batch_index=0,
+                         scores=torch.zeros(rows), truncated=torch.zeros(rows, dtype=torch.bool))
     gc.collect()
     baseline, baseline_file = _status_kib("VmRSS"), _status_kib("RssFile")
 

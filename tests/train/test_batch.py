@@ -215,11 +215,11 @@ def test_the_cache_charge_is_the_kv_cache_relative_to_a_tokens_activations():
 
 
 def test_the_loop_packs_to_an_explicit_budget_first_then_by_length_then_by_rows():
-    """rlvrlab.train.loop._micro_batches: trainer.micro_batch_tokens, when set, takes pack_by_length's place."""
+    """rlvrlab.train.optimize.run_micro_batches: trainer.micro_batch_tokens, when set, takes pack_by_length's place."""
     from types import SimpleNamespace
 
     from rlvrlab.train.batch import micro_batches, packing_budget, split_rows
-    from rlvrlab.train.loop import _micro_batches
+    from rlvrlab.train.optimize import run_micro_batches
 
     batch = _random_batch([(2, 1), (9, 30), (3, 2), (2, 0), (4, 1), (3, 3)])
 
@@ -230,7 +230,7 @@ def test_the_loop_packs_to_an_explicit_budget_first_then_by_length_then_by_rows(
         cfg = SimpleNamespace(trainer=SimpleNamespace(micro_batch_size=2, micro_batch_tokens=tokens,
                                                       pack_by_length=pack), rollout=SimpleNamespace(max_new_tokens=30))
         run = SimpleNamespace(cfg=cfg, world_size=1, shared_cache=None)
-        return listed(_micro_batches(run, batch, same_count_on_all_ranks=True))
+        return listed(run_micro_batches(run, batch, same_count_on_all_ranks=True))
 
     assert packing_budget(batch, 2, 30) == 2 * (9 + 30) != 12
     assert parts(12, True) == parts(12, False) == listed(micro_batches(batch, rows=2, tokens=12))

@@ -1,4 +1,4 @@
-"""verl's rollout correction in the trainer (rlvrlab.train.loop.correct_rollouts): the importance weights and the
+"""verl's rollout correction in the trainer (rlvrlab.train.optimize.correct_rollouts): the importance weights and the
 rejection mask reach the loss and its token count, the metrics keep verl's names, and over several ranks the
 correction is the global batch's (tests/algorithms/test_reference_vectors.py holds the functions to verl's own)."""
 
@@ -15,9 +15,9 @@ import torch.multiprocessing as mp
 
 from rlvrlab.algorithms import LossStats, bind_algorithm, parse_rejection, rollout_correction
 from rlvrlab.config import compose
-from rlvrlab.train.batch import collate, logp_and_entropy
-from rlvrlab.train.loop import correct_rollouts, set_advantages, update_policy
+from rlvrlab.train.batch import TrainerLogp, collate, logp_and_entropy
 from rlvrlab.train.metrics import metric_names, step_metrics
+from rlvrlab.train.optimize import correct_rollouts, update_policy, update_rows
 from rlvrlab.train.setup import build
 from rlvrlab.train.stats import StepStats, Timings
 
@@ -35,11 +35,9 @@ def _mismatched_batch(run, cfg):
     batch = collate(groups, [p.id for p in problems], [v.score for v in verdicts], pad_id=run.pad_id, version=0,
                     batch_index=0)
     with torch.no_grad():
-        batch.old_logp, _ = logp_and_entropy(run.update.module, batch, temperature=1.0)
-    batch.raw_logp = batch.old_logp
+        logp, _ = logp_and_entropy(run.update.module, batch, temperature=1.0)
     noise = torch.randn(batch.mask.shape, generator=torch.Generator().manual_seed(0)) * 0.25
-    batch.engine_logp = batch.raw_logp + noise * batch.mask
-    return batch
+    return replace(batch, engine_logp=logp + noise * batch.mask), TrainerLogp(logp, logp)
 
 
 def test_weights_and_rejection_reach_the_loss_and_its_token_count(tmp_path: Path) -> None:
@@ -49,25 +47,25 @@ def test_weights_and_rejection_reach_the_loss_and_its_token_count(tmp_path: Path
     cfg = compose("toy", [f"output_dir={tmp_path}", "trainer.checkpoint_every=0", *CORRECTION])
     run = build(cfg)
     try:
-        batch = _mismatched_batch(run, cfg)
-        metrics = correct_rollouts(run, batch)
-        expected = rollout_correction(batch.raw_logp, batch.engine_logp, batch.mask, level="token", cap=1.25,
+        batch, trainer = _mismatched_batch(run, cfg)
+        kept_mask, is_weights, metrics = correct_rollouts(run, batch, trainer.raw)
+        expected = rollout_correction(trainer.raw, batch.engine_logp, batch.mask, level="token", cap=1.25,
                                       lower=0.8, normalize=True,
                                       rejection=parse_rejection("token_k1,seq_max_k2", "0.5_2.0,0.08"))
-        assert batch.is_weights is not None and expected.weights is not None
-        assert torch.equal(batch.kept_mask, expected.mask) and torch.equal(batch.is_weights, expected.weights)
+        assert is_weights is not None and expected.weights is not None
+        assert torch.equal(kept_mask, expected.mask) and torch.equal(is_weights, expected.weights)
         assert metrics == expected.metrics
-        kept, tokens = float(batch.kept_mask.sum()), float(batch.mask.sum())
+        kept, tokens = float(kept_mask.sum()), float(batch.mask.sum())
         assert 0 < kept < tokens  # some tokens rejected, some kept
-        assert bool(((batch.is_weights == 0) & (batch.kept_mask > 0)).any())  # IcePop zeroed some kept tokens
-        assert torch.equal(batch.loss_mask(drop_truncated=False), batch.kept_mask)
+        assert bool(((is_weights == 0) & (kept_mask > 0)).any())  # IcePop zeroed some kept tokens
 
-        set_advantages(run.algorithm, batch)
-        assert bool((batch.adv[batch.kept_mask == 0] == 0).all())  # the advantages see the rejected mask, as verl's
-        result = update_policy(run, batch, step=0)
-        loss = -float((batch.adv * batch.is_weights * batch.kept_mask).sum()) / kept
+        rows, _ = update_rows(run, batch, trainer, None, kept_mask=kept_mask, is_weights=is_weights)
+        assert torch.equal(rows.loss_mask(drop_truncated=False), kept_mask)
+        assert bool((rows.adv[kept_mask == 0] == 0).all())  # the advantages see the rejected mask, as verl's
+        result = update_policy(run, rows, step=0)
+        loss = -float((rows.adv * is_weights * kept_mask).sum()) / kept
         assert result.losses[0] == pytest.approx(loss, abs=1e-6)
-        assert abs(loss - (-float((batch.adv * batch.is_weights * batch.mask).sum()) / tokens)) > 1e-4
+        assert abs(loss - (-float((rows.adv * is_weights * batch.mask).sum()) / tokens)) > 1e-4
     finally:
         run.tracker.finish("FINISHED")
 
@@ -105,8 +103,7 @@ RANK_ROWS = {0: ([[-0.5, -1.0, -0.2], [-0.3, -0.1, 0.0]], [[-0.4, -1.6, -0.2], [
 
 def _rank_batch(rank: int) -> SimpleNamespace:
     trainer, engine, mask = (torch.tensor(values) for values in RANK_ROWS[rank])
-    return SimpleNamespace(raw_logp=trainer, old_logp=trainer, engine_logp=engine, mask=mask.float(),
-                           is_weights=None, kept_mask=None)
+    return SimpleNamespace(raw_logp=trainer, engine_logp=engine, mask=mask.float())
 
 
 def _algorithm():
@@ -120,8 +117,9 @@ def _rank_main(rank: int, port: int, out: str) -> None:
     dist.init_process_group("gloo", rank=rank, world_size=2)
     try:
         batch = _rank_batch(rank)
-        metrics = correct_rollouts(SimpleNamespace(rank=rank, world_size=2, algorithm=_algorithm()), batch)
-        torch.save({"weights": batch.is_weights, "kept": batch.kept_mask, "metrics": metrics}, f"{out}.{rank}")
+        run = SimpleNamespace(rank=rank, world_size=2, algorithm=_algorithm())
+        kept, weights, metrics = correct_rollouts(run, batch, batch.raw_logp)  # type: ignore[arg-type]
+        torch.save({"weights": weights, "kept": kept, "metrics": metrics}, f"{out}.{rank}")
     finally:
         dist.destroy_process_group()
 

@@ -34,20 +34,21 @@ def test_same_seed_same_metrics_on_the_tiny_tier(tmp_path, mlflow_history):
 def test_reusing_the_update_forward_for_behaviour_logp_changes_nothing(tmp_path, mlflow_history, monkeypatch,
                                                                        algorithm, packing):
     """One optimizer step per batch on fresh rollouts: the loop skips the no-grad behaviour-log-prob pass and takes
-    them from the update's forward (reuse_update_logp). Every metric, the engine gap and the weights' path must be
+    them from the update's forward (rlvrlab.train.rollouts.Behaviour.UPDATE_FORWARD). Every metric, the engine gap and the weights' path must be
     exactly those of the separate pass; also with micro-batches packed by length, whose log-probs come back in
     the batch's row order from both passes."""
-    import rlvrlab.train.loop as loop
+    from rlvrlab.train import rollouts
+    from rlvrlab.train.rollouts import Behaviour
 
     args = ["steps=3", "seed=2", f"algorithm={algorithm}", "trainer.checkpoint_every=0", *packing]
-    assert loop.reuse_update_logp(compose(None, args))
+    assert rollouts.behaviour_source(compose(None, args)) is Behaviour.UPDATE_FORWARD
     fused = stable(mlflow_history(tmp_path / "a", train(compose(None, [*args, f"output_dir={tmp_path / 'a'}"]))))
-    monkeypatch.setattr(loop, "reuse_update_logp", lambda cfg: False)
+    monkeypatch.setattr(rollouts, "behaviour_source", lambda cfg: Behaviour.SAMPLER_PASS)
     separate = stable(mlflow_history(tmp_path / "b", train(compose(None, [*args, f"output_dir={tmp_path / 'b'}"]))))
     assert fused == separate
     assert {"policy/correct_entropy", "rollout/logp_gap_max"} <= set(fused)
     for off in (["trainer.mini_batches=2"], ["trainer.staleness=1"], ["algorithm=ucpo"], ["rollout.temperature=0.7"]):
-        assert not loop.reuse_update_logp(compose(None, [*args, *off]))
+        assert rollouts.behaviour_source(compose(None, [*args, *off])) is Behaviour.SAMPLER_PASS
 
 
 @pytest.mark.parametrize("engine,packed_by", [("deepspeed", "trainer.micro_batch_tokens=300"),
@@ -60,17 +61,17 @@ def test_micro_batches_packed_by_tokens_train_as_micro_batches_of_rows_do(tmp_pa
     the same up to float rounding (another summation order, other padding). Two epochs of two mini-batches: the
     behaviour log-probs of the separate pass must come back in row order (a wrong order would show as ratios far
     from 1 in the second epoch)."""
-    import rlvrlab.train.loop as loop
+    import rlvrlab.train.optimize as optimize
 
     counts: list[int] = []
-    packing = loop.micro_batches
+    packing = optimize.micro_batches
 
     def counted(batch, **kwargs):
         parts = packing(batch, **kwargs)
         counts.append(len(parts))
         return parts
 
-    monkeypatch.setattr(loop, "micro_batches", counted)
+    monkeypatch.setattr(optimize, "micro_batches", counted)
     args = ["steps=2", "seed=3", "trainer.ppo_epochs=2", "trainer.mini_batches=2", "trainer.checkpoint_every=0",
             f"trainer.engine={engine}", "trainer.pack_by_length=false"]
     rows = stable(mlflow_history(tmp_path / "a", train(compose(None, [*args, f"output_dir={tmp_path / 'a'}"]))))

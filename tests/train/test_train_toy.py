@@ -3,6 +3,7 @@
 Each run takes a second or two: the toy policy is one logit table (rlvrlab.policy.toy).
 """
 
+import functools
 import math
 import os
 import subprocess
@@ -73,24 +74,31 @@ def test_on_policy_single_epoch_ratio_is_exactly_one(tmp_path):
         assert loss_stats.clip_frac == 0.0 and loss_stats.approx_kl == 0.0
 
 
-def test_staleness_two_consumes_version_t_minus_two_with_its_logp(tmp_path):
+def test_staleness_two_consumes_version_t_minus_two_with_its_logp(tmp_path, monkeypatch):
     from rlvrlab.data import load_problems
     from rlvrlab.policy.toy import ToyPolicy
+    from rlvrlab.train import loop
 
     cfg = toy(tmp_path, "trainer.staleness=2", "steps=8")
     problems, _ = load_problems(cfg.dataset, cfg.model)
     initial = ToyPolicy.initial(problems, num_responses=cfg.model.toy_num_responses, init=cfg.model.toy_init,
                                 skew=cfg.model.toy_init_skew)
     snapshots = {0: initial.logits.detach().clone()}  # policy version -> weights
-    versions, gaps = [], []
+    versions, gaps, behaviours = [], [], []
+    update_rows = loop.update_rows
+
+    def recorded_rows(run, batch, trainer, *args, **kwargs):
+        behaviours.append(trainer.behaviour)
+        return update_rows(run, batch, trainer, *args, **kwargs)
 
     def observe(step, batch, run, stats):
         versions.append((step, batch.version, stats.lag))
         # the consumed batch's pi_old must be the log-probs of the weights that generated it
         logp, _ = logp_and_entropy(ToyPolicy(snapshots[batch.version]), batch, temperature=cfg.rollout.temperature)
-        gaps.append(float((logp.detach() - batch.old_logp).abs().max()))
+        gaps.append(float((logp.detach() - behaviours[step]).abs().max()))
         snapshots[step + 1] = run.update.module.logits.detach().clone()  # version step+1: after this update
 
+    monkeypatch.setattr(loop, "update_rows", recorded_rows)
     train(cfg, on_step=observe)
     assert versions == [(t, max(t - 2, 0), min(t, 2)) for t in range(8)]
     assert max(gaps) < 1e-6
@@ -137,6 +145,48 @@ def test_resume_after_kill_equals_uninterrupted_run(tmp_path, mlflow_history):
         assert got[name] == want[name], name
 
 
+def test_a_checkpoint_queued_in_the_earlier_format_resumes_to_the_same_run(tmp_path, mlflow_history):
+    """Checkpoints written up to a8ea15d queue one RolloutBatch that carries the trainer's and the reference's
+    log-probs as optional fields; this version queues Sampled (the batch, TrainerLogp, the reference's). A killed
+    run whose checkpoint is rewritten in the earlier format resumes to exactly the run that was never interrupted
+    (staleness 1 queues a batch; the KL term gives it reference log-probs)."""
+    from mlflow.tracking import MlflowClient
+
+    from rlvrlab import rundir
+    from rlvrlab.train.batch import RolloutBatch
+
+    args = ["toy", "steps=6", "trainer.checkpoint_every=2", "trainer.staleness=1", "algorithm.kl_coef=0.01"]
+    cli = [sys.executable, "-m", "rlvrlab.cli.main", "train"]
+    killed = subprocess.run([*cli, *args, f"output_dir={tmp_path}"], capture_output=True, text=True,
+                            env={**os.environ, "RLVRLAB_KILL_AFTER_STEP": "3"})
+    assert killed.returncode == -9, killed.stderr
+    client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    (run,) = client.search_runs(client.get_experiment_by_name("toy").experiment_id)
+    folder = rundir.latest(rundir.run_dir(tmp_path, run.info.run_id))
+    assert folder is not None and rundir.step_of(folder) < 6
+    state_file = folder / "state_rank0.pt"
+    state = torch.load(state_file, weights_only=False)
+    assert len(state["queue"]) == 1 and state["queue"][0].trainer is not None
+    earlier = []
+    for sampled in state["queue"]:  # pickled as a8ea15d's RolloutBatch was: the class and its __dict__
+        batch = replace(sampled.batch)
+        vars(batch).update(old_logp=sampled.trainer.behaviour, raw_logp=sampled.trainer.raw,
+                           old_entropy=sampled.trainer.entropy, ref_logp=sampled.reference, adv=None,
+                           is_weights=None, kept_mask=None)
+        earlier.append(batch)
+    torch.save({**state, "queue": earlier}, state_file)
+    assert type(torch.load(state_file, weights_only=False)["queue"][0]) is RolloutBatch
+    rundir.write_complete(folder, rundir.step_of(folder), rundir.checksums(folder, rundir.checkpoint_files(folder)))
+    resumed = subprocess.run([*cli, "--resume", run.info.run_id, f"output_dir={tmp_path}"], capture_output=True,
+                             text=True)
+    assert resumed.returncode == 0, resumed.stderr
+
+    reference_id = train(compose(args[0], [*args[1:], f"output_dir={tmp_path / 'ref'}"]))
+    want, got = mlflow_history(tmp_path / "ref", reference_id), mlflow_history(tmp_path, run.info.run_id)
+    for name in want:
+        if not name.startswith(("time/", "rollout/tokens_per_s")):
+            assert got[name] == want[name], name
+
 def test_resume_without_a_checkpoint_is_one_error_and_leaves_the_run_as_it_was(tmp_path):
     from mlflow.tracking import MlflowClient
 
@@ -155,12 +205,12 @@ def test_non_finite_loss_stops_the_run_and_marks_it_failed(tmp_path, monkeypatch
     calls = {"n": 0}
     clip = POLICY_LOSSES["clip"].fn
 
+    @functools.wraps(clip, assigned=(), updated=())  # the same knobs as clip (inspect.signature follows it)
     def poisoned(x, agg, **knobs):  # a loss that turns NaN at its 4th evaluation (step 3)
         calls["n"] += 1
         out = clip(x, agg, **knobs)
         return out if calls["n"] < 4 else type(out)(out.loss * math.nan, out.per_token, out.stats)
 
-    poisoned.__wrapped__ = clip  # the same knobs as clip
     monkeypatch.setitem(POLICY_LOSSES, "clip", replace(POLICY_LOSSES["clip"], fn=poisoned))
     with pytest.raises(RlvrlabError, match=r"step 3: the loss is nan; run \w+ is marked FAILED and the last good "
                                            r"checkpoint is .*step_000002"):
@@ -313,12 +363,13 @@ def test_rollout_correction_with_an_exact_engine_changes_nothing(tmp_path, mlflo
 
 def test_overlong_filter_masks_truncated_responses_from_the_loss() -> None:
     from rlvrlab.rollout.base import Generation
-    from rlvrlab.train.batch import collate
+    from rlvrlab.train.batch import UpdateRows, collate
 
     gens = [[Generation((1,), (5, 6, 7), "a", (0.0, 0.0, 0.0)), Generation((1,), (5, 2), "b", (0.0, 0.0))]]
     batch = collate(gens, ["g"], [1.0, 0.0], pad_id=0, version=0, batch_index=0, truncated=[True, False])
-    assert batch.loss_mask(drop_truncated=False).tolist() == [[1, 1, 1], [1, 1, 0]]
-    assert batch.loss_mask(drop_truncated=True).tolist() == [[0, 0, 0], [1, 1, 0]]
+    rows = UpdateRows(batch, torch.zeros(2, 3), None)
+    assert rows.loss_mask(drop_truncated=False).tolist() == [[1, 1, 1], [1, 1, 0]]
+    assert rows.loss_mask(drop_truncated=True).tolist() == [[0, 0, 0], [1, 1, 0]]
 
 
 @pytest.mark.parametrize("tier,algorithms", [("toy", ("grpo", "ucpo")),

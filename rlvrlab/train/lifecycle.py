@@ -1,0 +1,150 @@
+"""A run's life around its steps: how it ends (stopped, interrupted, nothing left), where a resume starts, what an
+extension records, what a full disk or a held store says, and the toy tier's one torch thread."""
+
+from __future__ import annotations
+
+import os
+import shlex
+import signal
+import sys
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import torch
+
+from rlvrlab import outputs, rundir
+from rlvrlab.config.schema import RunConfig
+from rlvrlab.errors import RlvrlabError, StorageError
+from rlvrlab.tracking import tags as T
+from rlvrlab.tracking.store import store
+from rlvrlab.train import checkpoint
+from rlvrlab.train.setup import Run
+
+EXTENSION_NOTE = "# resume: steps extended from"
+
+
+class RunStopped(Exception):
+    """Raised by an on_step callback to end a run early on purpose (a sweep's pruner); the MLflow run ends KILLED."""
+
+
+class RunInterrupted(KeyboardInterrupt):
+    """Ctrl-C or SIGTERM (rlvrlab.procs.install_stop_handlers) stopped a run: its MLflow run ended KILLED and its
+    checkpoints stay; `rlvrlab train --resume run_id` continues it from `checkpoint_step` (None: none saved yet)."""
+
+    def __init__(self, run_id: str, step: int, checkpoint_step: int | None):
+        super().__init__(run_id)
+        self.run_id, self.step, self.checkpoint_step = run_id, step, checkpoint_step
+
+
+class NothingLeft(Exception):
+    """`--resume` of a FINISHED run (or, tracking.backend=none, any run) that has trained all its steps: nothing was
+    done and its records are unchanged."""
+
+    def __init__(self, run_id: str, steps: int):
+        super().__init__(run_id)
+        self.run_id, self.steps = run_id, steps
+
+
+def stderr_warning(message: str) -> None:
+    print(f"warning: {message}", file=sys.stderr, flush=True)
+
+
+def resume_point(run_folder: Path, run_id: str, warn: Callable[[str], None]) -> Path:
+    """The newest checkpoint whose files match their checksums; damaged newer ones are skipped with a warning."""
+    good, bad = rundir.intact(run_folder)
+    where = run_folder / rundir.CHECKPOINTS
+    if not good:
+        if bad:
+            raise RlvrlabError(f"run {run_id} cannot be resumed: {rundir.damage_note(bad)} and no intact one is left "
+                               f"in {where}; its records are unchanged")
+        raise RlvrlabError(f"run {run_id} has no complete checkpoint in {where}; it cannot be resumed (set "
+                           "trainer.checkpoint_every > 0 for future runs)")
+    newer = [(f, problem) for f, problem in bad if rundir.step_of(f) > rundir.step_of(good[-1])]
+    if newer:
+        warn(f"run {run_id}: {rundir.damage_note(newer)}; resuming from the newest intact one, {good[-1].name}")
+    return good[-1]
+
+
+def nothing_left_or_extension(cfg: RunConfig, run_id: str, folder: Path, run_folder: Path) -> int | None:
+    """Raise NothingLeft for a FINISHED run whose checkpoint holds all its steps; else the steps the run had before
+    this resume when steps= extends it (None when it keeps its steps)."""
+    from rlvrlab.config.compose import compose
+
+    saved = compose(rundir.config_file(run_folder)).steps
+    if rundir.step_of(folder) >= cfg.steps:
+        if cfg.tracking.backend == "none":  # no records a resume could finish: the checkpoint holds every step
+            raise NothingLeft(run_id, cfg.steps)
+        from rlvrlab.tracking.mlflow_tracker import quiet_client
+
+        try:
+            status = quiet_client(store(cfg.output_dir, cfg.tracking.uri).uri).get_run(run_id).info.status
+        except Exception:  # no such run: build() says so in one line
+            status = None
+        if status == "FINISHED":
+            raise NothingLeft(run_id, cfg.steps)
+    return saved if cfg.steps > saved else None
+
+
+def extension_notes(run_folder: Path) -> list[str]:
+    """The comment lines earlier extensions left above the run's config.yaml."""
+    return [line for line in rundir.config_file(run_folder).read_text().splitlines()
+            if line.startswith(EXTENSION_NOTE)]
+
+
+def record_extension(run: Run, notes: list[str], extended_from: int | None) -> None:
+    """A run extended by --resume steps=N: the MLflow run says from how many steps (its steps param stays the
+    one it started with), and config.yaml keeps one comment line per extension above the config (build() has just
+    rewritten it with the new steps)."""
+    if extended_from is not None:
+        notes = [*notes, f"{EXTENSION_NOTE} {extended_from} to {run.cfg.steps} at "
+                         f"{time.strftime('%Y-%m-%dT%H:%M:%S%z')}"]
+    if not notes or run.rank != 0:
+        return
+    config = rundir.config_file(run.run_dir)
+    outputs.write_replacing(config, "\n".join(notes) + "\n" + config.read_text())  # whole or as it was
+    if extended_from is not None:
+        froms = [line.removeprefix(EXTENSION_NOTE).split()[0] for line in notes]
+        run.tracker.set_tags({T.STEPS_EXTENDED_FROM: ",".join(froms), T.STEPS: str(run.cfg.steps)})
+
+
+def stopped_by_storage(run: Run, error: Exception, trouble: str) -> StorageError:
+    """A full disk or a held store stopped the run: one line saying what, from where it continues and how. What is
+    stored stays: a checkpoint is COMPLETE only once the metrics of its steps are stored, and its files are checked
+    before a resume reads them."""
+    what = error.what if isinstance(error, StorageError) else (
+        ("no space left on the device" if trouble == "full" else "the MLflow store is locked by another process")
+        + f" ({type(error).__name__}: {str(error).strip().splitlines()[0] if str(error).strip() else ''})")
+    last = checkpoint.latest(run.run_dir)
+    command = shlex.join(["rlvrlab", "train", "--resume", run.tracker.run_id, f"output_dir={run.cfg.output_dir}"])
+    then = (f"`{command}` continues it from step {checkpoint.step_of(last)}, its newest complete checkpoint"
+            if last else "train it again (no checkpoint was complete)")
+    fix = "free space there" if trouble == "full" else "wait for the process holding it to end"
+    return StorageError(f"run {run.tracker.run_id} stopped: {what}; {fix}, then {then}", what=what)
+
+
+@contextmanager
+def toy_threads(cfg: RunConfig) -> Iterator[None]:
+    """The toy tier's tensors are a few hundred numbers: one torch thread. More threads only wake and spin for every
+    op, 2-100x slower per op, worst on a loaded machine (bench/README.md, toy-tier sweeps)."""
+    if cfg.model.tier != "toy" or torch.get_num_threads() == 1:
+        yield
+        return
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+def kill_after_step() -> str | None:
+    """RLVRLAB_KILL_AFTER_STEP=k: SIGKILL this process right after step k (tests of resume after a crash); read
+    once per run, not at every step."""
+    return os.environ.get("RLVRLAB_KILL_AFTER_STEP")
+
+
+def fault_injection(step: int, kill_after: str | None) -> None:
+    if kill_after == str(step):
+        os.kill(os.getpid(), signal.SIGKILL)
