@@ -13,6 +13,7 @@ _graceful = 0  # depth of stop_at_safe_points() sections in this process
 _requested: int | None = None  # the signal that asked for a stop, once one did
 _stopping_now = False  # a second signal raised KeyboardInterrupt in a section: its cleanup is not interrupted again
 _announce = True  # print the stop message (the one process a user signalled; its workers stay quiet)
+_exit_code: int | None = None  # set by exit_now: the code a process that skips its teardown ends with
 
 
 def signal_name(signum: int | None) -> str:
@@ -99,29 +100,49 @@ def die_with_parent(sig: int) -> None:
             pass
 
 
-def exit_now(code: int | str | None) -> NoReturn:
-    """End a sweep worker process (rlvrlab.sweep), its work written, without the interpreter's teardown of torch,
-    MLflow and Optuna (~1-1.3 s of CPU a process, bench/README.md "The full toy grid"), which the sweep's wall time
-    would wait for at its end, once per worker and on the same cores as the last trials. Every other process exits
-    normally. The atexit handlers
-    run (logging's flush, multiprocessing's join of child processes), stdout and stderr are flushed, then os._exit, as
-    multiprocessing ends its forked children. `code` as SystemExit takes it: None is 0, a string is printed to stderr
-    and is 1."""
-    import atexit
-    import os
-    import threading
+def end_without_teardown() -> None:
+    """Make this process, once it ends through exit_now, skip the interpreter's teardown of torch, MLflow and
+    Optuna (~1-1.3 s of CPU a process, bench/README.md "The full toy grid"), which a sweep's wall time would wait for
+    at its end, once per worker and on the same cores as the last trials. Only sweep worker processes call it
+    (rlvrlab.sweep.spawned); every other process exits normally.
 
-    if isinstance(code, str):
-        print(code, file=sys.stderr)
-        code = 1
-    if threading.current_thread() is threading.main_thread():
-        # on its way out: a late SIGTERM (a stopped sweep ending a worker that is already exiting) must not break an
-        # atexit handler with a KeyboardInterrupt and its traceback; the exit goes on either way
-        ignore_further_signals()
-    atexit._run_exitfuncs()
+    Call it first thing in the process: atexit runs its handlers in reverse order of registration, so the one
+    registered here runs after every handler registered later (MLflow's, Optuna's, torch's, logging's flush of
+    handlers created since) and then ends the process with os._exit, as multiprocessing ends its forked children.
+    logging.shutdown, registered when logging was imported (before this), is called here; multiprocessing's own
+    exit function has already run (its process bootstrap calls it before the interpreter exits)."""
+    import atexit
+
+    atexit.register(_end_after_handlers)
+
+
+def _end_after_handlers() -> None:
+    if _exit_code is None:  # an exit that did not come through exit_now: the interpreter's own teardown
+        return
+    import logging
+    import os
+
+    logging.shutdown()
     for stream in (sys.stdout, sys.stderr):
         try:
             stream.flush()
         except (OSError, ValueError):  # a closed pipe or stream: nothing more can reach it
             pass
-    os._exit(code or 0)
+    os._exit(_exit_code)
+
+
+def exit_now(code: int | str | None) -> NoReturn:
+    """End this process with `code` (as SystemExit takes it: None is 0, a string is printed to stderr and is 1); in a
+    process that called end_without_teardown, right after its atexit handlers. A signal that arrives while it is
+    exiting (a stopped sweep ending a worker that is already on its way out) is ignored, so that no atexit handler
+    is broken by a KeyboardInterrupt and its traceback; the exit goes on either way."""
+    import threading
+
+    global _exit_code
+    if isinstance(code, str):
+        print(code, file=sys.stderr)
+        code = 1
+    if threading.current_thread() is threading.main_thread():
+        ignore_further_signals()
+    _exit_code = code or 0
+    sys.exit(_exit_code)

@@ -284,20 +284,29 @@ def test_sigterm_to_a_sweep_with_workers_ends_its_study_run(tmp_path: Path) -> N
     assert seeds and "RUNNING" not in {r.info.status for r in seeds}
 
 
-def test_a_sigterm_during_the_exit_of_a_process_breaks_nothing() -> None:
+@pytest.mark.parametrize("skip_teardown", [False, True])
+def test_a_sigterm_during_the_exit_of_a_process_breaks_nothing(skip_teardown: bool) -> None:
     """A sweep stopped by SIGTERM passes it on to every worker still alive, and one may be ending on its own at that
     moment, inside its atexit handlers (procs.exit_now). The late signal must not raise KeyboardInterrupt in a handler
-    (Python prints its traceback and goes on): the handlers all run, the exit code is the process's own."""
-    code = ("import atexit, os, signal, sys, time\n"
-            "from rlvrlab.procs import exit_now, install_stop_handlers\n"
+    (Python prints its traceback and goes on): the handlers all run, the exit code is the process's own. A sweep
+    worker (procs.end_without_teardown) runs them all too, logging's flush included, then skips the interpreter's
+    teardown: an object that module teardown would finalize is not."""
+    code = ("import atexit, logging, os, signal, sys, time\n"
+            "from rlvrlab.procs import end_without_teardown, exit_now, install_stop_handlers\n"
+            f"if {skip_teardown}: end_without_teardown()\n"
             "install_stop_handlers(announce=False)\n"
+            "class Finalized:\n"
+            "    def __del__(self): print('torn down', flush=True)\n"
+            "kept = Finalized()\n"
+            "logging.basicConfig(stream=sys.stdout, format='%(message)s')\n"
+            "logging.warning('logged')\n"
             "atexit.register(lambda: print('second handler ran', flush=True))\n"
             "atexit.register(lambda: (os.kill(os.getpid(), signal.SIGTERM), time.sleep(0.2)))\n"
             "exit_now(3)\n")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert done.returncode == 3 and "Traceback" not in done.stderr and "KeyboardInterrupt" not in done.stderr, \
         done.stderr
-    assert done.stdout == "second handler ran\n"
+    assert done.stdout == "logged\nsecond handler ran\n" + ("" if skip_teardown else "torn down\n")
 
 
 # ------------------------------------------------------------------------------------- 5. resume and history
@@ -1255,11 +1264,12 @@ def test_resume_takes_a_run_id_not_a_path_into_another_output_folder(run_copy, t
     assert contents() == before  # no lock taken there, nothing written anywhere
 
 
-def test_the_tiny_tier_on_a_task_without_a_warm_start_is_one_line(tmp_path: Path) -> None:
-    """The tiny tier warm-starts on correct responses that only Countdown and pairs give: another task (arith) is
-    named in one line before any model is built or run recorded (it crashed with `malformed countdown answer`)."""
+def test_the_tiny_tier_on_a_formatted_task_is_one_line(tmp_path: Path) -> None:
+    """The tiny tier warm-starts on the task's bare prompts: a dataset that formats them (arith.yaml uses a chat
+    template, a system prompt and few-shot examples) is named in one line with the overrides that fix it, before any
+    model is built or run recorded (it crashed with `malformed countdown answer`)."""
     one_line_error(rlvrlab("train", "default", "dataset=arith", f"output_dir={tmp_path / 'runs'}"),
-                   "model.tier=tiny", "only the countdown and pairs tasks give", "dataset arith (verifier math)")
+                   "model.tier=tiny", "dataset arith formats them", "dataset.use_chat_template=false")
     assert not (tmp_path / "runs").exists()
     path = tmp_path / "tiny.yaml"
     path.write_text(SWEEP.replace("experiment: toy", "experiment: default").replace(

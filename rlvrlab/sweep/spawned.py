@@ -120,8 +120,9 @@ def _main(pipe, threads: int, warm: bool, visible: Optional[str]) -> None:
     os.environ["OMP_NUM_THREADS"] = str(threads)  # before torch: the seed runs it starts as processes share them too
     if visible is not None:  # before anything reads the devices: this worker and its seed runs see only these
         os.environ["CUDA_VISIBLE_DEVICES"] = visible
-    from rlvrlab.procs import die_with_parent, exit_now, install_stop_handlers
+    from rlvrlab.procs import die_with_parent, end_without_teardown, exit_now, install_stop_handlers
 
+    end_without_teardown()  # before the imports whose atexit handlers must still run (rlvrlab.procs)
     install_stop_handlers(announce=False)  # the parent prints the one stop message
     die_with_parent(signal.SIGTERM)  # a killed `rlvrlab sweep` takes its workers with it
     try:
