@@ -24,7 +24,8 @@ class Sweep(Protocol):
     """What liveness needs of an opened sweep (rlvrlab.sweep.trials.Sweep)."""
 
     study: Any  # optuna.Study
-    storage: Any
+    storage: Any  # its optuna.storages.BaseStorage
+    study_id: int  # the study's id in that storage
 
     def client(self) -> Any: ...
 
@@ -34,10 +35,10 @@ MAX_RETRY = 3  # re-runs of a trial whose worker died, before it stays failed
 WORKER, HEARTBEAT, FAILURE = T.WORKER, T.HEARTBEAT, T.FAILURE
 
 
-def trial_id(trial) -> int:
-    """The storage id of an Optuna Trial or FrozenTrial. Optuna's storage API takes it, but exposes it on trials only
-    as the private `_trial_id`; this is the one place rlvrlab reads it."""
-    return trial._trial_id
+def trial_id(sweep: Sweep, trial) -> int:
+    """The storage id of an Optuna Trial or FrozenTrial of the sweep's study, which Optuna's storage API takes (trials
+    carry it only as a private attribute): looked up by the trial's number, as Optuna's storages index it."""
+    return sweep.storage.get_trial_id_from_study_id_trial_number(sweep.study_id, trial.number)
 
 
 def _start_time(pid: int) -> str:
@@ -109,14 +110,14 @@ def recover_stale(sweep: Sweep) -> list[int]:
         # the reason goes on while the trial is still RUNNING (a finished trial takes no attributes); the FAIL
         # transition below is atomic, so only one process re-enqueues it
         try:
-            sweep.storage.set_trial_user_attr(trial_id(trial), FAILURE, "worker")
-            sweep.storage.set_trial_user_attr(trial_id(trial), T.FAIL_REASON,
+            sweep.storage.set_trial_user_attr(trial_id(sweep, trial), FAILURE, "worker")
+            sweep.storage.set_trial_user_attr(trial_id(sweep, trial), T.FAIL_REASON,
                                               f"worker {worker.split(':')[1] if worker else '?'} died; re-run")
         except UpdateFinishedTrialError:
             continue  # another process recovered it first
-        if not fail_and_retry(sweep, trial_id(trial)):
+        if not fail_and_retry(sweep, trial_id(sweep, trial)):
             continue
-        frozen = sweep.storage.get_trial(trial_id(trial))
+        frozen = sweep.storage.get_trial(trial_id(sweep, trial))
         run_id = frozen.user_attrs.get(T.attr("mlflow_run_id"))
         if run_id:
             close_runs(sweep.client(), run_id, "KILLED")

@@ -89,8 +89,8 @@ def _next_trial(sweep: Sweep):
     """A WAITING trial claimed by this worker, or (samplers, within budget) a new one; None when nothing is left."""
     for frozen in sweep.storage.get_all_trials(sweep.study_id, deepcopy=False, states=(TrialState.WAITING,)):
         try:
-            if sweep.storage.set_trial_state_values(trial_id(frozen), state=TrialState.RUNNING):
-                return optuna.Trial(sweep.study, trial_id(frozen))
+            if sweep.storage.set_trial_state_values(trial_id(sweep, frozen), state=TrialState.RUNNING):
+                return optuna.Trial(sweep.study, trial_id(sweep, frozen))
         except UpdateFinishedTrialError:
             continue
     if sweep.spec.sampler == "grid" or budget_used(sweep):
@@ -107,7 +107,7 @@ def run_trial(sweep: Sweep, trial, *, on_seed: Optional[OnSeed] = None) -> Trial
 
 
     spec, client = sweep.spec, sweep.client()
-    heartbeat = Heartbeat(sweep.storage, trial_id(trial))
+    heartbeat = Heartbeat(sweep.storage, trial_id(sweep, trial))
     trial_run = None
     try:
         params = {p.key: p.suggest(trial) for p in spec.space}
@@ -175,9 +175,9 @@ def run_trial(sweep: Sweep, trial, *, on_seed: Optional[OnSeed] = None) -> Trial
         if trial_run is not None:
             close_runs(client, trial_run, "KILLED")
         try:
-            sweep.storage.set_trial_user_attr(trial_id(trial), T.FAILURE, "worker")
-            sweep.storage.set_trial_user_attr(trial_id(trial), T.FAIL_REASON, "interrupted; re-enqueued")
-            fail_and_retry(sweep, trial_id(trial))
+            sweep.storage.set_trial_user_attr(trial_id(sweep, trial), T.FAILURE, "worker")
+            sweep.storage.set_trial_user_attr(trial_id(sweep, trial), T.FAIL_REASON, "interrupted; re-enqueued")
+            fail_and_retry(sweep, trial_id(sweep, trial))
         except Exception:
             pass
         raise
@@ -192,7 +192,7 @@ def _trial_run(sweep: Sweep, client, trial, params: dict, chash: str) -> str:
                             tags={T.PARENT: sweep.study_run_id, T.ROLE: "trial",
                                   T.STUDY: sweep.spec.name, T.TRIAL: str(trial.number),
                                   "config_hash": chash, T.RETRY_OF: str(sweep.storage.get_trial_system_attrs(
-                                      trial_id(trial)).get("failed_trial", ""))})
+                                      trial_id(sweep, trial)).get("failed_trial", ""))})
     client.log_batch(run.info.run_id, params=mlflow_params(params))
     return run.info.run_id
 
