@@ -136,3 +136,56 @@ def test_the_architecture_doc_names_every_module(doc: str) -> None:
     text = (PACKAGE.parent / doc).read_text()
     missing = [m for m in sorted(MODULES) if m != "rlvrlab" and f"`{m.removeprefix('rlvrlab.')}`" not in text]
     assert missing == [], f"{doc} has no line for {missing}"
+
+
+# A module a newcomer reads in one sitting (issue 36): the training step's stages have their own modules.
+MAX_MODULE_LINES = 520
+MAX_LOOP_LINES = 320
+
+
+def test_no_module_is_too_long_to_read_in_one_sitting() -> None:
+    lengths = {name: len(path.read_text().splitlines()) for name, path in MODULES.items()}
+    assert {name: n for name, n in lengths.items() if n > MAX_MODULE_LINES} == {}
+    assert lengths["rlvrlab.train.loop"] <= MAX_LOOP_LINES
+
+
+# Names under a library's public interface that speed-ups once reached for (issue 36), found as text anywhere.
+PRIVATE_NAMES = ("_init_group", "__wrapped__", "_profiler_enabled", "_optimizer_step_pre_hooks", "_foreach_",
+                 "sql_metrics", "_run_exitfuncs", "._trial_id", "get_omega_conf_dumper")
+# Underscored names that are a library's documented interface.
+DOCUMENTED = {"os._exit", "sys._getframe"}
+
+
+def _private_uses(path: Path) -> list[str]:
+    """`lib._name` attribute reads on an imported library (rooted at an imported name) and imports from a private
+    module or of a private name, in one rlvrlab module."""
+    tree = ast.parse(path.read_text())
+    external: set[str] = set()
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            external |= {(a.asname or a.name).split(".")[0] for a in node.names if not a.name.startswith("rlvrlab")}
+        elif isinstance(node, ast.ImportFrom) and not node.level and node.module not in (None, "__future__") \
+                and not node.module.startswith("rlvrlab"):
+            external |= {a.asname or a.name for a in node.names}
+            found += [f"from {node.module} import {a.name}" for a in node.names
+                      if a.name.startswith("_") or any(part.startswith("_") for part in node.module.split("."))]
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and node.attr.startswith("_") and not (
+                node.attr.startswith("__") and node.attr.endswith("__")):
+            root = node.value
+            while isinstance(root, ast.Attribute):
+                root = root.value
+            if isinstance(root, ast.Name) and root.id in external and ast.unparse(node) not in DOCUMENTED:
+                found.append(ast.unparse(node))
+    return found
+
+
+def test_libraries_are_used_through_their_public_interfaces() -> None:
+    """No optimizer step through torch.optim's functional internals, no rows written into MLflow's tables, no
+    Optuna or OmegaConf internals: what the libraries document, so that their upgrades do not silently break rlvrlab.
+    os._exit (documented) ends sweep workers (rlvrlab.procs.end_without_teardown)."""
+    texts = {name: path.read_text() for name, path in MODULES.items()}
+    assert {name: [p for p in PRIVATE_NAMES if p in text] for name, text in texts.items()
+            if any(p in text for p in PRIVATE_NAMES)} == {}
+    assert {name: uses for name, path in MODULES.items() if (uses := _private_uses(path))} == {}
