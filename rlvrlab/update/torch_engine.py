@@ -14,12 +14,11 @@ class TorchEngine:
                  grad_clip: float):
         self.module = module
         self.parameters = list(module.parameters())
-        # foreach=True: torch's multi-tensor update on every device (CUDA's default), which gives the floats of the
-        # single-tensor one that CPU runs took before (torch's default there; tests/update/test_torch_engine.py).
-        # fused=True is ~2.7x faster on the tiny tier but rounds differently, and one last bit can send a run's
-        # samples elsewhere (bench/README.md, "Update engines and MLflow logging").
-        self.optimizer = torch.optim.AdamW(self.parameters, lr=lr, weight_decay=weight_decay, betas=betas,
-                                           foreach=True)
+        # torch's default implementation: the single-tensor update on CPU (half the CPU time of the multi-tensor one
+        # for the toy tier's one table), the multi-tensor one on CUDA; both give the same floats
+        # (tests/update/test_torch_engine.py). fused=True is ~2.7x faster on the tiny tier but rounds differently,
+        # and one last bit can send a run's samples elsewhere (bench/README.md, "Update engines and MLflow logging").
+        self.optimizer = torch.optim.AdamW(self.parameters, lr=lr, weight_decay=weight_decay, betas=betas)
         self.grad_clip = grad_clip
 
     def backward(self, loss: torch.Tensor, *, last: bool) -> None:  # noqa: ARG002 (step() ends the accumulation)

@@ -43,7 +43,7 @@ def _clip_by_hand(params: list[torch.nn.Parameter], max_norm: float) -> float:
 def test_a_step_is_the_hand_clipped_single_tensor_adamw_to_the_bit(dtype, grad_clip: float,
                                                                    weight_decay: float) -> None:
     """Weights, optimizer state and returned norms of 12 engine steps equal, bit for bit, clipping by hand followed
-    by AdamW's single-tensor update (foreach=False: what the CPU runs took before the engine asked for foreach)."""
+    by AdamW's single-tensor update (foreach=False; torch's default on CPU, which the engine takes)."""
     lr, betas = 0.05, (0.9, 0.999)
     for seed in range(2):
         ours, theirs = Params(seed, dtype), Params(seed, dtype)
