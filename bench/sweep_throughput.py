@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import hashlib
 import inspect
 import os
 import resource
@@ -284,6 +285,9 @@ def grid_cli(seeds: int, overrides: list[str], workers: int) -> None:
         phases.append(f"start-up {first:.1f} s (until the first trial starts), {busy - first:.1f} s with all "
                       f"{workers} workers busy, tail {ends[-1] - busy:.1f} s (fewer trials left than workers), "
                       f"end {seconds - ends[-1]:.1f} s (after the last trial)")
+        # the study's results, to compare checkouts: equal digests, the same values to the bit
+        values = sorted((sorted(t.params.items()), t.values) for t in trials)
+        phases.append(f"\ntrial values sha256 {hashlib.sha256(repr(values).encode()).hexdigest()[:16]}")
 
     seconds, cpu, finished = _timed_sweep(command, f"sweep_grid{workers}_", after=timeline)
     runs = 27 * seeds
