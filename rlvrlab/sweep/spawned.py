@@ -6,8 +6,9 @@ opening or creation of the study; each worker then waits for its orders (the swe
 for the pool's cancel. This module imports nothing heavy itself: a spawned worker imports it to unpickle its entry
 point, before the imports it is started early for.
 
-Spawned, not forked: no CUDA state, thread or open store of the parent reaches them (a fork server preloading torch
-was tried: its own ~1 s exit delayed the stop of the workers when the sweep was killed).
+Spawned, not forked: no CUDA state, thread or open store of the parent reaches them. A fork server preloading torch
+saves no wall time on the grid and its own ~1 s exit delays the workers' stop when the sweep is killed
+(bench/README.md, "Why spawn and not a fork server").
 """
 
 from __future__ import annotations
