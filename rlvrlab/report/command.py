@@ -1,5 +1,6 @@
 """`rlvrlab report` as a library call: select runs from MLflow, group them by configuration, compute the statistics
-(docs/report.md), and write table.md / table.tex / table.csv, comparisons.csv, PNG plots and sources.json."""
+(docs/report.md), and write table.md / table.tex / table.csv, comparisons.csv, the values the statistics were
+computed from (per_seed.csv, per_problem.csv), PNG plots and sources.json."""
 
 from __future__ import annotations
 
@@ -130,6 +131,15 @@ def make_report(request: ReportRequest) -> ReportOutcome:
         path = folder / "comparisons.csv"
         outputs.write_replacing(path, render.comparisons_csv(result))
         written.append(path)
+    if "csv" in chosen:  # the numbers behind every cell and comparison, for a reader to recompute them
+        values = _values(client, selection, specs, evals, stats_columns)
+        path = folder / "per_seed.csv"
+        outputs.write_replacing(path, render.per_seed_csv(result, values))
+        written.append(path)
+        if evals is not None and stats_columns:
+            path = folder / "per_problem.csv"
+            outputs.write_replacing(path, render.per_problem_csv(result, values, evals.datasets))
+            written.append(path)
     if plots:
         for name in dict.fromkeys(spec.name for spec in specs):
             written.append(plotting.training_curves(client, selection, name, folder, smooth))
@@ -151,6 +161,20 @@ def make_report(request: ReportRequest) -> ReportOutcome:
     written.append(sidecar)
     return ReportOutcome(result, folder, written)
 
+
+
+def _values(client, selection, specs: list, evals, eval_stats: list[str]) -> render.Values:
+    """The arrays table.build feeds the statistics, read the same way (collect.final_values with the spec's
+    reduction and window; the evaluation matrices): per (section, metric), group label -> [S] or [S, P]."""
+    values: render.Values = {}
+    for spec in specs:
+        values[("train", spec.label)] = {g.label: collect.final_values(client, g, spec.name, spec.last, spec.reduce)
+                                         for g in selection.groups}
+    if evals is not None:
+        for dataset in evals.datasets:
+            for stat in eval_stats:
+                values[(dataset, stat)] = {g.label: evals.matrices[(g.label, dataset, stat)] for g in selection.groups}
+    return values
 
 
 def _study_params(client, selection) -> dict[str, str]:

@@ -9,6 +9,9 @@ import math
 from dataclasses import asdict
 from typing import Optional
 
+import numpy as np
+
+from rlvrlab.report import stats
 from rlvrlab.report.collect import Selection
 from rlvrlab.report.table import Cell, Report, Row, best_groups
 
@@ -201,6 +204,50 @@ def comparisons_csv(report: Report) -> str:
         writer.writerow({**result, "a": r.a, "b": r.b, "section": r.section, "metric": r.metric,
                          "selected_from": r.selected_from or "", "p_family": r.p_family, "p_holm": r.p_holm,
                          "significant": r.significant})
+    return buffer.getvalue()
+
+
+# The values the statistics were fed, one (section, metric) column at a time: group label -> [S] (training: each
+# seed run's reduced value) or [S, P] (evaluation: seeds x problems, in the group's seed order and the dataset's
+# problem order). Written with repr(), which round-trips a float exactly, so a reader recomputes to the bit.
+Values = dict[tuple[str, str], dict[str, np.ndarray]]
+
+PER_SEED_FIELDS = ["group", "section", "seed", "metric", "value"]
+PER_PROBLEM_FIELDS = ["group", "section", "seed", "problem", "metric", "value"]
+
+
+def _exact(x: float) -> str:
+    return repr(float(x))  # shortest string that parses back to the same double ("nan" for undefined)
+
+
+def per_seed_csv(report: Report, values: Values) -> str:
+    """Long format, one row per (group, section, metric, seed): the per-seed values each table cell and comparison
+    rests on. Training metrics: the run's reduced value; evaluation metrics: the seed's mean over problems
+    (stats.seed_scores: over the problems where the statistic is defined)."""
+    buffer = io.StringIO()
+    writer = csv.writer(buffer)
+    writer.writerow(PER_SEED_FIELDS)
+    for (section, metric), by_group in values.items():
+        for g in report.groups:
+            for seed, value in zip(g.seeds, stats.seed_scores(by_group[g.label])):
+                writer.writerow([g.label, section, seed, metric, _exact(value)])
+    return buffer.getvalue()
+
+
+def per_problem_csv(report: Report, values: Values, problems: dict[str, list[str]]) -> str:
+    """Long format, one row per (group, section, metric, seed, problem): the seeds x problems matrices of the
+    evaluation metrics (their crossed intervals and comparisons); "nan" where a statistic is undefined."""
+    buffer = io.StringIO()
+    writer = csv.writer(buffer)
+    writer.writerow(PER_PROBLEM_FIELDS)
+    for (section, metric), by_group in values.items():
+        for g in report.groups:
+            matrix = np.asarray(by_group[g.label], dtype=np.float64)
+            if matrix.ndim != 2:
+                continue
+            for seed, row in zip(g.seeds, matrix):
+                for problem, value in zip(problems[section], row):
+                    writer.writerow([g.label, section, seed, problem, metric, _exact(value)])
     return buffer.getvalue()
 
 

@@ -1,0 +1,241 @@
+"""Recompute a results folder's comparisons from the values they were computed from, with numpy and scipy only
+(rlvrlab need not be installed).
+
+    python results/recompute.py results/ucpo_tau      # one line per comparison, then the largest difference
+
+`rlvrlab report` writes, beside comparisons.csv, per_seed.csv (`group, section, seed, metric, value`: each seed
+run's value after the metric's reduction and window, or for an evaluation statistic the seed's mean over the
+problems) and, for evaluations, per_problem.csv (`group, section, seed, problem, metric, value`); every value is
+written with repr(), which round-trips a double exactly (docs/report.md). From them this script recomputes, with
+scipy and by hand:
+
+- every comparison tested on per-seed values (training metrics; evaluation statistics undefined on some
+  problems): Δ, the 95% interval, its standard error and df, p, the exact sign-flip p and P(improvement). Paired t
+  (Student 1908; scipy.stats.ttest_rel) when both groups ran the same seed list, else Welch (1947;
+  scipy.stats.ttest_ind(equal_var=False)); the interval is Δ ± t_{0.975, df} · se (scipy.stats.t).
+  Evaluation rows paired by seed and problem ("paired t (problems paired)") use each seed's mean over the problems
+  defined in both arms, from per_problem.csv;
+- every other evaluation comparison (the crossed seeds × problems interval): Δ and P(improvement) only;
+- the family: p_family (p times the number of cells a selected group was picked from) and Holm's (1979)
+  step-down adjustment over every row of comparisons.csv, by hand;
+- table.csv: each cell's mean, and for Student-t cells its interval, standard error and df.
+
+Not recomputed: the MDE and the crossed intervals (rlvrlab/report/stats.py). A difference is |a - b| / max(1, |b|).
+Exit status 0 when the largest difference is at most 1e-9, 1 when it is larger, 2 when a file is missing.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+import numpy as np
+from scipy import stats as sps
+
+LEVEL = 0.95
+TOLERANCE = 1e-9
+MAX_EXACT_FLIPS = 16  # rlvrlab enumerates all 2^S sign flips up to here; beyond, 2^16 seeded random flips
+
+
+def read_csv(path: Path) -> list[dict[str, str]]:
+    with path.open(newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def number(text: str) -> float | None:
+    return None if text == "" else float(text)
+
+
+def per_seed(folder: Path) -> dict[tuple[str, str, str], tuple[list[int], np.ndarray]]:
+    """(group, section, metric) -> (seeds in the file's order, values)."""
+    found: dict[tuple[str, str, str], tuple[list[int], list[float]]] = defaultdict(lambda: ([], []))
+    for row in read_csv(folder / "per_seed.csv"):
+        seeds, values = found[(row["group"], row["section"], row["metric"])]
+        seeds.append(int(row["seed"]))
+        values.append(float(row["value"]))
+    return {key: (seeds, np.asarray(values)) for key, (seeds, values) in found.items()}
+
+
+def per_problem(folder: Path) -> dict[tuple[str, str, str], np.ndarray]:
+    """(group, section, metric) -> [S, P] in the file's seed and problem order."""
+    path = folder / "per_problem.csv"
+    if not path.is_file():
+        return {}
+    cells: dict[tuple[str, str, str], dict[int, dict[str, float]]] = defaultdict(lambda: defaultdict(dict))
+    problems: dict[tuple[str, str, str], list[str]] = defaultdict(list)
+    for row in read_csv(path):
+        key = (row["group"], row["section"], row["metric"])
+        cells[key][int(row["seed"])][row["problem"]] = float(row["value"])
+        if row["problem"] not in problems[key]:
+            problems[key].append(row["problem"])
+    return {key: np.asarray([[by_problem[p] for p in problems[key]] for by_problem in by_seed.values()])
+            for key, by_seed in cells.items()}
+
+
+def seed_means(x: np.ndarray) -> np.ndarray:
+    """[S, P] -> [S]: each seed's mean over the problems where the value is defined (0 where none is)."""
+    defined = ~np.isnan(x)
+    total = np.where(defined, x, 0.0).sum(axis=1)
+    count = defined.sum(axis=1)
+    return np.where(count > 0, total / np.maximum(count, 1), 0.0)
+
+
+def signflip_p(d: np.ndarray) -> float:
+    """Share of the 2^S sign patterns of the paired differences whose |sum| is at least the observed one
+    (Fisher 1935); beyond 16 seeds the 2^16 random patterns of numpy's default_rng(0), plus the observed one."""
+    s = len(d)
+    if s <= MAX_EXACT_FLIPS:
+        signs = 1.0 - 2.0 * ((np.arange(2 ** s)[:, None] >> np.arange(s)[None, :]) & 1)  # [2^S, S]
+        extra = 0
+    else:
+        signs = np.random.default_rng(0).choice([-1.0, 1.0], size=(2 ** 16, s))
+        extra = 1
+    hits = int((np.abs(signs @ d) >= abs(d.sum()) * (1 - 1e-12)).sum())
+    return (hits + extra) / (len(signs) + extra)
+
+
+def improvement(x: np.ndarray, y: np.ndarray) -> float:
+    """P(X > Y) + P(X = Y)/2 over all pairs of seed values (rliable's probability of improvement)."""
+    return float((x[:, None] > y[None, :]).mean() + 0.5 * (x[:, None] == y[None, :]).mean())
+
+
+def two_sided_p(delta: float, se: float, df: float) -> float:
+    if se > 0:
+        return float(2 * sps.t.sf(abs(delta) / se, df))
+    return 1.0 if delta == 0 else 0.0
+
+
+def t_test(a: np.ndarray, b: np.ndarray, paired: bool) -> dict[str, float | None]:
+    """Paired t or Welch with scipy; the interval from scipy.stats.t."""
+    if paired:
+        d = a - b
+        delta, se, df = float(d.mean()), float(d.std(ddof=1) / math.sqrt(len(d))), float(len(d) - 1)
+        test = sps.ttest_rel(a, b)
+        flip: float | None = signflip_p(d)
+    else:
+        va, vb = a.var(ddof=1) / len(a), b.var(ddof=1) / len(b)
+        delta, se = float(a.mean() - b.mean()), float(math.sqrt(va + vb))
+        df = float((va + vb) ** 2 / (va ** 2 / (len(a) - 1) + vb ** 2 / (len(b) - 1))) if va + vb > 0 else \
+            float(len(a) + len(b) - 2)
+        test = sps.ttest_ind(a, b, equal_var=False)
+        flip = None
+    p = float(test.pvalue) if se > 0 else two_sided_p(delta, se, df)  # scipy gives nan for a zero spread
+    half = float(sps.t.ppf(0.5 + LEVEL / 2, df)) * se
+    return {"delta": delta, "low": delta - half, "high": delta + half, "se": se, "df": df, "p": p,
+            "p_signflip": flip}
+
+
+def holm(p_values: list[float]) -> list[float]:
+    """Holm (1979): the i-th smallest p times (m - i + 1), made monotone, capped at 1; in the input order."""
+    order = sorted(range(len(p_values)), key=lambda i: p_values[i])
+    adjusted = [0.0] * len(p_values)
+    running = 0.0
+    for rank, i in enumerate(order):
+        running = max(running, min(1.0, (len(p_values) - rank) * p_values[i]))
+        adjusted[i] = running
+    return adjusted
+
+
+def difference(got: float | None, written: float | None) -> float:
+    if got is None or written is None:
+        return 0.0 if got is None and written is None else math.inf
+    if math.isnan(got) or math.isnan(written):
+        return 0.0 if math.isnan(got) and math.isnan(written) else math.inf
+    if got == written:  # equal infinities too
+        return 0.0
+    return abs(got - written) / max(1.0, abs(written))
+
+
+def comparison_name(row: dict[str, str]) -> str:
+    selected = f" (selected: best of {row['selected_from']})" if row["selected_from"] else ""
+    return f"{row['a']} vs {row['b']}{selected}, {row['section']}: {row['metric']}"
+
+
+def recompute(folder: Path) -> tuple[list[tuple[str, str, float]], list[str]]:
+    """[(what, field, difference)] for every recomputed number, and the rows recomputed only in part."""
+    seeds = per_seed(folder)
+    matrices = per_problem(folder)
+    rows = read_csv(folder / "comparisons.csv")
+    checks: list[tuple[str, str, float]] = []
+    partial: list[str] = []
+    family: list[float] = []
+    names = [comparison_name(row) for row in rows]
+    for name, row in zip(names, rows):
+        seeds_a, a = seeds[(row["a"], row["section"], row["metric"])]
+        seeds_b, b = seeds[(row["b"], row["section"], row["metric"])]
+        paired = seeds_a == seeds_b  # the report pairs groups that ran the same seed list
+        checks.append((name, "paired", 0.0 if str(paired) == row["paired"] else math.inf))
+        checks.append((name, "prob_improvement", difference(improvement(a, b), number(row["prob_improvement"]))))
+        test = row["test"]
+        if test in ("paired t", "Welch"):
+            got = t_test(a, b, paired)
+        elif test == "paired t (problems paired)":  # each seed's mean difference over the problems both define
+            d = seed_means(matrices[(row["a"], row["section"], row["metric"])]
+                           - matrices[(row["b"], row["section"], row["metric"])])
+            got = t_test(d, np.zeros_like(d), True)
+        else:  # the crossed interval: the difference of means only
+            x_a = matrices.get((row["a"], row["section"], row["metric"]))
+            x_b = matrices.get((row["b"], row["section"], row["metric"]))
+            both = x_a is not None and x_b is not None
+            delta = float(x_a.mean() - x_b.mean()) if both else float(a.mean() - b.mean())
+            checks.append((name, "delta", difference(delta, number(row["delta"]))))
+            partial.append(f"{name}: {test}, Δ only")
+            family.append(float(row["p_family"]))
+            continue
+        for key, value in got.items():
+            checks.append((name, key, difference(value, number(row[key]))))
+        p = got["p"]
+        assert p is not None
+        selected = int(row["selected_from"]) if row["selected_from"] else None
+        p_family = min(1.0, p * selected) if selected else p
+        checks.append((name, "p_family", difference(p_family, float(row["p_family"]))))
+        family.append(p_family)
+    for name, row, adjusted in zip(names, rows, holm(family)):
+        checks.append((name, "p_holm", difference(adjusted, float(row["p_holm"]))))
+    table = folder / "table.csv"
+    for cell in read_csv(table) if table.is_file() else []:
+        key = (cell["group"], cell["section"], cell["metric"])
+        if key not in seeds:
+            continue
+        name = f"cell {cell['group']}, {cell['section']}: {cell['metric']}"
+        x = matrices.get(key)
+        values = seeds[key][1]
+        mean = float(x.mean()) if x is not None and not np.isnan(x).any() else float(values.mean())
+        checks.append((name, "mean", difference(mean, number(cell["mean"]))))
+        if cell["method"] == "t" and len(values) >= 2:  # a t-interval on the per-seed values
+            se, df = float(values.std(ddof=1) / math.sqrt(len(values))), float(len(values) - 1)
+            half = float(sps.t.ppf(0.5 + LEVEL / 2, df)) * se
+            for key_, value in (("low", mean - half), ("high", mean + half), ("se", se), ("df", df)):
+                checks.append((name, key_, difference(value, number(cell[key_]))))
+    return checks, partial
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) != 1:
+        print("usage: python results/recompute.py RESULTS_FOLDER", file=sys.stderr)
+        return 2
+    folder = Path(argv[0])
+    missing = [name for name in ("comparisons.csv", "per_seed.csv") if not (folder / name).is_file()]
+    if missing:
+        print(f"{folder} has no {' or '.join(missing)}: re-run `rlvrlab report` with the csv format "
+              "(the folder's README command) to write it", file=sys.stderr)
+        return 2
+    checks, partial = recompute(folder)
+    worst: dict[str, tuple[float, str]] = {}
+    for what, field, diff in checks:
+        if what not in worst or diff > worst[what][0]:
+            worst[what] = (diff, field)
+    for what, (diff, field) in worst.items():
+        print(f"{diff:.1e}  {what}" + (f" (largest in {field})" if diff else ""))
+    for line in partial:
+        print(f"partly: {line}")
+    largest = max(checks, key=lambda c: c[2]) if checks else ("nothing", "", 0.0)
+    print(f"largest difference: {largest[2]:.3g} ({largest[0]}, {largest[1]}) over {len(checks)} numbers")
+    return 0 if largest[2] <= TOLERANCE else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
