@@ -1,0 +1,62 @@
+"""The statistics of a report, valid at the 3-10 seeds RLVR studies can afford (docs/report.md, "Numbers": a
+percentile bootstrap over 3 seeds is [min, max] of the seeds and covers 75%, hence t-based intervals).
+Pure numpy/scipy functions with typed results; no resampling, so a table is the same on every machine.
+
+- intervals: Student-t seed intervals, the crossed seeds × problems interval, curve bands, their moments.
+- comparisons: paired t / Welch (crossed for evaluations), sign-flip p, MDE, Holm.
+- seeds: seeds needed for a target half-width.
+- diversity: rarefied and expected distinct correct forms.
+
+Every public name of the submodules is importable from here (`from rlvrlab.report import stats; stats.compare`).
+None of them imports scipy.stats at import time (a sweep worker scores trials with t_interval alone).
+"""
+
+from rlvrlab.report.stats.comparisons import (
+    ALPHA,
+    MAX_EXACT_FLIPS,
+    MIN_SEEDS_SIGNIFICANCE,
+    POWER,
+    Comparison,
+    compare,
+    holm,
+    mde,
+    paired_crossed,
+    paired_t,
+    probability_of_improvement,
+    seed_scores,
+    selected,
+    signflip_p,
+    welch,
+    welch_crossed,
+)
+from rlvrlab.report.stats.diversity import distinct_combinations, expected_distinct, rarefied_distinct
+from rlvrlab.report.stats.intervals import (
+    LEVEL,
+    MIN_SEEDS,
+    Interval,
+    MeanSquares,
+    Moments,
+    crossed_interval,
+    crossed_moments,
+    crossed_var_df,
+    curve_band,
+    interval,
+    mean_squares,
+    satterthwaite,
+    scipy_stats,
+    t_interval,
+    t_moments,
+    t_ppf,
+    welch_crossed_moments,
+    welch_moments,
+)
+from rlvrlab.report.stats.seeds import seeds_for_halfwidth, seeds_for_halfwidth_crossed
+
+__all__ = [
+    "ALPHA", "LEVEL", "MAX_EXACT_FLIPS", "MIN_SEEDS", "MIN_SEEDS_SIGNIFICANCE", "POWER", "Comparison", "Interval",
+    "MeanSquares", "Moments", "compare", "crossed_interval", "crossed_moments", "crossed_var_df", "curve_band",
+    "distinct_combinations", "expected_distinct", "holm", "interval", "mde", "mean_squares", "paired_crossed",
+    "paired_t", "probability_of_improvement", "rarefied_distinct", "satterthwaite", "scipy_stats", "seed_scores",
+    "seeds_for_halfwidth", "seeds_for_halfwidth_crossed", "selected", "signflip_p", "t_interval", "t_moments",
+    "t_ppf", "welch", "welch_crossed", "welch_crossed_moments", "welch_moments",
+]

@@ -1,0 +1,187 @@
+"""Comparisons of two groups of a report and their multiplicity (docs/report.md, "Numbers").
+
+- paired (both groups ran the same seed list; the same seed gives the same initial weights, prompt order and
+  sampling seeds in every arm, tests/train/test_train_toy.py::test_same_seed_pairs_arms): training metrics: paired
+  t on the per-seed differences; evaluation metrics: the crossed interval of the seed × problem differences (paired
+  by seed and by problem). The exact sign-flip permutation p over seeds (Fisher 1935; all 2^S flips, S <= 16)
+  goes to the CSV.
+- unpaired (different seed lists): Welch (1947) on the per-seed scores; evaluation metrics pair the problems only
+  (seed components of both groups + the variance of the per-problem difference of group means).
+- Every comparison carries its minimum detectable effect: the |Δ| a two-sided α = 0.05 t-test with the same
+  standard error and df detects with 80% power (noncentral t).
+- holm(p): Holm's (1979) step-down adjustment over one family (every comparison of one `rlvrlab report` run).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Optional
+
+import numpy as np
+
+from rlvrlab.report.stats.intervals import (
+    LEVEL,
+    Moments,
+    crossed_moments,
+    scipy_stats,
+    t_moments,
+    t_ppf,
+    welch_crossed_moments,
+    welch_moments,
+)
+
+ALPHA = 0.05
+POWER = 0.80
+MIN_SEEDS_SIGNIFICANCE = 5  # no significance mark below 5 seeds per group (t and permutation tests are too weak)
+MAX_EXACT_FLIPS = 16  # sign-flip p enumerates all 2^S flips up to here; beyond, 2^16 seeded random flips
+
+
+@dataclass(frozen=True)
+class Comparison:
+    delta: float  # mean(a) - mean(b)
+    low: float
+    high: float
+    se: float
+    df: float
+    p: float  # two-sided t p-value (paired t or Welch; crossed for evaluation metrics)
+    p_signflip: Optional[float]  # exact sign-flip permutation p over seeds (paired only)
+    mde: float  # minimum detectable |Δ| at 80% power, α = 0.05, given se and df
+    paired: bool
+    test: str  # "paired t" | "Welch" | "paired crossed" | "Welch crossed"
+    n_a: int
+    n_b: int
+    prob_improvement: float
+
+    @property
+    def may_be_significant(self) -> bool:
+        """Enough seeds per group for a significance mark (the interval and p are shown either way)."""
+        return min(self.n_a, self.n_b) >= MIN_SEEDS_SIGNIFICANCE
+
+
+def mde(se: float, df: float, *, alpha: float = ALPHA, power: float = POWER) -> float:
+    """Minimum detectable |Δ|: the true difference that a two-sided level-alpha t-test with this standard error
+    and df rejects with probability `power` (noncentral t: P(|T'| > t_crit) with T' ~ t(df, Δ/se))."""
+    if not (se > 0 and df > 0) or not math.isfinite(se):
+        return math.nan
+    crit = t_ppf(1 - alpha / 2, df)
+    sps = scipy_stats()
+
+    def shortfall(nc: float) -> float:
+        lower = sps.nct.cdf(-crit, df, nc)  # the wrong-sign tail: tiny, and NaN far out in scipy
+        return sps.nct.sf(crit, df, nc) + (lower if math.isfinite(lower) else 0.0) - power
+
+    high = crit + 3.0  # widen until the power at `high` exceeds the target (nct is unstable far out)
+    while shortfall(high) < 0:
+        high *= 1.5
+    from scipy import optimize
+
+    return float(optimize.brentq(shortfall, 0.0, high, xtol=1e-12) * se)
+
+
+def signflip_p(d: np.ndarray, rng_seed: int = 0) -> float:
+    """Two-sided sign-flip permutation p of the mean of paired differences d [S] (Fisher 1935): the share of
+    the 2^S sign patterns whose |mean| is at least the observed one. Exact for S <= MAX_EXACT_FLIPS; beyond,
+    2^16 seeded random flips plus the observed pattern."""
+    d = np.asarray(d, dtype=np.float64)
+    s = len(d)
+    if s <= MAX_EXACT_FLIPS:
+        signs = 1.0 - 2.0 * ((np.arange(2 ** s)[:, None] >> np.arange(s)[None, :]) & 1)  # [2^S, S]
+        extra = 0
+    else:
+        signs = np.random.default_rng(rng_seed).choice([-1.0, 1.0], size=(2 ** 16, s))
+        extra = 1
+    observed = abs(d.sum())
+    hits = int((np.abs(signs @ d) >= observed * (1 - 1e-12)).sum())
+    return (hits + extra) / (len(signs) + extra)
+
+
+def probability_of_improvement(a: np.ndarray, b: np.ndarray) -> float:
+    """P(X > Y) + 0.5 P(X = Y) for X a seed score of a and Y one of b (rliable, one task)."""
+    x, y = seed_scores(a), seed_scores(b)
+    return float((x[:, None] > y[None, :]).mean() + 0.5 * (x[:, None] == y[None, :]).mean())
+
+
+def seed_scores(x: np.ndarray) -> np.ndarray:
+    """[S] or [S, P] -> [S]: each seed's score (its mean over problems, ignoring undefined (NaN) problems)."""
+    x = np.asarray(x, dtype=np.float64)
+    if x.ndim == 1:
+        return x
+    return np.nanmean(np.where(np.isnan(x).all(axis=1, keepdims=True), 0.0, x), axis=1)
+
+
+def _comparison(m: Moments, a: np.ndarray, b: np.ndarray, *, paired: bool, test: str, flips: Optional[np.ndarray],
+                level: float) -> Comparison:
+    low, high = m.bounds(level)
+    se, df = float(m.se), float(m.df)
+    return Comparison(float(m.estimate), float(low), float(high), se, df, float(m.p()),
+                      signflip_p(flips) if flips is not None else None, mde(se, df), paired, test,
+                      a.shape[0], b.shape[0], probability_of_improvement(a, b))
+
+
+def paired_t(a: np.ndarray, b: np.ndarray, level: float = LEVEL) -> Comparison:
+    """a, b [S]: the same seeds in the same order. Paired t (Student 1908) on d = a - b, plus the sign-flip p."""
+    a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
+    return _comparison(t_moments(a - b), a, b, paired=True, test="paired t", flips=a - b, level=level)
+
+
+def welch(a: np.ndarray, b: np.ndarray, level: float = LEVEL) -> Comparison:
+    """a [Sa], b [Sb]: Welch's (1947) unequal-variance t."""
+    a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
+    return _comparison(welch_moments(a, b), a, b, paired=False, test="Welch", flips=None, level=level)
+
+
+def paired_crossed(a: np.ndarray, b: np.ndarray, level: float = LEVEL) -> Comparison:
+    """a, b [S, P], the same seeds and problems: the crossed interval of d[s, p] = a - b (paired by seed and by
+    problem); the sign-flip p is over the seeds' mean differences (the benchmark's problems held fixed)."""
+    a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
+    d = a - b
+    return _comparison(crossed_moments(d), a, b, paired=True, test="paired crossed", flips=d.mean(axis=1),
+                       level=level)
+
+
+def welch_crossed(a: np.ndarray, b: np.ndarray, level: float = LEVEL) -> Comparison:
+    """a [Sa, P], b [Sb, P]: different seeds, the same problems (see welch_crossed_moments)."""
+    a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
+    return _comparison(welch_crossed_moments(a, b), a, b, paired=False, test="Welch crossed", flips=None,
+                       level=level)
+
+
+def compare(a: np.ndarray, b: np.ndarray, *, paired: bool, level: float = LEVEL) -> Comparison:
+    """The report's comparison of a with b: [S] (training) or [S, P] (evaluation) inputs; `paired` when both ran
+    the same seed list in the same order. Matrices with undefined (NaN) entries (diversity, rarefaction) are
+    compared per seed: paired, each seed's mean difference over the problems defined in both arms."""
+    a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
+    if a.ndim != b.ndim or (a.ndim == 2 and a.shape[1] != b.shape[1]):
+        raise ValueError(f"cannot compare shapes {a.shape} and {b.shape}: the same problems are needed")
+    if paired and a.shape[0] != b.shape[0]:
+        raise ValueError(f"a paired comparison needs the same seeds, got {a.shape[0]} and {b.shape[0]}")
+    if a.ndim == 1:
+        return paired_t(a, b, level) if paired else welch(a, b, level)
+    if np.isnan(a).any() or np.isnan(b).any():
+        if not paired:
+            return welch(seed_scores(a), seed_scores(b), level)
+        d = seed_scores(a - b)
+        return _comparison(t_moments(d), a, b, paired=True, test="paired t (problems paired)", flips=d, level=level)
+    if a.shape[1] < 2:
+        return compare(a[:, 0], b[:, 0], paired=paired, level=level)
+    return paired_crossed(a, b, level) if paired else welch_crossed(a, b, level)
+
+
+def holm(p_values: Sequence[float]) -> list[float]:
+    """Holm (1979) step-down adjusted p-values, in the input order."""
+    m = len(p_values)
+    order = np.argsort(p_values, kind="stable")
+    adjusted = np.empty(m)
+    running = 0.0
+    for rank, index in enumerate(order):
+        running = max(running, min(1.0, (m - rank) * p_values[index]))
+        adjusted[index] = running
+    return adjusted.tolist()
+
+
+def selected(p: float, candidates: int) -> float:
+    """p of a comparison whose group was picked as the best of `candidates` cells (Bonferroni over the cells it was
+    selected from: the smallest of N p-values needs N·p)."""
+    return min(1.0, p * candidates)
