@@ -1,6 +1,9 @@
 """A sweep's objective: a seed run's value (`window_mean` of a metric over its last logged steps, read back from
-MLflow) and a trial's value over its seeds (an `Aggregate`), with the Student-t 95% interval over seeds that
-`rlvrlab report` prints (rlvrlab.report.stats.t_interval), so `--status`, the objective and a report agree to the bit.
+MLflow) and a trial's value over its seeds (an `Aggregate`) with its 95% interval over seeds (`trial_interval`):
+for a fixed seed list the Student-t interval that `rlvrlab report` prints (rlvrlab.report.stats.t_interval), so
+`--status`, the objective and a report agree to the bit; for adaptive seeds Stein's two-stage interval
+(rlvrlab.sweep.seeds), the one whose 95% holds for the seed count the rule chose, so a `lcb95`/`ucb95` objective
+optimises the interval that `--status` shows.
 
 An aggregate is registered once, in AGGREGATES, with its traits: the sweep file's validation (the name, the
 direction it fits, the seeds it needs) and the trial's objective both read that entry, and nothing else lists them.
@@ -9,21 +12,23 @@ direction it fits, the seeds it needs) and the trial's objective both read that 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import KW_ONLY, dataclass
 from typing import Any, Optional
 
 import numpy as np
 
 from rlvrlab.errors import RlvrlabError
-from rlvrlab.report.stats import Interval, seeds_for_halfwidth, t_interval
+from rlvrlab.report.stats import Interval
+from rlvrlab.sweep.seeds import AdaptiveSeeds, trial_interval
 
 DIRECTIONS = ("maximize", "minimize")
 
 
 @dataclass(frozen=True)
 class Aggregate:
-    """A trial's value from its seed values: one statistic of their Student-t 95% interval, and its traits."""
+    """A trial's value from its seed values: one statistic of their 95% interval (`trial_interval`), and its
+    traits."""
 
     name: str
     statistic: Callable[[Interval], float]
@@ -33,9 +38,9 @@ class Aggregate:
     # the other end would favour noisy trials. None: it fits both
     direction: Optional[str]
 
-    def over(self, values: Sequence[float]) -> float:
-        """The trial's value from its seed values."""
-        return self.statistic(t_interval(np.asarray(values, dtype=float)))
+    def over(self, values: Mapping[int, float] | Sequence[float], adaptive: Optional[AdaptiveSeeds] = None) -> float:
+        """The trial's value from its seed values (seed -> value for adaptive seeds: Stein's interval)."""
+        return self.statistic(trial_interval(values, adaptive))
 
 
 MEAN = Aggregate("mean", lambda interval: interval.mean, min_seeds=1, direction=None)
@@ -75,16 +80,12 @@ def objective_of(client: Any, run_id: str, metric: str, window: int) -> float:
     return window_mean([by_step[step] for step in sorted(by_step)], window)
 
 
-def seed_summary(values: Sequence[float]) -> dict[str, float]:
-    """Mean over seeds with the report's Student-t 95% interval (NaN bounds for one seed; NaN everywhere for a NaN
-    value), as a trial records it."""
-    x = np.asarray(values, dtype=float)
-    interval = t_interval(x)
+def seed_summary(values: Mapping[int, float] | Sequence[float],
+                 adaptive: Optional[AdaptiveSeeds] = None) -> dict[str, float]:
+    """Mean over seeds with the trial's 95% interval (`trial_interval`: Student t, or Stein's for adaptive seeds;
+    NaN bounds for one seed; NaN everywhere for a NaN value) and the SD over all its seeds, as a trial records it."""
+    interval = trial_interval(values, adaptive)
+    x = np.asarray(list(values.values()) if isinstance(values, Mapping) else values, dtype=float)
     sd = float(x.std(ddof=1)) if len(x) > 1 else math.nan
     return {"mean": interval.mean, "sd": sd, "low": interval.low, "high": interval.high,
             "halfwidth": interval.halfwidth, "n": len(x)}
-
-
-def seeds_needed(values: Sequence[float], halfwidth: float) -> int:
-    """Seeds for a 95% t half-width of `halfwidth`, from the spread of `values` (rlvrlab.report.stats)."""
-    return seeds_for_halfwidth(float(np.std(values, ddof=1)) if len(values) > 1 else math.inf, halfwidth)

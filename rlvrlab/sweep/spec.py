@@ -6,8 +6,9 @@ before any storage is opened or run started; every mistake is one ConfigError li
     overrides: [algorithm=ucpo, steps=200]
     sampler: grid                       # grid | tpe | random
     seeds: 5                            # 5 -> seeds 0..4, or a list [0, 1, 2]; the same seeds in every trial
-                                        # or {initial: 3, max: 20, halfwidth: 0.02}: add seeds 3, 4, ... in rounds
-                                        # until the objective's 95% t-interval is that narrow (or max is reached)
+                                        # or {initial: 5, max: 20, halfwidth: 0.02}: seeds 0..4, then once as many
+                                        # as Stein's two-stage rule asks for a 95% interval of ±0.02 (at most max;
+                                        # rlvrlab.sweep.seeds)
     variants:                           # optional: named configurations, compared as the grid key `variant`
       grpo: [algorithm=grpo]
       ucpo tau=1: [algorithm=ucpo, algorithm.tau=1.0]
@@ -50,6 +51,7 @@ from rlvrlab.config.shipped import shipped_dir
 from rlvrlab.config.yamlfile import load as load_yaml
 from rlvrlab.errors import ConfigError
 from rlvrlab.sweep.objective import AGGREGATES, DIRECTIONS, MEAN, Objective
+from rlvrlab.sweep.seeds import MIN_INITIAL, AdaptiveSeeds
 from rlvrlab.sweep.space import FIXED_KEYS, NOT_SCIENCE, VARIANT, Param, parse_space, parse_variants
 
 SAMPLERS = ("grid", "tpe", "random")
@@ -62,17 +64,6 @@ SLURM_CLUSTERS = ("slurm", "local")  # local: submitit's local executor, the sam
 LOG_LAST = "tracking.log_last"  # set by the sweep to the objective's window (SweepSpec.overrides_for)
 MAX_SEEDS = 10_000  # seeds of one trial, each a training run; a count is expanded to a list (5e9 was a MemoryError)
 MAX_SEED = int(RANGES["seed"].high)  # what the config accepts as a run's seed
-
-
-@dataclasses.dataclass(frozen=True)
-class AdaptiveSeeds:
-    """`seeds: {initial: 3, max: 20, halfwidth: 0.02}`: a trial starts with seeds 0..initial-1 and adds seeds
-    (initial, initial+1, ...) in rounds while its objective's 95% t half-width is above `halfwidth`, up to `max`.
-    The rule looks at the spread of the seed values only, never at their mean (docs/report.md)."""
-
-    initial: int
-    max: int
-    halfwidth: float
 
 
 @dataclasses.dataclass(frozen=True)
@@ -402,17 +393,18 @@ def _seeds(value: Any, where: str) -> tuple[int, ...]:
         return tuple(value)
     raise ConfigError(f"seeds in {where} must be a count from 1 to {MAX_SEEDS} (each seed is a training run of every "
                       f"trial), a list of at most {MAX_SEEDS} distinct seeds from 0 to {MAX_SEED}, or "
-                      "{initial: 3, max: 20, halfwidth: 0.02}, e.g. seeds: 5")
+                      "{initial: 5, max: 20, halfwidth: 0.02}, e.g. seeds: 5")
 
 
 def _adaptive(value: Any, where: str) -> Optional[AdaptiveSeeds]:
     if not isinstance(value, dict):
         return None
-    example = "seeds: {initial: 3, max: 20, halfwidth: 0.02}"
+    example = "seeds: {initial: 5, max: 20, halfwidth: 0.02}"
     fields = _mapping(value, ("initial", "max", "halfwidth"), "seeds", where)
     initial, most, width = fields.get("initial"), fields.get("max"), fields.get("halfwidth")
-    if not (isinstance(initial, int) and not isinstance(initial, bool) and initial >= 2):
-        raise ConfigError(f"seeds.initial in {where} must be an integer >= 2 (an interval needs 2 seeds), "
+    if not (isinstance(initial, int) and not isinstance(initial, bool) and initial >= MIN_INITIAL):
+        raise ConfigError(f"seeds.initial in {where} must be an integer >= {MIN_INITIAL} (Stein's two-stage rule "
+                          f"sizes a trial from the spread of its first seeds; fewer make it ask far more seeds), "
                           f"e.g. {example}")
     if not (isinstance(most, int) and not isinstance(most, bool) and initial <= most <= MAX_SEEDS):
         raise ConfigError(f"seeds.max in {where} must be an integer from seeds.initial ({initial}) to {MAX_SEEDS}, "

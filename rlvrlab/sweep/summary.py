@@ -6,7 +6,8 @@ import math
 from dataclasses import dataclass
 from typing import Any, Optional
 
-from rlvrlab.sweep.objective import seed_summary, seeds_needed
+from rlvrlab.sweep.objective import seed_summary
+from rlvrlab.sweep.seeds import wanted
 from rlvrlab.sweep.study import Sweep, counts
 from rlvrlab.tracking import tags as T
 
@@ -18,13 +19,14 @@ class TrialRow:
     params: dict[str, Any]
     value: Optional[float]  # the objective Optuna optimises (mean or a bound over seeds)
     mean: Optional[float]
-    low: Optional[float]
-    high: Optional[float]
+    low: Optional[float]  # the 95% interval the objective's bounds are: Student t (adaptive seeds: Stein's, once
+    high: Optional[float]  # stage one is done; rlvrlab.sweep.seeds)
     seeds_done: int
     reason: str
     retry_of: Optional[int]
-    halfwidth: Optional[float] = None  # of the 95% t-interval (the report's, rlvrlab.report.stats.t_interval)
-    more_seeds: Optional[int] = None  # adaptive seeds: seeds still needed for the target half-width (beyond max too)
+    halfwidth: Optional[float] = None  # of that interval
+    more_seeds: Optional[int] = None  # adaptive seeds: seeds Stein's rule still asks for (beyond max too); None
+    # while stage one runs or when its spread is not finite
 
 
 @dataclass
@@ -40,10 +42,11 @@ def summarize(sweep: Sweep) -> StudySummary:
 
     rows = []
     for t in sweep.study.get_trials(deepcopy=False):
-        values = [v for v in (t.user_attrs.get(T.VALUES) or {}).values()]
-        summary = seed_summary(values) if values else {}
-        target = sweep.spec.adaptive.halfwidth if sweep.spec.adaptive else None
-        more = max(0, seeds_needed(values, target) - len(values)) if target is not None and len(values) > 1 else None
+        values = {int(s): v for s, v in (t.user_attrs.get(T.VALUES) or {}).items()}  # seed -> value
+        adaptive = sweep.spec.adaptive
+        summary = seed_summary(values, adaptive) if values else {}
+        need = wanted(values, adaptive) if adaptive is not None else None
+        more = None if need is None else max(0, need - len(values))
         rows.append(TrialRow(
             number=t.number, state=t.state.name, params=dict(t.params),
             value=t.value if t.state == TrialState.COMPLETE else None,

@@ -1,5 +1,5 @@
-"""A study's trials: claimed by a worker, each a group of seed runs (adaptive seed rounds), scored over its seeds
-and told to Optuna and MLflow (the study itself: rlvrlab.sweep.study).
+"""A study's trials: claimed by a worker, each a group of seed runs (adaptive seeds: Stein's two stages,
+rlvrlab.sweep.seeds), scored over its seeds and told to Optuna and MLflow (the study itself: rlvrlab.sweep.study).
 
 - Trials are claimed, never duplicated. Workers only pop WAITING trials (an atomic state change in the journal and
   PostgreSQL storages; not in sqlite, which ignores SELECT ... FOR UPDATE: bench/sweep_storage.py), so two workers
@@ -30,7 +30,8 @@ from rlvrlab.outputs import full_or_held
 from rlvrlab.procs import raise_if_stop_requested, stop_at_safe_points
 from rlvrlab.sweep.launch import run_seed_process
 from rlvrlab.sweep.liveness import Heartbeat, close_runs, fail_and_retry, recover_stale, trial_id
-from rlvrlab.sweep.objective import AGGREGATES, objective_of, seed_summary, seeds_needed, window_mean
+from rlvrlab.sweep.objective import AGGREGATES, objective_of, seed_summary, window_mean
+from rlvrlab.sweep.seeds import seed_count
 from rlvrlab.sweep.spec import SweepSpec, format_value
 from rlvrlab.sweep.study import Sweep, budget_used, mlflow_params
 from rlvrlab.tracking import tags as T
@@ -123,7 +124,7 @@ def run_trial(sweep: Sweep, trial, *, on_seed: Optional[OnSeed] = None) -> Trial
         failures: dict[int, str] = {}
         seeds = list(spec.seeds)
         position = 0
-        while position < len(seeds):  # adaptive seeds: a round at a time, while the interval is too wide
+        while position < len(seeds):  # adaptive seeds: stage one, then stage two (a third round adds none)
             for seed in seeds[position:]:
                 outcome = _seed_run(sweep, client, trial, params, seed, position, trial_run)
                 if outcome.run_id:
@@ -138,7 +139,7 @@ def run_trial(sweep: Sweep, trial, *, on_seed: Optional[OnSeed] = None) -> Trial
                     on_seed(trial.number, position, len(seeds))
                 position += 1
             if not failures:
-                seeds = list(spec.seed_list(len(seeds) + more_seeds(spec, list(values.values()))))
+                seeds = list(spec.seed_list(len(seeds) + more_seeds(spec, values)))
         if failures:
             seed, reason = next(iter(failures.items()))
             message = f"{len(failures)}/{len(seeds)} seeds failed; seed {seed}: {reason}"
@@ -147,8 +148,8 @@ def run_trial(sweep: Sweep, trial, *, on_seed: Optional[OnSeed] = None) -> Trial
             sweep.study.tell(trial, state=TrialState.FAIL)
             _finish_trial_run(client, trial_run, "FAILED", {}, {T.FAIL_REASON: message[:5000]})
             return TrialOutcome(trial.number, "FAIL", reason=message)
-        summary = seed_summary(list(values.values()))
-        value = AGGREGATES[spec.objective.aggregate].over(list(values.values()))
+        summary = seed_summary(values, spec.adaptive)  # adaptive: Stein's interval, the one the objective uses
+        value = AGGREGATES[spec.objective.aggregate].over(values, spec.adaptive)
         trial.set_user_attr(T.SUMMARY, summary)
         sweep.study.tell(trial, value)
         _finish_trial_run(client, trial_run, "FINISHED", {
@@ -288,13 +289,13 @@ def _last_run_of(client, sweep: Sweep, trial_run: str, seed: int) -> Optional[st
     return found[0].info.run_id if found else None
 
 
-def more_seeds(spec: SweepSpec, values: list[float]) -> int:
-    """Adaptive seeds: how many seeds the next round adds (0: the interval is narrow enough, or max is reached).
-    Only the spread of the values decides, never their mean."""
+def more_seeds(spec: SweepSpec, values: dict[int, float]) -> int:
+    """Adaptive seeds: how many seeds the next round adds to a trial with `values` (seed -> value): after stage one,
+    the rest of Stein's N (rlvrlab.sweep.seeds.seed_count, from the spread of stage one only, never a mean); 0
+    once the trial has them (or for a fixed seed list)."""
     if spec.adaptive is None:
         return 0
-    target = min(seeds_needed(values, spec.adaptive.halfwidth), spec.adaptive.max)
-    return max(0, target - len(values))
+    return max(0, seed_count(values, spec.adaptive) - len(values))
 
 
 def _finish_trial_run(client, run_id: Optional[str], status: str, metrics: dict[str, float],

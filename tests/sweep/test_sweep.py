@@ -108,11 +108,11 @@ BAD_SWEEPS = [
      "is the name of `variants:`"),
     ("experiment: toy\nseeds: {initial: 1, max: 5, halfwidth: 0.1}\nspace: {algorithm.tau: [0.1]}\n"
      "overrides: [algorithm=ucpo]\nobjective: {metric: train/reward}\n", "seeds.initial in"),
-    ("experiment: toy\nseeds: {initial: 3, max: 2, halfwidth: 0.1}\nspace: {algorithm.tau: [0.1]}\n"
+    ("experiment: toy\nseeds: {initial: 5, max: 2, halfwidth: 0.1}\nspace: {algorithm.tau: [0.1]}\n"
      "overrides: [algorithm=ucpo]\nobjective: {metric: train/reward}\n", "seeds.max in"),
-    ("experiment: toy\nseeds: {initial: 3, max: 9, halfwidth: 0}\nspace: {algorithm.tau: [0.1]}\n"
+    ("experiment: toy\nseeds: {initial: 5, max: 9, halfwidth: 0}\nspace: {algorithm.tau: [0.1]}\n"
      "overrides: [algorithm=ucpo]\nobjective: {metric: train/reward}\n", "seeds.halfwidth in"),
-    ("experiment: toy\nseeds: {initial: 3, max: 9, width: 0.1}\nspace: {algorithm.tau: [0.1]}\n"
+    ("experiment: toy\nseeds: {initial: 5, max: 9, width: 0.1}\nspace: {algorithm.tau: [0.1]}\n"
      "overrides: [algorithm=ucpo]\nobjective: {metric: train/reward}\n", "unknown seeds key 'width'"),
     ("experiment: toy\noverrides: [algorithm=ucpo, tracking.log_last=2]\nspace: {algorithm.tau: [0.1]}\n"
      "objective: {metric: train/reward, window: 4}\n", "tracking.log_last=2 in"),
@@ -232,28 +232,28 @@ def test_window_mean_is_the_mean_of_the_last_window_values() -> None:
 def test_adaptive_seeds_look_at_the_spread_only(here: Path) -> None:
     from rlvrlab.sweep.trials import more_seeds
 
-    text = GRID.replace("seeds: 2", "seeds: {initial: 3, max: 10, halfwidth: 0.05}")
+    text = GRID.replace("seeds: 2", "seeds: {initial: 5, max: 10, halfwidth: 0.03}")
     spec = load_sweep(str(_sweep_file(here, text)))
-    assert spec.seeds == (0, 1, 2) and spec.max_seeds == 10 and spec.seed_list(5) == (0, 1, 2, 3, 4)
-    assert spec.fingerprint() != load_sweep(str(_sweep_file(here, GRID.replace("seeds: 2", "seeds: 3")))).fingerprint()
-    values = [0.50, 0.55, 0.60]  # sd 0.05: t_{.975, n-1} 0.05/sqrt(n) <= 0.05 first at n = 7
+    assert spec.seeds == (0, 1, 2, 3, 4) and spec.max_seeds == 10 and spec.seed_list(7) == (0, 1, 2, 3, 4, 5, 6)
+    assert spec.fingerprint() != load_sweep(str(_sweep_file(here, GRID.replace("seeds: 2", "seeds: 5")))).fingerprint()
+    values = {s: 0.50 + 0.02 * s for s in range(5)}  # Stein: (t_{.975,4} sd/0.03)^2 = 8.56 -> 9 seeds
     assert more_seeds(spec, values) == 4
-    assert more_seeds(spec, [v + 100.0 for v in values]) == 4  # the means never matter
-    assert more_seeds(spec, [0.5, 0.51, 0.52]) == 0  # narrow enough already
-    assert more_seeds(spec, [0.0, 1.0, 2.0]) == 7  # capped at max = 10
+    assert more_seeds(spec, {s: v + 100.0 for s, v in values.items()}) == 4  # the means never matter
+    assert more_seeds(spec, {s: 0.5 + 0.001 * s for s in range(5)}) == 0  # narrow enough already
+    assert more_seeds(spec, {s: float(s) for s in range(5)}) == 5  # capped at max = 10
 
 
 @pytest.mark.slow
 def test_an_adaptive_sweep_adds_seeds_until_the_target_or_max(here: Path) -> None:
     """A target no trial can meet: every trial grows to max seeds, and --status says how many more it needs."""
-    text = GRID.replace("seeds: 2", "seeds: {initial: 2, max: 4, halfwidth: 0.000001}").replace(
+    text = GRID.replace("seeds: 2", "seeds: {initial: 5, max: 6, halfwidth: 0.000001}").replace(
         "trainer.staleness: [0, 1]", "trainer.staleness: [0]")
     path = _sweep_file(here, text)
     result = _cli("sweep", str(path), cwd=here)
     assert result.returncode == 0, result.stderr
     seeds = _role(_runs(here, "grid"), "seed")
-    assert sorted(int(r.data.tags["seed"]) for r in seeds) == [0, 0, 1, 1, 2, 2, 3, 3]  # 2 trials x seeds 0..3
-    assert "more seeds" in result.stdout and "(> max 4)" in result.stdout and "until ±1e-06" in result.stdout
+    assert sorted(int(r.data.tags["seed"]) for r in seeds) == [s for s in range(6) for _ in (0, 1)]  # 2 trials x 0..5
+    assert "more seeds" in result.stdout and "(> max 6)" in result.stdout and "until ±1e-06" in result.stdout
 
 
 # --------------------------------------------------------------------------------------------- grid execution
