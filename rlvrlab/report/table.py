@@ -304,8 +304,9 @@ def _notes(report: Report, metrics: Sequence[MetricSpec], selection: Selection) 
                      "(Student 1908)")
     if any(s != "train" for s in report.sections):
         notes.append("evaluation metrics: 95% interval of a crossed seeds x problems design (variance components "
-                     "from the two-way ANOVA, t quantile on Satterthwaite df shrunk towards the seed df; "
-                     "docs/report.md); the CSV also has the seed-only t-interval")
+                     "from the two-way ANOVA, the seed component at least the residual's share of a seed mean, t "
+                     "quantile on Satterthwaite df with the seed term on S-1; docs/report.md); the CSV also has the "
+                     "seed-only t-interval")
     if report.rows:
         tests = sorted({r.result.test for r in report.rows})
         notes.append(f"comparisons ({', '.join(tests)}): paired when both groups ran the same seeds (same initial "

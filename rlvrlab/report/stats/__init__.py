@@ -33,6 +33,7 @@ from rlvrlab.report.stats.diversity import distinct_combinations, expected_disti
 from rlvrlab.report.stats.intervals import (
     LEVEL,
     MIN_SEEDS,
+    SEED_COMPONENT_FLOOR,
     Interval,
     MeanSquares,
     Moments,
@@ -40,6 +41,8 @@ from rlvrlab.report.stats.intervals import (
     crossed_moments,
     crossed_var_df,
     curve_band,
+    difference_term,
+    floored_seed_term,
     interval,
     mean_squares,
     satterthwaite,
@@ -53,10 +56,11 @@ from rlvrlab.report.stats.intervals import (
 from rlvrlab.report.stats.seeds import seeds_for_halfwidth, seeds_for_halfwidth_crossed
 
 __all__ = [
-    "ALPHA", "LEVEL", "MAX_EXACT_FLIPS", "MIN_SEEDS", "MIN_SEEDS_SIGNIFICANCE", "POWER", "Comparison", "Interval",
-    "MeanSquares", "Moments", "compare", "crossed_interval", "crossed_moments", "crossed_var_df", "curve_band",
-    "distinct_combinations", "expected_distinct", "holm", "interval", "mde", "mean_squares", "paired_crossed",
-    "paired_t", "probability_of_improvement", "rarefied_distinct", "satterthwaite", "scipy_stats", "seed_scores",
-    "seeds_for_halfwidth", "seeds_for_halfwidth_crossed", "selected", "signflip_p", "t_interval", "t_moments",
-    "t_ppf", "welch", "welch_crossed", "welch_crossed_moments", "welch_moments",
+    "ALPHA", "LEVEL", "MAX_EXACT_FLIPS", "MIN_SEEDS", "MIN_SEEDS_SIGNIFICANCE", "POWER", "SEED_COMPONENT_FLOOR",
+    "Comparison", "Interval", "MeanSquares", "Moments", "compare", "crossed_interval", "crossed_moments",
+    "crossed_var_df", "curve_band", "difference_term", "distinct_combinations", "expected_distinct",
+    "floored_seed_term", "holm", "interval", "mde", "mean_squares", "paired_crossed", "paired_t",
+    "probability_of_improvement", "rarefied_distinct", "satterthwaite", "scipy_stats", "seed_scores",
+    "seeds_for_halfwidth", "seeds_for_halfwidth_crossed", "selected", "signflip_p", "t_interval", "t_moments", "t_ppf",
+    "welch", "welch_crossed", "welch_crossed_moments", "welch_moments",
 ]
