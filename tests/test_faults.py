@@ -1319,3 +1319,37 @@ def test_a_tracking_server_behind_a_private_ca_is_looked_at_as_mlflow_would(tmp_
     finally:
         server.shutdown()
         server.server_close()
+
+
+def test_an_interrupt_while_the_last_metrics_are_written_loses_none(tmp_path: Path, monkeypatch) -> None:
+    """A second Ctrl-C or SIGTERM (KeyboardInterrupt, rlvrlab.procs) that arrives while finish() waits for the
+    tracker's writer thread: the waiting goes on until every point is stored, then the run is ended KILLED and the
+    interrupt raised. Before, the wait was cut short (an interrupted Thread.join even marks the thread stopped) and
+    the daemon writer died with the process: CI lost steps 10-14 of a run stopped at step 15
+    (test_a_second_signal_still_ends_the_run_killed_with_its_metrics)."""
+    import threading
+
+    from rlvrlab.tracking.mlflow_tracker import MlflowTracker
+
+    tracker = MlflowTracker(f"sqlite:///{tmp_path / 'mlflow.db'}", "interrupted", artifact_root=tmp_path / "art")
+    log_batch = tracker.client.log_batch
+    writing = threading.Event()
+
+    def slow(*args, **kwargs):
+        writing.set()
+        time.sleep(1.0)  # the interrupt below lands inside this wait
+        return log_batch(*args, **kwargs)
+
+    monkeypatch.setattr(tracker.client, "log_batch", slow)
+    for step in range(5):
+        tracker.log_metrics(step, {"a": float(step), "b": 1.0})
+    # a real SIGINT: it wakes the main thread out of its wait (Python's default handler raises KeyboardInterrupt)
+    timer = threading.Thread(target=lambda: (writing.wait(10), time.sleep(0.2), os.kill(os.getpid(), signal.SIGINT)))
+    timer.start()
+    with pytest.raises(KeyboardInterrupt):
+        tracker.finish("KILLED")
+    # stored when finish() returns: nothing is left to a writer that the process's exit would kill mid-write
+    assert [m.step for m in tracker.client.get_metric_history(tracker.run_id, "a")] == [0, 1, 2, 3, 4]
+    timer.join()
+    monkeypatch.undo()
+    assert tracker.client.get_run(tracker.run_id).info.status == "KILLED"

@@ -154,7 +154,7 @@ class MlflowTracker:
         self.run_id = run_id
         self._buffer: list = []
         self._last_flush = time.monotonic()
-        self._writer: threading.Thread | None = None
+        self._written: threading.Event | None = None  # set once the points of the last flush are stored
         self._error: BaseException | None = None
 
     def log_params(self, params: Mapping[str, object]) -> None:
@@ -204,31 +204,46 @@ class MlflowTracker:
         self.client.log_artifact(self.run_id, str(path), artifact_path)
 
     def flush(self, wait: bool = True) -> None:
-        """Write the buffered metrics on the background thread (one writer at a time, in order)."""
+        """Write the buffered metrics on the background thread (one writer at a time, in order). A KeyboardInterrupt
+        (a second Ctrl-C or SIGTERM, rlvrlab.procs) cannot lose points: the buffer is emptied only once its writer
+        has started, and a wait for the writer goes on to its end before the interrupt is raised (points written
+        twice are stored once: MLflow drops a metric identical in key, value, step and timestamp)."""
         self._join()
-        metrics, self._buffer = self._buffer, []
+        metrics = self._buffer
         self._last_flush = time.monotonic()
         if not metrics:
             return
-        self._writer = threading.Thread(target=self._write, args=(metrics,), name="rlvrlab-mlflow", daemon=True)
-        self._writer.start()
+        written = threading.Event()
+        threading.Thread(target=self._write, args=(metrics, written), name="rlvrlab-mlflow", daemon=True).start()
+        self._written, self._buffer = written, []
         if wait:
             self._join()
 
-    def _write(self, metrics: list) -> None:
+    def _write(self, metrics: list, written: threading.Event) -> None:
         try:
             for i in range(0, len(metrics), _BATCH):
                 retry_locked(partial(self.client.log_batch, self.run_id, metrics=metrics[i : i + _BATCH]))
         except BaseException as error:  # re-raised on the training thread by the next flush
             self._error = error
+        finally:
+            written.set()
 
     def _join(self) -> None:
-        if self._writer is not None:
-            self._writer.join()
-            self._writer = None
+        """Wait for the writer's points to be stored. It waits on an Event, not Thread.join: a join interrupted by
+        KeyboardInterrupt marks a running thread as stopped (CPython 3.11's bpo-45274 handling releases the lock the
+        thread holds), after which nothing could wait for it."""
+        interrupted: KeyboardInterrupt | None = None
+        while self._written is not None:
+            try:
+                self._written.wait()
+                self._written = None
+            except KeyboardInterrupt as signal:  # the points being written are written first
+                interrupted = signal
         if self._error is not None:
             error, self._error = self._error, None
             raise error
+        if interrupted is not None:
+            raise interrupted
 
     def finish(self, status: str) -> None:
         """Write every buffered metric, then end the run with `status`. The status is written even when the metrics
