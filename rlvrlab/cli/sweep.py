@@ -110,8 +110,10 @@ def _print_summary(console: Console, opened) -> None:
     adaptive = spec.adaptive
     seeds_text = (f"seeds {adaptive.initial}-{adaptive.max} until ±{adaptive.halfwidth:g}" if adaptive
                   else f"{len(spec.seeds)} seeds")
+    interval = ("95% interval of Stein's two-stage rule (t on the first stage's spread)" if adaptive
+                else "95% t-interval over seeds")
     table = Table(title=f"study {spec.name}: {objective.metric} (last {objective.window} steps), "
-                        f"{objective.direction}, {seeds_text}; 95% t-interval over seeds")
+                        f"{objective.direction}, {seeds_text}; {interval}")
     columns = ["trial", "state", *_short(keys), *([objective.aggregate] if bound else []), "mean", "95% CI", "±",
                "seeds", *(["more seeds"] if adaptive else []), "note"]
     for column in columns:
