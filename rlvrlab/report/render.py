@@ -38,6 +38,10 @@ def _cell_text(c: Cell, interval: str) -> str:
     return f"{_num(c.mean)} [{_num(low)}, {_num(high)}]"
 
 
+def _mde(x: Optional[float]) -> str:
+    return "∞" if x is not None and math.isinf(x) else _num(x)
+
+
 def _delta_text(c: Cell) -> str:
     if c.delta is None:
         return "—"
@@ -45,19 +49,23 @@ def _delta_text(c: Cell) -> str:
         return f"{c.delta:+.3f}†"
     star = "*" if c.significant else ""
     kind = "paired" if c.test.startswith("paired") else "unpaired"
+    note = f" ({c.claim_note})" if c.claim_note else ""
     return (f"{c.delta:+.3f} [{c.delta_low:+.3f}, {c.delta_high:+.3f}]{star} p={_p(c.p_holm)} "
-            f"MDE={_num(c.mde)} {kind}")
+            f"MDE={_mde(c.mde_holm)} {kind}{note}")
 
 
 def _row_text(r: Row) -> list[str]:
     c = r.result
     star = "*" if r.significant else ""
-    return [r.name, r.metric, f"{c.delta:+.3f} [{c.low:+.3f}, {c.high:+.3f}]{star}", c.test, f"{c.n_a}/{c.n_b}",
-            _p(c.p), _p(r.p_holm), _p(c.p_signflip), _num(c.mde), _num(c.prob_improvement, 2)]
+    test = c.test + (" + sign-flip" if r.max_statistic else "")
+    test += f" ({r.claim.note})" if r.claim is not None and r.claim.note else ""
+    return [r.name, r.metric, f"{c.delta:+.3f} [{c.low:+.3f}, {c.high:+.3f}]{star}", test, f"{c.n_a}/{c.n_b}",
+            _p(c.p), _p(r.p_holm), _p(c.p_signflip), _mde(r.claim.mde if r.claim else None),
+            _num(c.prob_improvement, 2)]
 
 
-ROW_HEADER = ["comparison", "metric", "Δ [95% CI]", "test", "seeds", "p", "Holm p", "sign-flip p", "MDE (80%)",
-              "P(impr.)"]
+ROW_HEADER = ["comparison", "metric", "Δ [95% CI]", "test", "seeds", "p", "Holm p", "sign-flip p",
+              "MDE (80%, Holm)", "P(impr.)"]
 
 
 def _lookup(report: Report) -> dict[tuple[str, str, str], Cell]:
@@ -98,8 +106,9 @@ def markdown(report: Report, interval: str = "bracket") -> str:
             out.append(f"| {g.label} | {g.seeds_text} | " + " | ".join(row) + " |")
         out.append("")
         if report.baseline:
-            out.append(f"Δ vs **{report.baseline}** (95% interval; Holm-adjusted p; MDE at 80% power; * Holm p < 0.05 "
-                       "with ≥ 5 seeds per group)\n")
+            out.append(f"Δ vs **{report.baseline}** (95% interval; Holm-adjusted p; MDE at 80% power at the Holm "
+                       "first-step level; * Holm p < 0.05 with ≥ 5 seeds per group, and for max-statistics the "
+                       "sign-flip p)\n")
             out.append("| group | " + " | ".join(metrics) + " |")
             out.append("|---|" + "---|" * len(metrics))
             for g in report.groups:
@@ -173,7 +182,7 @@ def latex(report: Report, interval: str = "bracket") -> str:
 
 CSV_FIELDS = ["group", "section", "metric", "mean", "low", "high", "se", "df", "method", "seed_low", "seed_high",
               "n_seeds", "n_problems", "seeds_needed", "delta", "delta_low", "delta_high", "test", "p", "p_holm",
-              "p_signflip", "mde", "significant", "prob_improvement", "note"]
+              "p_signflip", "mde", "mde_holm", "claim_note", "significant", "prob_improvement", "note"]
 
 
 def to_csv(report: Report) -> str:
@@ -190,8 +199,8 @@ def to_csv(report: Report) -> str:
 
 
 COMPARISON_FIELDS = ["a", "b", "section", "metric", "delta", "low", "high", "se", "df", "test", "paired", "n_a",
-                     "n_b", "p", "selected_from", "p_family", "p_holm", "p_signflip", "mde", "significant",
-                     "prob_improvement"]
+                     "n_b", "p", "selected_from", "p_family", "p_holm", "p_signflip", "mde", "max_statistic",
+                     "holm_level", "mde_holm", "claim_note", "significant", "prob_improvement"]
 
 
 def comparisons_csv(report: Report) -> str:
@@ -203,6 +212,8 @@ def comparisons_csv(report: Report) -> str:
         result = {k: v for k, v in asdict(r.result).items() if k in COMPARISON_FIELDS}
         writer.writerow({**result, "a": r.a, "b": r.b, "section": r.section, "metric": r.metric,
                          "selected_from": r.selected_from or "", "p_family": r.p_family, "p_holm": r.p_holm,
+                         "max_statistic": r.max_statistic, "holm_level": r.claim.level if r.claim else "",
+                         "mde_holm": r.claim.mde if r.claim else "", "claim_note": r.claim.note if r.claim else "",
                          "significant": r.significant})
     return buffer.getvalue()
 
@@ -300,7 +311,8 @@ def sources(selection: Selection, report: Report, command: list[str], eval_runs:
     body = {
         "command": command, "tracking_uri": selection.uri, "source": selection.experiment, "study": selection.study,
         "statistics": "Student-t seed intervals; crossed seeds x problems intervals for evaluations; paired t / "
-                      "Welch comparisons, sign-flip p, MDE, Holm (rlvrlab/report/stats.py)",
+                      "Welch comparisons, sign-flip p, Holm, MDE at the Holm level, the claim rule "
+                      "(rlvrlab/report/stats/)",
         "baseline": report.baseline, "rlvrlab_git_sha": sha, "rlvrlab_git_dirty": dirty, "outputs": outputs,
         "provenance": provenance or {},
         "protocol": protocol,  # the protocol file's commits and whether the study counts as pre-registered

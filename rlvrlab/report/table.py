@@ -16,6 +16,14 @@ from rlvrlab.report import stats
 from rlvrlab.report.collect import EvalRecords, Group, Selection, final_values
 
 REDUCTIONS = ("mean", "max", "min", "auc")  # auc: area under the curve / its step span (rlvrlab.report.collect)
+EXTREMES = ("max", "min")  # reductions whose per-run value is a maximum or minimum over the window
+
+
+def max_statistic(name: str, reduce: str) -> bool:
+    """A training metric whose per-run value is an extreme: reduced with max or min over its window, or a per-step
+    maximum or minimum itself (`*_max`, `*_min`: loss/ratio_max, rollout/logp_gap_max). Such values are skewed (one
+    spike decides a run's value), so a claim on them also needs the exact sign-flip p (stats.claim)."""
+    return reduce in EXTREMES or name.rsplit("/", 1)[-1].endswith(("_max", "_min"))
 
 
 @dataclass(frozen=True)
@@ -108,7 +116,9 @@ class Cell:
     p: Optional[float] = None
     p_holm: Optional[float] = None
     p_signflip: Optional[float] = None
-    mde: Optional[float] = None
+    mde: Optional[float] = None  # at alpha 0.05 per comparison
+    mde_holm: Optional[float] = None  # at the Holm first-step level of the report's family: the claim's MDE
+    claim_note: str = ""  # why a max-statistic cannot be a claim (stats.claim)
     test: str = ""
     prob_improvement: Optional[float] = None
     significant: bool = False
@@ -136,10 +146,13 @@ class Row:
     selected_from: Optional[int] = None  # a was picked as the best of this many groups
     p_family: float = math.nan  # p entering Holm: result.p, times selected_from for a selected cell
     p_holm: float = math.nan
+    max_statistic: bool = False  # a per-run extreme (max_statistic): a claim also needs the sign-flip p
+    claim: Optional[stats.Claim] = None  # the claim rule's verdict and MDE in the family (set once Holm is done)
 
     @property
     def significant(self) -> bool:
-        return self.p_holm < stats.ALPHA and self.result.may_be_significant
+        """A claim: Holm p < 0.05, >= 5 seeds per group, and for a max-statistic the sign-flip p (stats.claim)."""
+        return self.claim.claim if self.claim is not None else False
 
     @property
     def name(self) -> str:
@@ -198,6 +211,7 @@ def build(client, selection: Selection, *, metrics: Sequence[MetricSpec], evals:
                                f"columns: {', '.join(columns_given)}")
     data: dict[tuple[str, str], dict[str, np.ndarray]] = {}  # (section, metric) -> group label -> [S] or [S, P]
     sections, columns = [], {}
+    extremes = {m.label for m in metrics if max_statistic(m.name, m.reduce)}
     if metrics:
         sections.append("train")
         columns["train"] = [m.label for m in metrics]
@@ -237,11 +251,9 @@ def build(client, selection: Selection, *, metrics: Sequence[MetricSpec], evals:
                 continue
             paired = a.seeds == b.seeds
             result = stats.compare(values[a.label], values[b.label], paired=paired)
-            rows.append(Row(a.label, b.label, section, metric, result, selected_from))
-    for row in rows:
-        row.p_family = stats.selected(row.result.p, row.selected_from) if row.selected_from else row.result.p
-    for row, adjusted in zip(rows, stats.holm([r.p_family for r in rows])):
-        row.p_holm = adjusted
+            rows.append(Row(a.label, b.label, section, metric, result, selected_from,
+                            max_statistic=section == "train" and metric in extremes))
+    adjust_family(rows)
     if base is not None:
         for row in rows:
             if row.b == base.label and row.selected_from is None:
@@ -255,6 +267,17 @@ def build(client, selection: Selection, *, metrics: Sequence[MetricSpec], evals:
                     higher_is_better=higher, target_halfwidth=target_halfwidth)
     report.notes = _notes(report, metrics, selection)
     return report
+
+
+def adjust_family(rows: list[Row]) -> None:
+    """One Holm family: each row's p entering Holm (times N for a cell selected from N), its Holm p, and its claim
+    (stats.claim) with the MDE at the Holm first-step level 0.05/(m·N) of this family of m."""
+    for row in rows:
+        row.p_family = stats.selected(row.result.p, row.selected_from) if row.selected_from else row.result.p
+    for row, adjusted in zip(rows, stats.holm([r.p_family for r in rows])):
+        row.p_holm = adjusted
+        row.claim = stats.claim(row.result, adjusted, stats.holm_level(len(rows), row.selected_from),
+                                max_statistic=row.max_statistic)
 
 
 def _score(x: np.ndarray) -> float:
@@ -293,6 +316,8 @@ def _attach(cell: Cell, row: Row) -> None:
     r = row.result
     cell.delta, cell.delta_low, cell.delta_high = r.delta, r.low, r.high
     cell.p, cell.p_holm, cell.p_signflip, cell.mde = r.p, row.p_holm, r.p_signflip, r.mde
+    if row.claim is not None:
+        cell.mde_holm, cell.claim_note = row.claim.mde, row.claim.note
     cell.test, cell.prob_improvement, cell.significant = r.test, r.prob_improvement, row.significant
 
 
@@ -312,9 +337,18 @@ def _notes(report: Report, metrics: Sequence[MetricSpec], selection: Selection) 
         notes.append(f"comparisons ({', '.join(tests)}): paired when both groups ran the same seeds (same initial "
                      "weights, prompt order and sampling seeds), else Welch; evaluation metrics are also paired by "
                      f"problem; Holm-adjusted (Holm 1979) over all {len(report.rows)} comparisons of this report; "
-                     "MDE = the difference detectable with 80% power at alpha 0.05 (noncentral t) given the "
-                     "observed spread and seeds; exact sign-flip p (paired) in comparisons.csv")
-        notes.append(f"* Holm-adjusted p < 0.05 with at least {stats.MIN_SEEDS_SIGNIFICANCE} seeds in each group; "
+                     "MDE = the difference a claim detects with 80% power (noncentral t, the observed spread and "
+                     f"seeds) at the Holm first-step level 0.05/{len(report.rows)} (0.05/({len(report.rows)}·N) for "
+                     "a cell selected from N), the level every comparison of the family is sure to be tested at; "
+                     "comparisons.csv also has it at 0.05 per comparison (mde) and the exact sign-flip p (paired)")
+        if any(r.max_statistic for r in report.rows):
+            notes.append("max-statistics (a run's max or min over its window, or a per-step maximum): skewed, so a "
+                         "claim on one also needs its exact sign-flip p below the Holm first-step level (paired "
+                         "seeds; its smallest value is 2/2^S, so at least 6 seeds for a family of one, more for a "
+                         "larger family: 'sign-flip needs ≥ k seeds'); the mean difference of mean-zero skewed values "
+                         "can still pass both (docs/report.md, \"Skewed data\")")
+        notes.append(f"* Holm-adjusted p < 0.05 with at least {stats.MIN_SEEDS_SIGNIFICANCE} seeds in each group "
+                     "(and for a max-statistic the sign-flip p below the Holm first-step level); "
                      f"below {stats.MIN_SEEDS_SIGNIFICANCE} seeds no comparison is marked: t-tests on so few seeds "
                      "have little power, their validity rests on normality that so few seeds cannot check, and "
                      "the exact sign-flip test cannot confirm them (its smallest p is 2/2^S: 0.25 at 3 seeds, "

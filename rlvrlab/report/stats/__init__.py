@@ -3,7 +3,7 @@ percentile bootstrap over 3 seeds is [min, max] of the seeds and covers 75%, hen
 Pure numpy/scipy functions with typed results; no resampling, so a table is the same on every machine.
 
 - intervals: Student-t seed intervals, the crossed seeds × problems interval, curve bands, their moments.
-- comparisons: paired t / Welch (crossed for evaluations), sign-flip p, MDE, Holm.
+- comparisons: paired t / Welch (crossed for evaluations), sign-flip p, MDE, Holm, the claim rule.
 - seeds: seeds needed for a target half-width.
 - diversity: rarefied and expected distinct correct forms.
 
@@ -16,9 +16,12 @@ from rlvrlab.report.stats.comparisons import (
     MAX_EXACT_FLIPS,
     MIN_SEEDS_SIGNIFICANCE,
     POWER,
+    Claim,
     Comparison,
+    claim,
     compare,
     holm,
+    holm_level,
     mde,
     paired_crossed,
     paired_t,
@@ -26,6 +29,7 @@ from rlvrlab.report.stats.comparisons import (
     seed_scores,
     selected,
     signflip_p,
+    signflip_seeds,
     welch,
     welch_crossed,
 )
@@ -57,10 +61,10 @@ from rlvrlab.report.stats.seeds import seeds_for_halfwidth, seeds_for_halfwidth_
 
 __all__ = [
     "ALPHA", "LEVEL", "MAX_EXACT_FLIPS", "MIN_SEEDS", "MIN_SEEDS_SIGNIFICANCE", "POWER", "SEED_COMPONENT_FLOOR",
-    "Comparison", "Interval", "MeanSquares", "Moments", "compare", "crossed_interval", "crossed_moments",
-    "crossed_var_df", "curve_band", "difference_term", "distinct_combinations", "expected_distinct",
-    "floored_seed_term", "holm", "interval", "mde", "mean_squares", "paired_crossed", "paired_t",
+    "Claim", "Comparison", "Interval", "MeanSquares", "Moments", "claim", "compare", "crossed_interval",
+    "crossed_moments", "crossed_var_df", "curve_band", "difference_term", "distinct_combinations", "expected_distinct",
+    "floored_seed_term", "holm", "holm_level", "interval", "mde", "mean_squares", "paired_crossed", "paired_t",
     "probability_of_improvement", "rarefied_distinct", "satterthwaite", "scipy_stats", "seed_scores",
-    "seeds_for_halfwidth", "seeds_for_halfwidth_crossed", "selected", "signflip_p", "t_interval", "t_moments", "t_ppf",
-    "welch", "welch_crossed", "welch_crossed_moments", "welch_moments",
+    "seeds_for_halfwidth", "seeds_for_halfwidth_crossed", "selected", "signflip_p", "signflip_seeds", "t_interval",
+    "t_moments", "t_ppf", "welch", "welch_crossed", "welch_crossed_moments", "welch_moments",
 ]

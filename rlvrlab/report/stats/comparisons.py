@@ -8,8 +8,10 @@
 - unpaired (different seed lists): Welch (1947) on the per-seed scores; evaluation metrics pair the problems only
   (seed components of both groups + the variance of the per-problem difference of group means).
 - Every comparison carries its minimum detectable effect: the |Δ| a two-sided α = 0.05 t-test with the same
-  standard error and df detects with 80% power (noncentral t).
+  standard error and df detects with 80% power (noncentral t); in a family, `claim` gives it at the Holm level.
 - holm(p): Holm's (1979) step-down adjustment over one family (every comparison of one `rlvrlab report` run).
+- claim: whether a comparison is a claim (Holm p < 0.05, >= 5 seeds per group; a max-statistic also needs its
+  exact sign-flip p below the Holm first-step level) and its MDE at that level.
 """
 
 from __future__ import annotations
@@ -185,3 +187,49 @@ def selected(p: float, candidates: int) -> float:
     """p of a comparison whose group was picked as the best of `candidates` cells (Bonferroni over the cells it was
     selected from: the smallest of N p-values needs N·p)."""
     return min(1.0, p * candidates)
+
+
+def holm_level(family_size: int, selected_from: Optional[int] = None, alpha: float = ALPHA) -> float:
+    """The level at which Holm (1979) is sure to test a comparison of a family of m: its first step, alpha/m (a later
+    step's alpha/(m - k + 1) applies only once k - 1 other comparisons were rejected, which depends on their data).
+    A selected cell's p is multiplied by N before Holm (`selected`), so its level is alpha/(m·N)."""
+    return alpha / (family_size * (selected_from or 1))
+
+
+def signflip_seeds(level: float) -> int:
+    """The fewest seeds S whose exact sign-flip p can be below `level`: its smallest value is 2/2^S (the observed
+    signs and their mirror image), so S > log2(2/level): 6 at 0.05 (2/2^5 = 0.0625), 9 at 0.005."""
+    return int(math.floor(math.log2(2.0 / level))) + 1
+
+
+@dataclass(frozen=True)
+class Claim:
+    """A comparison judged by the report's rule for a claim, in its Holm family."""
+
+    level: float  # Holm first-step level alpha/(m·N) (holm_level)
+    mde: float  # the |Δ| the claim detects with 80% power at `level` (t; inf when the rule cannot reach `level`)
+    claim: bool
+    note: str  # why a max-statistic cannot be a claim ("" otherwise)
+
+
+def claim(result: Comparison, p_holm: float, level: float, *, max_statistic: bool = False) -> Claim:
+    """A claim needs Holm p < ALPHA and >= MIN_SEEDS_SIGNIFICANCE seeds per group. A max-statistic (a per-run maximum
+    or minimum: skewed, docs/report.md "Skewed data") also needs its exact sign-flip p below `level`, the Holm
+    first-step level: the paired t alone rejects 0.16-0.18 of mean-zero skewed differences, while the sign-flip p is
+    exact whenever the two arms are exchangeable within a seed (Fisher 1935). That needs paired seeds, and at least
+    signflip_seeds(level) of them (6 for a family of one).
+
+    The MDE is the t's at `level` (80% power): with it as the true difference, the comparison is rejected by Holm
+    with probability >= 0.80 whatever the other comparisons are (tests/report/test_stats_montecarlo.py: 0.80-0.81
+    with every other comparison null). For a max-statistic it is a lower bound (the sign-flip must reject too), and
+    inf where the sign-flip cannot reach `level`."""
+    detectable = mde(result.se, result.df, alpha=level)
+    enough = p_holm < ALPHA and result.may_be_significant
+    if not max_statistic:
+        return Claim(level, detectable, enough, "")
+    if result.p_signflip is None:
+        return Claim(level, math.inf, False, "no sign-flip p (unpaired): no claim on a max-statistic")
+    needed = signflip_seeds(level)
+    if min(result.n_a, result.n_b) < needed:
+        return Claim(level, math.inf, False, f"sign-flip needs ≥ {needed} seeds")
+    return Claim(level, detectable, enough and result.p_signflip < level, "")
