@@ -108,7 +108,7 @@ def markdown(report: Report, interval: str = "bracket") -> str:
         if report.baseline:
             out.append(f"Δ vs **{report.baseline}** (95% interval; Holm-adjusted p; MDE at 80% power at the Holm "
                        "first-step level; * Holm p < 0.05 with ≥ 5 seeds per group, and for max-statistics the "
-                       "sign-flip p)\n")
+                       "sign-flip p < 0.05)\n")
             out.append("| group | " + " | ".join(metrics) + " |")
             out.append("|---|" + "---|" * len(metrics))
             for g in report.groups:

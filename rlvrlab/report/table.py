@@ -19,11 +19,11 @@ REDUCTIONS = ("mean", "max", "min", "auc")  # auc: area under the curve / its st
 EXTREMES = ("max", "min")  # reductions whose per-run value is a maximum or minimum over the window
 
 
-def max_statistic(name: str, reduce: str) -> bool:
-    """A training metric whose per-run value is an extreme: reduced with max or min over its window, or a per-step
-    maximum or minimum itself (`*_max`, `*_min`: loss/ratio_max, rollout/logp_gap_max). Such values are skewed (one
-    spike decides a run's value), so a claim on them also needs the exact sign-flip p (stats.claim)."""
-    return reduce in EXTREMES or name.rsplit("/", 1)[-1].endswith(("_max", "_min"))
+def max_statistic(spec: MetricSpec) -> bool:
+    """A training metric whose per-run value is an extreme over its window (`--metric NAME:max` or `:min`): skewed (one
+    spike decides a run's value), so a claim on it also needs the exact sign-flip p (stats.claim). A per-step maximum
+    reduced with mean (`loss/ratio_max`) is a mean of the window's steps and is not one."""
+    return spec.reduce in EXTREMES
 
 
 @dataclass(frozen=True)
@@ -211,7 +211,7 @@ def build(client, selection: Selection, *, metrics: Sequence[MetricSpec], evals:
                                f"columns: {', '.join(columns_given)}")
     data: dict[tuple[str, str], dict[str, np.ndarray]] = {}  # (section, metric) -> group label -> [S] or [S, P]
     sections, columns = [], {}
-    extremes = {m.label for m in metrics if max_statistic(m.name, m.reduce)}
+    extremes = {m.label for m in metrics if max_statistic(m)}
     if metrics:
         sections.append("train")
         columns["train"] = [m.label for m in metrics]
@@ -342,13 +342,12 @@ def _notes(report: Report, metrics: Sequence[MetricSpec], selection: Selection) 
                      "a cell selected from N), the level every comparison of the family is sure to be tested at; "
                      "comparisons.csv also has it at 0.05 per comparison (mde) and the exact sign-flip p (paired)")
         if any(r.max_statistic for r in report.rows):
-            notes.append("max-statistics (a run's max or min over its window, or a per-step maximum): skewed, so a "
-                         "claim on one also needs its exact sign-flip p below the Holm first-step level (paired "
-                         "seeds; its smallest value is 2/2^S, so at least 6 seeds for a family of one, more for a "
-                         "larger family: 'sign-flip needs ≥ k seeds'); the mean difference of mean-zero skewed values "
-                         "can still pass both (docs/report.md, \"Skewed data\")")
+            notes.append("max-statistics (a run's max or min over its window): skewed, so a claim on one also "
+                         "needs its exact sign-flip p < 0.05 (paired seeds; its smallest value is 2/2^S, so at least 6 "
+                         "seeds: 'sign-flip needs ≥ 6 seeds'); a mean difference of zero with skewed differences can "
+                         "still pass both (docs/report.md, \"Skewed data\")")
         notes.append(f"* Holm-adjusted p < 0.05 with at least {stats.MIN_SEEDS_SIGNIFICANCE} seeds in each group "
-                     "(and for a max-statistic the sign-flip p below the Holm first-step level); "
+                     "(and for a max-statistic the sign-flip p < 0.05); "
                      f"below {stats.MIN_SEEDS_SIGNIFICANCE} seeds no comparison is marked: t-tests on so few seeds "
                      "have little power, their validity rests on normality that so few seeds cannot check, and "
                      "the exact sign-flip test cannot confirm them (its smallest p is 2/2^S: 0.25 at 3 seeds, "

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from rlvrlab.report import stats
-from rlvrlab.report.table import Row, adjust_family, max_statistic
+from rlvrlab.report.table import Row, adjust_family, max_statistic, parse_metrics
 
 
 def _covers(low: np.ndarray, high: np.ndarray, truth: float) -> np.ndarray:
@@ -46,7 +46,7 @@ def test_the_holm_level_mde_is_found_80_percent_of_the_time_in_its_family(family
 def test_the_table_reports_the_mde_at_its_familys_holm_level() -> None:
     """adjust_family (what `rlvrlab report` runs on its comparisons): m rows, one of them a cell selected from N = 3;
     each row's MDE is stats.mde at 0.05/m (0.05/(3m) for the selected one), its Holm p the family's, and a
-    max-statistic row with 5 seeds cannot be a claim ('sign-flip needs ≥ 8 seeds' in a family of 4: 2/2^7 > 0.05/4)."""
+    max-statistic row with 5 seeds cannot be a claim ('sign-flip needs ≥ 6 seeds': 2/2^5 > 0.05)."""
     rng = np.random.default_rng(8)
     seed_effect = rng.normal(0, 0.05, 5)
     rows = []
@@ -65,7 +65,7 @@ def test_the_table_reports_the_mde_at_its_familys_holm_level() -> None:
         assert r.significant == (r.p_holm < 0.05)
     extreme = rows[3]
     assert extreme.p_holm < 0.05 and not extreme.significant  # the t alone would have made it a claim
-    assert extreme.claim is not None and extreme.claim.note == "sign-flip needs ≥ 8 seeds"
+    assert extreme.claim is not None and extreme.claim.note == "sign-flip needs ≥ 6 seeds"
     assert math.isinf(extreme.claim.mde)
     assert stats.signflip_seeds(0.05) == 6 and stats.signflip_seeds(0.05 / 4) == 8
 
@@ -214,8 +214,8 @@ def test_the_claim_rule_holds_its_level_when_the_arms_are_exchangeable(seeds: in
         assert not both.any()
 
 
-def test_max_statistics_are_named_by_their_reduction_or_their_name() -> None:
-    assert max_statistic("loss/grad_norm", "max") and max_statistic("loss/approx_kl", "min")
-    assert max_statistic("loss/ratio_max", "mean") and max_statistic("rollout/logp_gap_max", "mean")
-    assert not max_statistic("train/reward", "mean") and not max_statistic("policy/correct_max_q", "mean")
-    assert not max_statistic("loss/grad_norm", "auc")
+def test_max_statistics_are_the_metrics_reduced_with_max_or_min() -> None:
+    specs = parse_metrics(["loss/grad_norm:max:60,loss/approx_kl:min,loss/ratio_max,train/reward,loss/grad_norm:auc"],
+                          reduce="mean", last=10)
+    assert [max_statistic(s) for s in specs] == [True, True, False, False, False]
+    assert [max_statistic(s) for s in parse_metrics(["loss/grad_norm"], reduce="max", last=10)] == [True]

@@ -11,7 +11,7 @@
   standard error and df detects with 80% power (noncentral t); in a family, `claim` gives it at the Holm level.
 - holm(p): Holm's (1979) step-down adjustment over one family (every comparison of one `rlvrlab report` run).
 - claim: whether a comparison is a claim (Holm p < 0.05, >= 5 seeds per group; a max-statistic also needs its
-  exact sign-flip p below the Holm first-step level) and its MDE at that level.
+  exact sign-flip p < 0.05, so >= 6 paired seeds) and its MDE at the Holm first-step level.
 """
 
 from __future__ import annotations
@@ -206,30 +206,32 @@ def signflip_seeds(level: float) -> int:
 class Claim:
     """A comparison judged by the report's rule for a claim, in its Holm family."""
 
-    level: float  # Holm first-step level alpha/(m·N) (holm_level)
-    mde: float  # the |Δ| the claim detects with 80% power at `level` (t; inf when the rule cannot reach `level`)
+    level: float  # Holm first-step level alpha/(m·N) (holm_level), the level of the MDE
+    mde: float  # the |Δ| the claim detects with 80% power at `level` (t; inf when the rule cannot be met)
     claim: bool
     note: str  # why a max-statistic cannot be a claim ("" otherwise)
 
 
 def claim(result: Comparison, p_holm: float, level: float, *, max_statistic: bool = False) -> Claim:
     """A claim needs Holm p < ALPHA and >= MIN_SEEDS_SIGNIFICANCE seeds per group. A max-statistic (a per-run maximum
-    or minimum: skewed, docs/report.md "Skewed data") also needs its exact sign-flip p below `level`, the Holm
-    first-step level: the paired t alone rejects 0.16-0.18 of mean-zero skewed differences, while the sign-flip p is
-    exact whenever the two arms are exchangeable within a seed (Fisher 1935). That needs paired seeds, and at least
-    signflip_seeds(level) of them (6 for a family of one).
+    or minimum: skewed, docs/report.md "Skewed data") also needs its exact sign-flip p (Fisher 1935) below ALPHA:
+    paired seeds, and at least signflip_seeds(ALPHA) = 6 of them. The paired t alone rejects 0.16-0.18 of mean-zero
+    skewed differences at 5-10 seeds; the sign-flip makes such a claim impossible at 5 and cuts it to 0.11-0.16 at
+    6-10 (tests/report/test_stats_montecarlo.py). It is a distribution-free check, not the family's error control:
+    where it is exact (arms exchangeable within a seed, so the differences are symmetric) the t is conservative and
+    its Holm p already controls the family; required at the Holm level 0.05/m it would need 2/2^S < 0.05/m (11 seeds
+    for a family of 36) without restoring the level under skew either (no test can: Bahadur & Savage 1956).
 
     The MDE is the t's at `level` (80% power): with it as the true difference, the comparison is rejected by Holm
-    with probability >= 0.80 whatever the other comparisons are (tests/report/test_stats_montecarlo.py: 0.80-0.81
-    with every other comparison null). For a max-statistic it is a lower bound (the sign-flip must reject too), and
-    inf where the sign-flip cannot reach `level`."""
+    with probability >= 0.80 whatever the other comparisons are (0.79-0.80 simulated with every other comparison
+    null). For a max-statistic it is a lower bound (the sign-flip must reject too), and inf below 6 seeds."""
     detectable = mde(result.se, result.df, alpha=level)
     enough = p_holm < ALPHA and result.may_be_significant
     if not max_statistic:
         return Claim(level, detectable, enough, "")
     if result.p_signflip is None:
         return Claim(level, math.inf, False, "no sign-flip p (unpaired): no claim on a max-statistic")
-    needed = signflip_seeds(level)
+    needed = signflip_seeds(ALPHA)
     if min(result.n_a, result.n_b) < needed:
         return Claim(level, math.inf, False, f"sign-flip needs ≥ {needed} seeds")
-    return Claim(level, detectable, enough and result.p_signflip < level, "")
+    return Claim(level, detectable, enough and result.p_signflip < ALPHA, "")
