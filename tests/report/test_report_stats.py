@@ -182,8 +182,10 @@ def test_paired_power_at_ten_seeds_and_one_sd() -> None:
 
 
 def test_lognormal_coverage_is_what_docs_say() -> None:
-    """Skewed seed scores (lognormal, sigma 1): the t-interval under-covers (0.82-0.87 at 3-20 seeds), the
-    paired and Welch tests stay conservative; docs/report.md quotes these numbers."""
+    """Skewed seed scores (lognormal, sigma 1): the t-interval under-covers (0.82-0.87 at 3-20 seeds); the paired t
+    stays at or below 0.05 when both arms' values have the same skewed distribution (their difference is symmetric).
+    A skewed difference of mean zero is another matter (tests/report/test_stats_montecarlo.py: 0.16-0.18);
+    docs/report.md quotes these numbers."""
     rng = np.random.default_rng(5)
     for seeds in (3, 5, 10):
         x = rng.lognormal(0, 1, (DRAWS, seeds))
@@ -191,40 +193,6 @@ def test_lognormal_coverage_is_what_docs_say() -> None:
         assert 0.80 <= _covers(low, high, math.exp(0.5)) <= 0.87
         d = rng.lognormal(0, 1, (DRAWS, seeds)) - rng.lognormal(0, 1, (DRAWS, seeds))
         assert float((stats.t_moments(d).p() < 0.05).mean()) <= 0.05
-
-
-@pytest.mark.parametrize("sd_over_target,low,high", [(0.3, 0.94, 0.96), (1.0, 0.905, 0.94), (1.67, 0.89, 0.93)])
-def test_adaptive_seeds_coverage_is_what_docs_say(sd_over_target: float, low: float, high: float) -> None:
-    """The sweep's adaptive rule (rlvrlab.sweep.trials.more_seeds): start with 3 seeds, add rounds up to the seeds
-    the current spread asks for (stats.seeds_for_halfwidth), at most 20. It never looks at the means, so the mean
-    stays unbiased, but it stops more often when the spread is underestimated: the ordinary t-interval then
-    covers less than 95% when the target is near the seed sd. docs/report.md quotes these numbers."""
-    rng = np.random.default_rng(11)
-    draws, first, most, target = 20_000, 3, 20, 0.03
-    pool = rng.normal(0.0, sd_over_target * target, (draws, most))
-    counts = np.arange(1, most + 1)
-    prefix_mean = np.cumsum(pool, axis=1) / counts  # [draws, n]: mean and sd of the first n seeds
-    prefix_sd = np.sqrt(np.maximum(np.cumsum(pool ** 2, axis=1) - counts * prefix_mean ** 2, 0) / np.maximum(
-        counts - 1, 1))
-    sizes = np.arange(2, most + 1)
-    crit = sps.t.ppf(0.975, sizes - 1)
-
-    def needed(sd: np.ndarray) -> np.ndarray:  # vectorised stats.seeds_for_halfwidth, capped at `most`
-        ok = crit[None, :] * sd[:, None] / np.sqrt(sizes)[None, :] <= target
-        return np.where(ok.any(axis=1), sizes[ok.argmax(axis=1)], most)
-
-    check = rng.uniform(0.01, 0.1, 50)
-    assert list(needed(check)) == [min(stats.seeds_for_halfwidth(v, target), most) for v in check]
-    n = np.full(draws, first)
-    for _ in range(most):  # rounds
-        grown = np.maximum(n, needed(prefix_sd[np.arange(draws), n - 1]))
-        if (grown == n).all():
-            break
-        n = grown
-    mean, sd = prefix_mean[np.arange(draws), n - 1], prefix_sd[np.arange(draws), n - 1]
-    half = sps.t.ppf(0.975, n - 1) * sd / np.sqrt(n)
-    assert low <= float((np.abs(mean) <= half).mean()) <= high
-    assert abs(float(mean.mean())) < 4 * sd_over_target * target / math.sqrt(draws * first)  # unbiased
 
 
 # ----------------------------------------------------------------------------------------- comparisons
