@@ -134,7 +134,7 @@ def make_report(request: ReportRequest) -> ReportOutcome:
     if "csv" in chosen:  # the numbers behind every cell and comparison, for a reader to recompute them
         values = _values(client, selection, specs, evals, stats_columns)
         path = folder / "per_seed.csv"
-        outputs.write_replacing(path, render.per_seed_csv(result, values))
+        outputs.write_replacing(path, render.per_seed_csv(result, values, event_results))
         written.append(path)
         if evals is not None and stats_columns:
             path = folder / "per_problem.csv"

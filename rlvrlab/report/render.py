@@ -6,6 +6,7 @@ import csv
 import io
 import json
 import math
+from collections.abc import Sequence
 from dataclasses import asdict
 from typing import Optional
 
@@ -13,6 +14,7 @@ import numpy as np
 
 from rlvrlab.report import stats
 from rlvrlab.report.collect import Selection
+from rlvrlab.report.events import EventResult
 from rlvrlab.report.table import Cell, Report, Row, best_groups
 
 
@@ -231,10 +233,12 @@ def _exact(x: float) -> str:
     return repr(float(x))  # shortest string that parses back to the same double ("nan" for undefined)
 
 
-def per_seed_csv(report: Report, values: Values) -> str:
+def per_seed_csv(report: Report, values: Values, events: Sequence[EventResult] = ()) -> str:
     """Long format, one row per (group, section, metric, seed): the per-seed values each table cell and comparison
     rests on. Training metrics: the run's reduced value; evaluation metrics: the seed's mean over problems
-    (stats.seed_scores: over the problems where the statistic is defined)."""
+    (stats.seed_scores: over the problems where the statistic is defined). Events (`--event NAME: ...`), in section
+    `event`: metric NAME is 1 when it happened in the seed's run, else 0 (the exact tests' data), and NAME:step the
+    step it happened at ("nan" when it did not)."""
     buffer = io.StringIO()
     writer = csv.writer(buffer)
     writer.writerow(PER_SEED_FIELDS)
@@ -242,6 +246,12 @@ def per_seed_csv(report: Report, values: Values) -> str:
         for g in report.groups:
             for seed, value in zip(g.seeds, stats.seed_scores(by_group[g.label])):
                 writer.writerow([g.label, section, seed, metric, _exact(value)])
+    for result in events:
+        for group in result.groups:
+            for run in sorted(group.runs, key=lambda r: r.seed):
+                writer.writerow([group.group, "event", run.seed, result.event.name, int(run.step is not None)])
+                writer.writerow([group.group, "event", run.seed, f"{result.event.name}:step",
+                                 "nan" if run.step is None else run.step])
     return buffer.getvalue()
 
 

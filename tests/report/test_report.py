@@ -14,6 +14,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import scipy.stats
 
 from rlvrlab.report import collect, stats
 
@@ -338,6 +339,17 @@ def test_report_events_auc_and_protocol_of_a_toy_sweep(toy_study: Path) -> None:
     assert all(c["p"] == 1.0 for c in never["comparisons"])  # no event anywhere: nothing to tell apart
     reach = next(e for e in sources["events"] if e["event"].startswith("reach"))
     assert len(reach["comparisons"]) == 4  # 3 groups vs the baseline, and the --compare pair
+    # per_seed.csv holds each run's event outcome: every exact test recomputes from it with scipy
+    happened: dict[str, dict[int, int]] = {}
+    for row in csv.DictReader((toy_study / "elsewhere" / "per_seed.csv").open()):
+        if row["section"] == "event" and row["metric"] == "reach":
+            happened.setdefault(row["group"], {})[int(row["seed"])] = int(row["value"])
+    for comparison in reach["comparisons"]:
+        a, b = happened[comparison["group"]], happened[comparison["baseline"]]
+        only_a = sum(a[s] and not b[s] for s in a)
+        only_b = sum(b[s] and not a[s] for s in a)
+        expected = 1.0 if only_a + only_b == 0 else scipy.stats.binomtest(only_a, only_a + only_b, 0.5).pvalue
+        assert comparison["test"] == "McNemar exact" and comparison["p"] == pytest.approx(expected, abs=1e-12)
     # the auc cell is the seed mean of each run's trapezoid mean over its last 10 logged steps
     client = collect.client_for(f"sqlite:///{toy_study / 'runs' / 'mlflow.db'}")
     group = sources["groups"][0]
