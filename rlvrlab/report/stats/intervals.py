@@ -47,7 +47,7 @@ class Interval:
     se: float  # standard error of the mean
     df: float  # degrees of freedom of the t quantile
     n_seeds: int
-    method: str  # "t" (Student 1908) | "crossed" (variance components, Satterthwaite df)
+    method: str  # "t" (Student 1908) | "crossed" (variance components, Satterthwaite df) | "stein" (sweep.seeds)
 
     @property
     def halfwidth(self) -> float:
