@@ -214,19 +214,24 @@ class MlflowTracker:
         if not metrics:
             return
         written = threading.Event()
-        threading.Thread(target=self._write, args=(metrics, written), name="rlvrlab-mlflow", daemon=True).start()
+
+        def write() -> None:
+            try:
+                self._write(metrics)
+            finally:  # whatever _write does: a waiter is never left waiting
+                written.set()
+
+        threading.Thread(target=write, name="rlvrlab-mlflow", daemon=True).start()
         self._written, self._buffer = written, []
         if wait:
             self._join()
 
-    def _write(self, metrics: list, written: threading.Event) -> None:
+    def _write(self, metrics: list) -> None:
         try:
             for i in range(0, len(metrics), _BATCH):
                 retry_locked(partial(self.client.log_batch, self.run_id, metrics=metrics[i : i + _BATCH]))
         except BaseException as error:  # re-raised on the training thread by the next flush
             self._error = error
-        finally:
-            written.set()
 
     def _join(self) -> None:
         """Wait for the writer's points to be stored. It waits on an Event, not Thread.join: a join interrupted by
