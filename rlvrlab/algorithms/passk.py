@@ -204,3 +204,93 @@ def exact_metrics(p_correct: Sequence[Sequence[float] | np.ndarray], ks: Sequenc
         finite = values[np.isfinite(values)]
         out[key] = float(finite.mean()) if finite.size else float("nan")
     return out
+
+
+# pass@k and coverage@k as curves over k (docs/evaluation.md, "Curves over k"). For one problem with correct set C:
+#   pass@k       P(at least one of k samples is correct)
+#   coverage@k   the expected share of C among k samples, (1/|C|) Σ_c P(c is among the k samples): the same
+#                definition as exact_problem_metrics' coverage_at_k, mean_c 1 - (1 - p_c)^k
+# Exact (the policy's probability of every c is known, pairs): the closed forms above, for every k. Sampled (n
+# samples, c correct, m_c of them equal to answer c): the without-replacement estimators 1 - C(n-c, k)/C(n, k)
+# (Chen et al. 2021, eq. 1) and (1/|C|) Σ_c 1 - C(n-m_c, k)/C(n, k), each unbiased for its exact value because
+# the count of any one answer among n independent samples is binomial. They need k <= n; a reported value needs
+# n >= SAMPLES_PER_K · k: at k = n the estimate is the indicator 1[c > 0], one Bernoulli draw per problem, and
+# close to n it is little more, so its per-problem spread says nothing about the problem's pass@k.
+SAMPLES_PER_K = 4
+
+
+def _missed(n: int, m: int, k_max: int) -> np.ndarray:
+    """[k_max]: C(n-m, k) / C(n, k) for k = 1..k_max (k_max <= n), the probability that a k-subset of the n samples
+    holds none of m marked ones, as the running product prod_{i<k} (n-m-i)/(n-i) (0 once n-m-i reaches 0)."""
+    i = np.arange(k_max, dtype=np.float64)
+    return np.cumprod(np.maximum(n - m - i, 0.0) / (n - i))
+
+
+def reportable_ks(n: int | None, k_max: int) -> list[int]:
+    """The ks in 1..k_max with a reported curve value: all of them for exact values (n None), else those with
+    n >= SAMPLES_PER_K · k."""
+    top = k_max if n is None else min(k_max, n // SAMPLES_PER_K)
+    return list(range(1, top + 1))
+
+
+def too_few_samples(n: int, k_max: int) -> str | None:
+    """The one-line note for the ks that n samples per problem cannot report (None when every k <= k_max can)."""
+    top = n // SAMPLES_PER_K
+    if top >= k_max:
+        return None
+    left = f"k = {top + 1}..{k_max}" if top + 1 < k_max else f"k = {k_max}"
+    return (f"pass@k and coverage@k for {left} left out: with n = {n} samples per problem a sampled estimate at k "
+            f"needs n >= {SAMPLES_PER_K}k (closer to n it is one indicator per problem); raise --n to "
+            f"{SAMPLES_PER_K * k_max} for k up to {k_max}")
+
+
+def exact_curves(p_correct: Sequence[float] | np.ndarray, k_max: int) -> tuple[np.ndarray, np.ndarray]:
+    """(pass@k, coverage@k) for k = 1..k_max of one problem from the policy's probability p_c of every correct
+    response c: 1 - (1 - Z)^k with Z = Σ p_c, and mean_c 1 - (1 - p_c)^k (exact_problem_metrics at every k)."""
+    p = np.clip(np.asarray(p_correct, dtype=np.float64), 0.0, 1.0)
+    if p.ndim != 1 or p.size == 0:
+        raise ValueError("exact curves need the probabilities of at least one correct response")
+    k = np.arange(1, k_max + 1, dtype=np.float64)
+    z = min(float(p.sum()), 1.0)
+    return 1.0 - (1.0 - z) ** k, (1.0 - (1.0 - p[:, None]) ** k[None, :]).mean(axis=0)
+
+
+def sampled_curves(n: int, c: int, form_counts: Sequence[int], correct_set: int | None,
+                   k_max: int) -> tuple[np.ndarray, np.ndarray]:
+    """(pass@k, coverage@k) for k = 1..k_max of one problem from n samples: c correct, form_counts[j] of them equal
+    to the j-th distinct correct answer, correct_set = |C| (None when the task cannot list C: coverage is NaN).
+    NaN at every k with n < SAMPLES_PER_K · k (see above); pass@k equals pass_at_k(n, c, k) elsewhere."""
+    if n < 1 or not 0 <= c <= n or sum(form_counts) > c:
+        raise ValueError(f"need 0 <= sum(form_counts) <= c <= n and n >= 1, got n={n}, c={c}, "
+                         f"forms={list(form_counts)}")
+    if correct_set is not None and correct_set < len(form_counts):
+        raise ValueError(f"{len(form_counts)} distinct correct answers do not fit a correct set of {correct_set}")
+    top = min(k_max, n)
+    passes = np.full(k_max, np.nan)
+    coverage = np.full(k_max, np.nan)
+    passes[:top] = 1.0 - _missed(n, c, top)
+    if correct_set:
+        found = sum((1.0 - _missed(n, m, top) for m in form_counts if m > 0), np.zeros(top))
+        coverage[:top] = found / correct_set
+    short = np.arange(1, k_max + 1) * SAMPLES_PER_K > n
+    passes[short] = coverage[short] = np.nan
+    return passes, coverage
+
+
+def problem_interval(values: Sequence[float] | np.ndarray, level: float = 0.95) -> tuple[float, float, float, float]:
+    """(mean, se, low, high) over problems of one run's per-problem values (NaNs left out): the Student-t
+    interval mean ± t_{(1+level)/2, P-1} · sd/√P, whose only source of variation is which problems the benchmark
+    drew (and each one's sampling noise); NaN se and bounds for fewer than 2 problems. Training seeds are a second
+    source: over several seeds the crossed seeds × problems interval of `rlvrlab report` applies."""
+    x = np.asarray(values, dtype=np.float64)
+    x = x[np.isfinite(x)]
+    if x.size == 0:
+        return math.nan, math.nan, math.nan, math.nan
+    mu = float(x.mean())
+    if x.size < 2:
+        return mu, math.nan, math.nan, math.nan
+    from scipy.special import stdtrit  # the t quantile without importing scipy.stats
+
+    se = float(x.std(ddof=1) / math.sqrt(x.size))
+    half = float(stdtrit(x.size - 1, 0.5 + level / 2)) * se
+    return mu, se, mu - half, mu + half

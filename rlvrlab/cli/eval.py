@@ -19,13 +19,22 @@ from rich.table import Table
 eval_app = typer.Typer(help="Evaluate a model or a training run's checkpoint on datasets.", no_args_is_help=True)
 
 
-def _table(summary: dict, ks: list[int], n: int) -> Table:
-    """One column per dataset (and per source within it, when they differ), one row per statistic."""
+def summary_table(summary: dict, ks: list[int], n: int) -> Table:
+    """One column per dataset (and per source within it, when they differ), one row per statistic. Each mean over
+    problems is printed with its per-problem standard error and 95% t-interval (rlvrlab.algorithms.passk.
+    problem_interval); ks above n / SAMPLES_PER_K are marked (few samples per k: close to one indicator per
+    problem)."""
+    from rlvrlab.algorithms.passk import SAMPLES_PER_K  # rlvrlab.algorithms imports torch: not at --help
+
     columns: list[tuple[str, dict]] = []
     for name, entry in summary.items():
         columns.append((name, entry))
         columns += [(f"{name}/{source}", sub) for source, sub in entry.get("by_source", {}).items()]
-    table = Table(title=f"n={n} samples per problem; means over problems")
+    short = [k for k in ks if SAMPLES_PER_K * k > n]
+    caption = (f"† n < {SAMPLES_PER_K}k: few samples per k, close to one indicator per problem; raise --n to "
+               f"{SAMPLES_PER_K * max(short)} for k = {max(short)}") if short else None
+    table = Table(title=f"n={n} samples per problem; means over problems (se: per-problem standard error) "
+                        "[95% t-interval over problems]", caption=caption)
     table.add_column("statistic")
     for label, _ in columns:
         table.add_column(label, justify="right")
@@ -33,11 +42,18 @@ def _table(summary: dict, ks: list[int], n: int) -> Table:
     def fmt(value) -> str:
         return "-" if value is None else f"{value:.3f}"
 
+    def with_interval(entry: dict, name: str) -> str:
+        value, iv = entry[name], entry.get("intervals", {}).get(name)
+        if value is None or not iv or iv["se"] is None:
+            return fmt(value)
+        return f"{value:.3f} (se {iv['se']:.3f}) [{iv['low']:.3f}, {iv['high']:.3f}]"
+
     table.add_row("problems", *(str(e["problems"]) for _, e in columns))
-    table.add_row(f"avg@{n}", *(fmt(e["avg@n"]) for _, e in columns))
+    table.add_row(f"avg@{n}", *(with_interval(e, "avg@n") for _, e in columns))
     for stat in ("pass", "maj"):
         for k in ks:
-            table.add_row(f"{stat}@{k}", *(fmt(e[f"{stat}@{k}"]) for _, e in columns))
+            table.add_row(f"{stat}@{k}" + (" †" if k in short else ""),
+                          *(with_interval(e, f"{stat}@{k}") for _, e in columns))
     table.add_row("diversity of correct", *(fmt(e["diversity"]) for _, e in columns))
     table.add_row("  problems with a correct", *(str(e["diversity_problems"]) for _, e in columns))
     table.add_row("no answer", *(f"{e['no_answer_rate']:.1%}" for _, e in columns))
@@ -112,7 +128,7 @@ def pass_at_k(
         evaluated = 0
         for outcome in outcomes:
             evaluated += 1
-            console.print(_table(outcome.summary, outcome.ks, outcome.n))
+            console.print(summary_table(outcome.summary, outcome.ks, outcome.n))
             console.print(f"[green]done[/]: {', '.join(str(f) for f in outcome.files)}")
             console.print(f"  MLflow run [bold]{outcome.mlflow_run_id}[/] (experiment {outcome.experiment!r}) in "
                           f"{outcome.uri}")

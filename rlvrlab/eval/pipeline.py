@@ -22,7 +22,7 @@ from rlvrlab import components, outputs, rundir
 from rlvrlab.components import Sampling
 from rlvrlab.config import compose
 from rlvrlab.config.schema import DatasetConfig, RunConfig
-from rlvrlab.data import load_problems
+from rlvrlab.data import answer_space, load_problems
 from rlvrlab.data.problems import Problem
 from rlvrlab.errors import RlvrlabError
 from rlvrlab.eval.run import aggregate, check_ks, evaluate, mlflow_metrics, open_sampler, write_outputs
@@ -326,6 +326,7 @@ def _sample_and_score(target: Target, datasets: list[Dataset], pools: list, samp
             samples += result.samples
     finally:
         sampler.close()
+    _exact_probabilities(target.folder, datasets, renders, records, sampling)
     per_dataset = aggregate(records, ks)
     summary = {name: {**entry, "sha256": d.sha256, "split": d.cfg.split, "verifier": d.cfg.verifier}
                for d in datasets for name, entry in per_dataset.items() if name == d.cfg.name}
@@ -335,6 +336,42 @@ def _sample_and_score(target: Target, datasets: list[Dataset], pools: list, samp
             "ks": ks, "seed": seed, **{f"sampling.{key}": value for key, value in vars(sampling).items()}}
     files = write_outputs(out, records, samples, {"meta": meta, "datasets": summary}, ks)
     return summary, files
+
+
+def _exact_probabilities(folder: Path, datasets: list[Dataset], renders: list[Callable[[Problem], list[int]]],
+                         records: list[dict], sampling: Sampling) -> None:
+    """On tasks that list their whole correct set C (rlvrlab.data.answer_space: pairs) every record gets
+    correct_set = |C| (the sampled coverage@k divides by it) and, when sampling draws from the policy itself
+    (top_p = 1) and each listed response has one tokenization, p_correct: the probability of every correct response
+    at the sampling temperature (rlvrlab.policy.exact, teacher-forced in float32), from which pass@k and coverage@k
+    are exact at every k (rlvrlab.algorithms.passk.exact_curves; the report's pass@k curve reads them)."""
+    listed = [(d, render, space) for d, render in zip(datasets, renders)
+              if (space := answer_space(d.cfg)) is not None]
+    if not listed:
+        return
+    by_key = {(r["dataset"], r["id"]): r for r in records}
+    for d, _, space in listed:
+        for problem in d.problems:
+            by_key[(d.cfg.name, problem.id)]["correct_set"] = len(space(problem))
+    if sampling.top_p != 1.0:
+        return
+    import torch
+
+    from rlvrlab.policy.exact import response_logprobs, single_tokenization
+
+    tokenizer = components.load_tokenizer(folder)
+    texts = sorted({t for d, _, space in listed for p in d.problems for t in space(p)})
+    if tokenizer.eos_token_id is None or single_tokenization(tokenizer, texts) is not None:
+        return  # the listed strings are not the responses' whole probability: the sampled estimates stand alone
+    device = torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu")
+    model: torch.nn.Module = components.load_model(folder, torch.float32)
+    model.to(device)
+    for d, render, space in listed:
+        logps = response_logprobs(model, [render(p) for p in d.problems], [space(p) for p in d.problems],
+                                  tokenizer=tokenizer, eos_id=tokenizer.eos_token_id,
+                                  pad_id=tokenizer.pad_token_id, temperature=sampling.temperature)
+        for problem, logp in zip(d.problems, logps):
+            by_key[(d.cfg.name, problem.id)]["p_correct"] = logp.exp().tolist()
 
 
 def _context(folder: Path) -> Optional[int]:

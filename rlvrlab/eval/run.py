@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from rlvrlab import components, outputs
-from rlvrlab.algorithms.passk import avg_at_n, diversity_of_correct, maj_at_k, mean, pass_at_k
+from rlvrlab.algorithms.passk import avg_at_n, diversity_of_correct, maj_at_k, mean, pass_at_k, problem_interval
 from rlvrlab.components import Sampling
 from rlvrlab.data.problems import Problem
 from rlvrlab.errors import RlvrlabError
@@ -213,6 +213,12 @@ def _summary(records: Sequence[dict], ks: Sequence[int]) -> dict:
     names = ["avg@n", *(f"pass@{k}" for k in ks), *(f"maj@{k}" for k in ks)]
     out: dict[str, Any] = {"problems": len(records), "responses": sum(r["n"] for r in records)}
     out.update({name: mean([r[name] for r in records]) for name in names})
+    # per-problem standard error and 95% t-interval of each mean (passk.problem_interval): one run, so the
+    # variation is the benchmark's problems (with their sampling noise), not training seeds
+    # (None for fewer than 2 problems: aggregate.json stays strict JSON)
+    out["intervals"] = {name: {key: None if math.isnan(v) else v for key, v in
+                               zip(("se", "low", "high"), problem_interval([r[name] for r in records])[1:])}
+                        for name in names}
     diversities = [r["diversity"] for r in records if r["diversity"] is not None]
     out["diversity"] = mean(diversities)  # over problems with at least one correct response
     out["diversity_problems"] = len(diversities)

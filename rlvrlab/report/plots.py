@@ -1,5 +1,5 @@
 """PNG plots: training curves (mean and 95% Student-t band over seeds per step), pass@k curves over k with crossed
-(seeds x problems) bands, and a
+(seeds x problems) bands, pass@k and coverage@k over k = 1..64 (rlvrlab.report.passk_curve), and a
 sweep's heatmap of the objective over two swept keys with the best cell marked."""
 
 from __future__ import annotations
@@ -92,6 +92,43 @@ def passk_curves(selection: Selection, evals: EvalRecords, dataset: str, out: Pa
     ax.legend(fontsize=7, loc="lower right")
     path = out / f"passk_{_slug(dataset)}.png"
     fig.tight_layout()
+    _save(fig, path)
+    plt.close(fig)
+    return path
+
+
+def passk_coverage_curves(points, dataset: str, out: Path, note: Optional[str] = None) -> Path:
+    """passk_curve_<dataset>.png: pass@k and coverage@k over k (rlvrlab.report.passk_curve's CurvePoints of one
+    dataset), side by side, mean over seeds and problems with the crossed 95% band where a group has 2 seeds."""
+    plt = _pyplot()
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4.4 if note else 4.2))
+    groups = list(dict.fromkeys(p.group for p in points))
+    estimate = " / ".join(sorted({p.estimate for p in points}))
+    for ax, metric, name in zip(axes, ("pass_at_k", "coverage_at_k"), ("pass@k", "coverage@k")):
+        for group in groups:
+            mine = sorted((p for p in points if p.group == group and p.metric == metric), key=lambda p: p.k)
+            if not mine:
+                continue
+            ks = [p.k for p in mine]
+            line, = ax.plot(ks, [p.mean for p in mine], label=f"{group} (n={mine[0].n_seeds})", linewidth=1.4)
+            if not any(math.isnan(p.ci_low) or math.isnan(p.ci_high) for p in mine):
+                ax.fill_between(ks, [p.ci_low for p in mine], [p.ci_high for p in mine], color=line.get_color(),
+                                alpha=0.2, linewidth=0)
+        ax.set_xscale("log", base=2)
+        top = max((p.k for p in points), default=1)
+        ticks = [2 ** i for i in range(top.bit_length()) if 2 ** i <= top]
+        ax.set_xticks(ticks)
+        ax.set_xticklabels([str(k) for k in ticks])
+        ax.set_xlabel("k")
+        ax.set_ylabel(name)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7, loc="lower right")
+    axes[0].set_title(f"{dataset}: pass@k ({estimate}), 95% band over seeds and problems", fontsize=9)
+    axes[1].set_title(f"{dataset}: coverage@k, expected share of the correct set in k samples", fontsize=9)
+    if note:
+        fig.text(0.01, 0.01, note, fontsize=6.5, ha="left", va="bottom")
+    path = out / f"passk_curve_{_slug(dataset)}.png"
+    fig.tight_layout(rect=(0, 0.05 if note else 0, 1, 1))
     _save(fig, path)
     plt.close(fig)
     return path
