@@ -18,6 +18,10 @@ scipy and by hand:
 - every other evaluation comparison (the crossed seeds × problems interval): Δ and P(improvement) only;
 - the family: p_family (p times the number of cells a selected group was picked from) and Holm's (1979)
   step-down adjustment over every row of comparisons.csv, by hand;
+- with `rlvrlab report --equivalence` (the columns equivalence_margin, p_equivalence, p_equivalence_holm): each
+  row's TOST p (Schuirmann 1987) at its margin M, max(P(T > (Δ+M)/se), P(T < (Δ-M)/se)) with T ~ t(df) from
+  scipy.stats.t on the recomputed Δ, se and df (a crossed row: on its written ones), times the number of cells for a
+  selected group, and Holm over the difference tests and the equivalence tests together;
 - table.csv: each cell's mean, and for Student-t cells its interval, standard error and df.
 
 Not recomputed: the MDE and the crossed intervals (rlvrlab/report/stats.py). A difference is |a - b| / max(1, |b|).
@@ -128,6 +132,13 @@ def t_test(a: np.ndarray, b: np.ndarray, paired: bool) -> dict[str, float | None
             "p_signflip": flip}
 
 
+def equivalence_p(delta: float, se: float, df: float, margin: float) -> float:
+    """TOST: the larger of the one-sided p of H0: Δ <= -M and of H0: Δ >= M (0 or 1 for a zero spread)."""
+    if se > 0:
+        return float(max(sps.t.sf((delta + margin) / se, df), sps.t.cdf((delta - margin) / se, df)))
+    return 0.0 if abs(delta) < margin else 1.0
+
+
 def holm(p_values: list[float]) -> list[float]:
     """Holm (1979): the i-th smallest p times (m - i + 1), made monotone, capped at 1; in the input order."""
     order = sorted(range(len(p_values)), key=lambda i: p_values[i])
@@ -154,6 +165,14 @@ def comparison_name(row: dict[str, str]) -> str:
     return f"{row['a']} vs {row['b']}{selected}, {row['section']}: {row['metric']}"
 
 
+def tost(name: str, row: dict[str, str], delta: float, se: float, df: float,
+         checks: list[tuple[str, str, float]]) -> float:
+    """Check a row's p_equivalence; its TOST p entering Holm (times the cells a selected group was picked from)."""
+    p = equivalence_p(delta, se, df, float(row["equivalence_margin"]))
+    checks.append((name, "p_equivalence", difference(p, float(row["p_equivalence"]))))
+    return min(1.0, p * int(row["selected_from"])) if row["selected_from"] else p
+
+
 def recompute(folder: Path) -> tuple[list[tuple[str, str, float]], list[str]]:
     """[(what, field, difference)] for every recomputed number, and the rows recomputed only in part."""
     seeds = per_seed(folder)
@@ -162,6 +181,8 @@ def recompute(folder: Path) -> tuple[list[tuple[str, str, float]], list[str]]:
     checks: list[tuple[str, str, float]] = []
     partial: list[str] = []
     family: list[float] = []
+    tosts: list[tuple[str, dict[str, str], float]] = []  # (name, row, TOST p entering Holm)
+    tested = bool(rows) and "p_equivalence" in rows[0]
     names = [comparison_name(row) for row in rows]
     for name, row in zip(names, rows):
         seeds_a, a = seeds[(row["a"], row["section"], row["metric"])]
@@ -184,6 +205,9 @@ def recompute(folder: Path) -> tuple[list[tuple[str, str, float]], list[str]]:
             checks.append((name, "delta", difference(delta, number(row["delta"]))))
             partial.append(f"{name}: {test}, Δ only")
             family.append(float(row["p_family"]))
+            if tested and row["equivalence_margin"]:
+                tosts.append((name, row, tost(name, row, float(row["delta"]), float(row["se"]), float(row["df"]),
+                                              checks)))
             continue
         for key, value in got.items():
             checks.append((name, key, difference(value, number(row[key]))))
@@ -193,8 +217,14 @@ def recompute(folder: Path) -> tuple[list[tuple[str, str, float]], list[str]]:
         p_family = min(1.0, p * selected) if selected else p
         checks.append((name, "p_family", difference(p_family, float(row["p_family"]))))
         family.append(p_family)
-    for name, row, adjusted in zip(names, rows, holm(family)):
-        checks.append((name, "p_holm", difference(adjusted, float(row["p_holm"]))))
+        if tested and row["equivalence_margin"]:
+            assert got["delta"] is not None and got["se"] is not None and got["df"] is not None
+            tosts.append((name, row, tost(name, row, got["delta"], got["se"], got["df"], checks)))
+    adjusted = holm(family + [p for _, _, p in tosts])  # one family: the difference tests, then the TOSTs
+    for name, row, p_holm in zip(names, rows, adjusted):
+        checks.append((name, "p_holm", difference(p_holm, float(row["p_holm"]))))
+    for (name, row, _), p_holm in zip(tosts, adjusted[len(rows):]):
+        checks.append((name, "p_equivalence_holm", difference(p_holm, float(row["p_equivalence_holm"]))))
     table = folder / "table.csv"
     for cell in read_csv(table) if table.is_file() else []:
         key = (cell["group"], cell["section"], cell["metric"])

@@ -76,6 +76,11 @@ def report(
                                                      "into sources.json, and the table says whether the study was "
                                                      "pre-registered (committed, unchanged since before the first "
                                                      "run).", show_default=False)] = None,
+    equivalence: Annotated[Optional[str], typer.Option("--equivalence", help="Equivalence tests (TOST) at this "
+                                                       "margin, in the metric's units: M for every column, or "
+                                                       "NAME=M per column, comma-separated; they join the Holm "
+                                                       "family, and a row reads 'equivalent within ±M' when its "
+                                                       "Holm p < 0.05.", show_default=False)] = None,
     output_dir: Annotated[Path, typer.Option("--output-dir", help="The runs' output_dir (for the default MLflow "
                                              "store).")] = Path("runs"),
 ) -> None:
@@ -97,7 +102,7 @@ def report(
         allow_dirty=allow_dirty, allow_mixed=allow_mixed, evaluations=evaluations, eval_stats=eval_stats,
         formats=formats, out=out, interval=interval, heatmap_keys=heatmap_keys, plots=plots, smooth=smooth,
         only_changed=only_changed, tracking_uri=tracking_uri, output_dir=output_dir, events=tuple(event or ()),
-        protocol=protocol, command=("rlvrlab", "report", *sys.argv[2:])))
+        protocol=protocol, equivalence=equivalence, command=("rlvrlab", "report", *sys.argv[2:])))
     console = Console(soft_wrap=True)
     if not console.is_terminal:
         console = Console(soft_wrap=True, width=200)

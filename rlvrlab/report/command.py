@@ -12,7 +12,16 @@ from rlvrlab import outputs
 from rlvrlab.errors import RlvrlabError
 from rlvrlab.report import collect, plots as plotting, provenance, render
 from rlvrlab.report.events import analyse, as_dict as event_dicts, markdown as event_markdown, parse_event
-from rlvrlab.report.table import REDUCTIONS, Report, build, find_baseline, lower_is_better, parse_metrics, parse_pairs
+from rlvrlab.report.table import (
+    REDUCTIONS,
+    Report,
+    build,
+    find_baseline,
+    lower_is_better,
+    parse_equivalence,
+    parse_metrics,
+    parse_pairs,
+)
 from rlvrlab.tracking import tags as T
 from rlvrlab.tracking.store import default_uri
 
@@ -48,6 +57,7 @@ class ReportRequest:
     output_dir: Path = Path("runs")
     events: tuple[str, ...] = ()  # `NAME: CONDITION | ...` (rlvrlab.report.events)
     protocol: Optional[Path] = None  # the study's protocol file (results/protocols/NAME.md)
+    equivalence: Optional[str] = None  # `M` or `NAME=M,...`: TOST margins (table.parse_equivalence)
     command: tuple[str, ...] = ("rlvrlab", "report")  # recorded in sources.json
 
 
@@ -80,6 +90,7 @@ def make_report(request: ReportRequest) -> ReportOutcome:
     if target_halfwidth is not None and not target_halfwidth > 0:
         raise RlvrlabError(f"--target-halfwidth {target_halfwidth}: give a half-width > 0, e.g. 0.02")
     pairs = parse_pairs(compare or [])
+    equivalence = parse_equivalence(r.equivalence)
     uri = tracking_uri or default_uri(output_dir)
     if tracking_uri is None and not (output_dir / "mlflow.db").is_file():
         raise RlvrlabError(f"no MLflow store at {output_dir / 'mlflow.db'}; pass --output-dir of the runs or "
@@ -105,7 +116,7 @@ def make_report(request: ReportRequest) -> ReportOutcome:
     evals = collect.eval_records(client, selection, rarefy=rarefy) if evaluations else None
     stats_columns = _eval_columns(evals, eval_stats, rarefy)
     result = build(client, selection, metrics=specs, evals=evals, eval_stats=stats_columns, baseline=baseline,
-                   pairs=pairs, target_halfwidth=target_halfwidth)
+                   pairs=pairs, target_halfwidth=target_halfwidth, equivalence=equivalence)
     result.notes.append(provenance.note(origin))
     registered = None
     if r.protocol is not None:

@@ -52,8 +52,14 @@ def _delta_text(c: Cell) -> str:
     star = "*" if c.significant else ""
     kind = "paired" if c.test.startswith("paired") else "unpaired"
     note = f" ({c.claim_note})" if c.claim_note else ""
+    note += f" {_equivalent(c.equivalence_margin)}" if c.equivalent else ""
     return (f"{c.delta:+.3f} [{c.delta_low:+.3f}, {c.delta_high:+.3f}]{star} p={_p(c.p_holm)} "
             f"MDE={_mde(c.mde_holm)} {kind}{note}")
+
+
+def _equivalent(margin: Optional[float]) -> str:
+    """The verdict word of a TOST whose Holm p < 0.05 (Row.equivalent); nothing is written otherwise."""
+    return f"equivalent within ±{margin:g}"
 
 
 def _row_text(r: Row) -> list[str]:
@@ -61,7 +67,8 @@ def _row_text(r: Row) -> list[str]:
     star = "*" if r.significant else ""
     test = c.test + (" + sign-flip" if r.max_statistic else "")
     test += f" ({r.claim.note})" if r.claim is not None and r.claim.note else ""
-    return [r.name, r.metric, f"{c.delta:+.3f} [{c.low:+.3f}, {c.high:+.3f}]{star}", test, f"{c.n_a}/{c.n_b}",
+    verdict = f" {_equivalent(r.margin)}" if r.equivalent else ""
+    return [r.name, r.metric, f"{c.delta:+.3f} [{c.low:+.3f}, {c.high:+.3f}]{star}{verdict}", test, f"{c.n_a}/{c.n_b}",
             _p(c.p), _p(r.p_holm), _p(c.p_signflip), _mde(r.claim.mde if r.claim else None),
             _num(c.prob_improvement, 2)]
 
@@ -205,18 +212,36 @@ COMPARISON_FIELDS = ["a", "b", "section", "metric", "delta", "low", "high", "se"
                      "holm_level", "mde_holm", "claim_note", "significant", "prob_improvement"]
 
 
+# with --equivalence only (a report without it keeps the columns above, byte for byte): the TOST's margin, its p and
+# its Holm p in the family of the difference tests and the TOSTs; empty for a column without a margin
+EQUIVALENCE_FIELDS = ["equivalence_margin", "p_equivalence", "p_equivalence_holm", "equivalent"]
+
+
+def comparison_fields(report: Report) -> list[str]:
+    return COMPARISON_FIELDS + (EQUIVALENCE_FIELDS if report.equivalence is not None else [])
+
+
+def comparison_record(r: Row) -> dict:
+    """One row of comparisons.csv as values (the protocol's verdict rules read these too)."""
+    result = {k: v for k, v in asdict(r.result).items() if k in COMPARISON_FIELDS}
+    tost = r.margin is not None
+    return {**result, "a": r.a, "b": r.b, "section": r.section, "metric": r.metric,
+            "selected_from": r.selected_from or "", "p_family": r.p_family, "p_holm": r.p_holm,
+            "max_statistic": r.max_statistic, "holm_level": r.claim.level if r.claim else "",
+            "mde_holm": r.claim.mde if r.claim else "", "claim_note": r.claim.note if r.claim else "",
+            "significant": r.significant, "equivalence_margin": r.margin if tost else "",
+            "p_equivalence": r.p_equivalence if tost else "",
+            "p_equivalence_holm": r.p_equivalence_holm if tost else "", "equivalent": r.equivalent if tost else ""}
+
+
 def comparisons_csv(report: Report) -> str:
     """Every comparison of the report's Holm family, with every number behind it."""
     buffer = io.StringIO()
-    writer = csv.DictWriter(buffer, fieldnames=COMPARISON_FIELDS)
+    fields = comparison_fields(report)
+    writer = csv.DictWriter(buffer, fieldnames=fields, extrasaction="ignore")
     writer.writeheader()
     for r in report.rows:
-        result = {k: v for k, v in asdict(r.result).items() if k in COMPARISON_FIELDS}
-        writer.writerow({**result, "a": r.a, "b": r.b, "section": r.section, "metric": r.metric,
-                         "selected_from": r.selected_from or "", "p_family": r.p_family, "p_holm": r.p_holm,
-                         "max_statistic": r.max_statistic, "holm_level": r.claim.level if r.claim else "",
-                         "mde_holm": r.claim.mde if r.claim else "", "claim_note": r.claim.note if r.claim else "",
-                         "significant": r.significant})
+        writer.writerow(comparison_record(r))
     return buffer.getvalue()
 
 

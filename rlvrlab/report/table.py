@@ -93,6 +93,39 @@ def parse_pairs(entries: Sequence[str]) -> list[Pair]:
     return pairs
 
 
+@dataclass(frozen=True)
+class Equivalence:
+    """`--equivalence`: the margin M of the TOST (stats.equivalence_p) per column, in the metric's own units."""
+
+    default: Optional[float] = None  # every column not named
+    by_label: tuple[tuple[str, float], ...] = ()  # (metric label or eval stat, margin)
+
+    def margin(self, label: str) -> Optional[float]:
+        return dict(self.by_label).get(label, self.default)
+
+
+def parse_equivalence(text: Optional[str]) -> Optional[Equivalence]:
+    """`M` (every column), `NAME=M,...` (those columns only), or both (`0.02,pass@1=0.05`); M a float > 0."""
+    if text is None:
+        return None
+    default, named = None, {}
+    for entry in (t.strip() for t in text.split(",")):
+        name, sep, value = entry.rpartition("=")
+        try:
+            margin = float(value)
+        except ValueError:
+            margin = math.nan
+        if not entry or not margin > 0 or not math.isfinite(margin) or (sep and not name.strip()) or \
+                (not sep and default is not None) or name.strip() in named:
+            raise RlvrlabError(f"--equivalence {text!r}: give a margin > 0 in the metric's units (every column) or "
+                               "NAME=MARGIN (one column), comma-separated, e.g. 0.02 or train/reward=0.02,pass@1=0.05")
+        if sep:
+            named[name.strip()] = margin
+        else:
+            default = margin
+    return Equivalence(default, tuple(named.items()))
+
+
 @dataclass
 class Cell:
     group: str
@@ -123,6 +156,9 @@ class Cell:
     prob_improvement: Optional[float] = None
     significant: bool = False
     note: str = ""
+    equivalence_margin: Optional[float] = None  # --equivalence: the TOST's margin and its Holm p (not in table.csv)
+    p_equivalence_holm: Optional[float] = None
+    equivalent: bool = False
 
     @property
     def flagged(self) -> bool:
@@ -148,11 +184,23 @@ class Row:
     p_holm: float = math.nan
     max_statistic: bool = False  # a per-run extreme (max_statistic): a claim also needs the sign-flip p
     claim: Optional[stats.Claim] = None  # the claim rule's verdict and MDE in the family (set once Holm is done)
+    margin: Optional[float] = None  # --equivalence: the TOST margin of this row's column (None: no TOST)
+    p_equivalence: float = math.nan  # TOST p (stats.equivalence_p)
+    p_equivalence_family: float = math.nan  # entering Holm: times selected_from for a selected cell
+    p_equivalence_holm: float = math.nan
 
     @property
     def significant(self) -> bool:
         """A claim: Holm p < 0.05, >= 5 seeds per group, and for a max-statistic the sign-flip p (stats.claim)."""
         return self.claim.claim if self.claim is not None else False
+
+    @property
+    def equivalent(self) -> bool:
+        """Equivalence shown within ±margin: the TOST's Holm p < 0.05 with >= 5 seeds per group (the claim rule's
+        seeds; a non-rejection of the difference test is never this). Not on a max-statistic: its one-sided t is
+        what skew misleads (docs/report.md, "Skewed data"), and the sign-flip check of a claim has no TOST form."""
+        return self.margin is not None and self.p_equivalence_holm < stats.ALPHA and \
+            self.result.may_be_significant and not self.max_statistic
 
     @property
     def name(self) -> str:
@@ -170,6 +218,12 @@ class Report:
     notes: list[str] = field(default_factory=list)
     higher_is_better: dict[str, bool] = field(default_factory=dict)
     target_halfwidth: Optional[float] = None
+    equivalence: Optional[Equivalence] = None
+
+    @property
+    def family_size(self) -> int:
+        """The tests Holm adjusts together: every comparison, and with --equivalence every TOST."""
+        return len(self.rows) + sum(r.margin is not None for r in self.rows)
 
 
 def lower_is_better(metric: str) -> bool:
@@ -197,7 +251,7 @@ def find_baseline(groups: list[Group], name: Optional[str]) -> Optional[Group]:
 
 def build(client, selection: Selection, *, metrics: Sequence[MetricSpec], evals: Optional[EvalRecords],
           eval_stats: list[str], baseline: Optional[str], pairs: Sequence[Pair] = (),
-          target_halfwidth: Optional[float] = None) -> Report:
+          target_halfwidth: Optional[float] = None, equivalence: Optional[Equivalence] = None) -> Report:
     groups = selection.groups
     base = find_baseline(groups, baseline)
     columns_given = [m.label for m in metrics] + (list(eval_stats) if evals is not None else [])
@@ -209,6 +263,10 @@ def build(client, selection: Selection, *, metrics: Sequence[MetricSpec], evals:
         if unknown:
             raise RlvrlabError(f"--compare {pair.a}:{pair.b}[...]: {unknown[0]!r} is not a column of this report; "
                                f"columns: {', '.join(columns_given)}")
+    for label, _ in equivalence.by_label if equivalence else ():
+        if label not in columns_given:
+            raise RlvrlabError(f"--equivalence {label}=...: {label!r} is not a column of this report; columns: "
+                               f"{', '.join(columns_given)}")
     data: dict[tuple[str, str], dict[str, np.ndarray]] = {}  # (section, metric) -> group label -> [S] or [S, P]
     sections, columns = [], {}
     extremes = {m.label for m in metrics if max_statistic(m)}
@@ -252,7 +310,8 @@ def build(client, selection: Selection, *, metrics: Sequence[MetricSpec], evals:
             paired = a.seeds == b.seeds
             result = stats.compare(values[a.label], values[b.label], paired=paired)
             rows.append(Row(a.label, b.label, section, metric, result, selected_from,
-                            max_statistic=section == "train" and metric in extremes))
+                            max_statistic=section == "train" and metric in extremes,
+                            margin=equivalence.margin(metric) if equivalence else None))
     adjust_family(rows)
     if base is not None:
         for row in rows:
@@ -264,20 +323,34 @@ def build(client, selection: Selection, *, metrics: Sequence[MetricSpec], evals:
                 if g is not base and cell.delta is None:
                     cell.delta = _score(values[g.label]) - _score(values[base.label])
     report = Report(list(cells.values()), groups, base.label if base else None, sections, columns, rows,
-                    higher_is_better=higher, target_halfwidth=target_halfwidth)
+                    higher_is_better=higher, target_halfwidth=target_halfwidth, equivalence=equivalence)
     report.notes = _notes(report, metrics, selection)
     return report
 
 
 def adjust_family(rows: list[Row]) -> None:
     """One Holm family: each row's p entering Holm (times N for a cell selected from N), its Holm p, and its claim
-    (stats.claim) with the MDE at the Holm first-step level 0.05/(m·N) of this family of m."""
+    (stats.claim) with the MDE at the Holm first-step level 0.05/(m·N) of this family of m. Rows with an equivalence
+    margin add their TOST p (stats.equivalence_p, times N for a selected cell: Bonferroni over the cells it was
+    picked from holds whichever is picked) to the same family, so m counts the difference tests and the TOSTs; without
+    margins the family, its Holm p and its levels are those of the difference tests alone."""
+    tested = [r for r in rows if r.margin is not None]
     for row in rows:
         row.p_family = stats.selected(row.result.p, row.selected_from) if row.selected_from else row.result.p
-    for row, adjusted in zip(rows, stats.holm([r.p_family for r in rows])):
-        row.p_holm = adjusted
-        row.claim = stats.claim(row.result, adjusted, stats.holm_level(len(rows), row.selected_from),
+    for row in tested:
+        assert row.margin is not None
+        r = row.result
+        row.p_equivalence = stats.equivalence_p(r.delta, r.se, r.df, row.margin)
+        row.p_equivalence_family = stats.selected(row.p_equivalence, row.selected_from) if row.selected_from \
+            else row.p_equivalence
+    adjusted = stats.holm([r.p_family for r in rows] + [r.p_equivalence_family for r in tested])
+    size = len(adjusted)
+    for row, p_holm in zip(rows, adjusted):
+        row.p_holm = p_holm
+        row.claim = stats.claim(row.result, p_holm, stats.holm_level(size, row.selected_from),
                                 max_statistic=row.max_statistic)
+    for row, p_holm in zip(tested, adjusted[len(rows):]):
+        row.p_equivalence_holm = p_holm
 
 
 def _score(x: np.ndarray) -> float:
@@ -319,6 +392,9 @@ def _attach(cell: Cell, row: Row) -> None:
     if row.claim is not None:
         cell.mde_holm, cell.claim_note = row.claim.mde, row.claim.note
     cell.test, cell.prob_improvement, cell.significant = r.test, r.prob_improvement, row.significant
+    if row.margin is not None:
+        cell.equivalence_margin, cell.p_equivalence_holm, cell.equivalent = \
+            row.margin, row.p_equivalence_holm, row.equivalent
 
 
 def _notes(report: Report, metrics: Sequence[MetricSpec], selection: Selection) -> list[str]:
@@ -334,13 +410,23 @@ def _notes(report: Report, metrics: Sequence[MetricSpec], selection: Selection) 
                      "seed-only t-interval")
     if report.rows:
         tests = sorted({r.result.test for r in report.rows})
+        m, tosts = report.family_size, report.family_size - len(report.rows)
+        family = f"all {m} comparisons of this report" if not tosts else \
+            f"all {len(report.rows)} comparisons and {tosts} equivalence tests of this report, {m} tests"
         notes.append(f"comparisons ({', '.join(tests)}): paired when both groups ran the same seeds (same initial "
                      "weights, prompt order and sampling seeds), else Welch; evaluation metrics are also paired by "
-                     f"problem; Holm-adjusted (Holm 1979) over all {len(report.rows)} comparisons of this report; "
+                     f"problem; Holm-adjusted (Holm 1979) over {family}; "
                      "MDE = the difference a claim detects with 80% power (noncentral t, the observed spread and "
-                     f"seeds) at the Holm first-step level 0.05/{len(report.rows)} (0.05/({len(report.rows)}·N) for "
+                     f"seeds) at the Holm first-step level 0.05/{m} (0.05/({m}·N) for "
                      "a cell selected from N), the level every comparison of the family is sure to be tested at; "
                      "comparisons.csv also has it at 0.05 per comparison (mde) and the exact sign-flip p (paired)")
+        if tosts:
+            notes.append("equivalence (--equivalence): TOST (Schuirmann 1987) at the declared margin ±M with each "
+                         "comparison's own Δ, se and df, p = max of the two one-sided t p-values, Holm-adjusted in "
+                         "the family above; 'equivalent within ±M' when its Holm p < 0.05 with at least "
+                         f"{stats.MIN_SEEDS_SIGNIFICANCE} seeds in each group, never on a max-statistic; a row "
+                         "without it shows no equivalence "
+                         "(comparisons.csv: p_equivalence, p_equivalence_holm, equivalence_margin)")
         if any(r.max_statistic for r in report.rows):
             notes.append("max-statistics (a run's max or min over its window): skewed, so a claim on one also "
                          "needs its exact sign-flip p < 0.05 (paired seeds; its smallest value is 2/2^S, so at least 6 "

@@ -12,6 +12,7 @@ from __future__ import annotations
 import csv
 import json
 import math
+import re
 import shutil
 import subprocess
 import sys
@@ -188,3 +189,85 @@ def test_results_recompute_script_agrees(report: Path) -> None:
     result = subprocess.run([sys.executable, str(ROOT / "results" / "recompute.py"), str(altered)],
                             capture_output=True, text=True, timeout=120)
     assert result.returncode == 1 and f"{metric}" in result.stdout.splitlines()[-1], result.stdout
+
+
+OLD_HEADER = ("a,b,section,metric,delta,low,high,se,df,test,paired,n_a,n_b,p,selected_from,p_family,p_holm,"
+              "p_signflip,mde,max_statistic,holm_level,mde_holm,claim_note,significant,prob_improvement")
+MARGINS = "0.01,loss/grad_norm:max:3=0.5,pass@1=0.1"
+
+
+@pytest.fixture(scope="module")
+def equivalence_report(report: Path) -> Path:
+    """The same runs reported with --equivalence: TOSTs at 0.01 on every column but two, named ones on those."""
+    out = report.parent / "equivalence"
+    make_report(ReportRequest(experiment="rc", baseline="grpo", metric=METRICS, output_dir=report.parent / "runs",
+                              out=out, compare=("best:grpo", "ucpo tau=1.0:ucpo tau=0.2[train/reward|pass@1]"),
+                              plots=False, equivalence=MARGINS))
+    return out
+
+
+def test_without_equivalence_the_comparisons_keep_their_columns(report: Path) -> None:
+    with (report / "comparisons.csv").open() as f:
+        assert f.readline().strip() == OLD_HEADER
+    assert "equivalen" not in (report / "table.md").read_text()
+
+
+def test_equivalence_recomputes_with_scipy_in_one_holm_family(equivalence_report: Path) -> None:
+    """Every row's TOST p from its Δ, se and df with scipy.stats.t, at its column's margin (×N for a selected cell);
+    Holm over the difference tests and the TOSTs together, by hand; the table's verdict word where its Holm p < 0.05
+    with >= 5 seeds per group. results/recompute.py agrees and catches a changed Holm p."""
+    from scipy import stats as sps
+
+    rows = _rows(equivalence_report / "comparisons.csv")
+    with (equivalence_report / "comparisons.csv").open() as f:
+        assert f.readline().strip() == OLD_HEADER + ",equivalence_margin,p_equivalence,p_equivalence_holm,equivalent"
+    margins = {"loss/grad_norm:max:3": 0.5, "pass@1": 0.1}
+    tosts = []
+    for r in rows:
+        assert float(r["equivalence_margin"]) == margins.get(r["metric"], 0.01)
+        delta, se, df, margin = (float(r[k]) for k in ("delta", "se", "df", "equivalence_margin"))
+        p = max(sps.t.sf((delta + margin) / se, df), sps.t.cdf((delta - margin) / se, df))
+        assert float(r["p_equivalence"]) == pytest.approx(p, rel=1e-12, abs=1e-15)
+        tosts.append(min(1.0, p * int(r["selected_from"])) if r["selected_from"] else p)
+    family = [float(r["p_family"]) for r in rows] + tosts
+    order = sorted(range(len(family)), key=lambda i: family[i])
+    running, holm = 0.0, [0.0] * len(family)
+    for rank, i in enumerate(order):
+        running = max(running, min(1.0, (len(family) - rank) * family[i]))
+        holm[i] = running
+    assert [float(r["p_holm"]) for r in rows] == pytest.approx(holm[:len(rows)], rel=1e-12, abs=1e-15)
+    assert [float(r["p_equivalence_holm"]) for r in rows] == pytest.approx(holm[len(rows):], rel=1e-12, abs=1e-15)
+    assert all(float(r["holm_level"]) * (int(r["selected_from"] or 1)) == pytest.approx(0.05 / len(family))
+               for r in rows)
+    equivalent = [r for r in rows if r["equivalent"] == "True"]
+    assert equivalent and all(float(r["p_equivalence_holm"]) < 0.05 and min(int(r["n_a"]), int(r["n_b"])) >= 5
+                              for r in equivalent)
+    assert any(float(r["p_equivalence_holm"]) >= 0.05 for r in rows)
+    table = (equivalence_report / "table.md").read_text()
+    assert len(re.findall(r"equivalent within ±\d", table)) == len(equivalent)
+    assert f"{len(rows)} equivalence tests" in table
+
+    script = [sys.executable, str(ROOT / "results" / "recompute.py")]
+    done = subprocess.run([*script, str(equivalence_report)], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and float(done.stdout.strip().splitlines()[-1].split()[2]) <= 1e-12, done.stdout
+    altered = equivalence_report.parent / "equivalence-altered"
+    shutil.copytree(equivalence_report, altered)
+    lines = (altered / "comparisons.csv").read_text().splitlines(keepends=True)
+    fields = lines[1].rstrip("\n").split(",")
+    fields[-2] = repr(float(fields[-2]) * (1 + 1e-6) if float(fields[-2]) < 1 else 0.5)
+    lines[1] = ",".join(fields) + "\n"
+    (altered / "comparisons.csv").write_text("".join(lines))
+    done = subprocess.run([*script, str(altered)], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 1 and "p_equivalence_holm" in done.stdout, done.stdout
+
+
+def test_committed_results_recompute() -> None:
+    """Every results/ folder with per_seed.csv: its comparisons.csv (columns and Holm p as committed, without
+    --equivalence) recomputes from its per-seed values (results/recompute.py, to 1e-9)."""
+    folders = sorted(p.parent for p in (ROOT / "results").glob("**/per_seed.csv")
+                     if (p.parent / "comparisons.csv").is_file())
+    assert folders
+    for folder in folders:
+        done = subprocess.run([sys.executable, str(ROOT / "results" / "recompute.py"), str(folder)],
+                              capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0, (folder, done.stdout[-2000:], done.stderr)

@@ -3,7 +3,7 @@ percentile bootstrap over 3 seeds is [min, max] of the seeds and covers 75%, hen
 Pure numpy/scipy functions with typed results; no resampling, so a table is the same on every machine.
 
 - intervals: Student-t seed intervals, the crossed seeds × problems interval, curve bands, their moments.
-- comparisons: paired t / Welch (crossed for evaluations), sign-flip p, MDE, Holm, the claim rule.
+- comparisons: paired t / Welch (crossed for evaluations), sign-flip p, MDE, TOST, Holm, the claim rule.
 - seeds: seeds needed for a target half-width.
 - diversity: rarefied and expected distinct correct forms.
 
@@ -20,6 +20,7 @@ from rlvrlab.report.stats.comparisons import (
     Comparison,
     claim,
     compare,
+    equivalence_p,
     holm,
     holm_level,
     mde,
@@ -62,8 +63,9 @@ from rlvrlab.report.stats.seeds import seeds_for_halfwidth, seeds_for_halfwidth_
 __all__ = [
     "ALPHA", "LEVEL", "MAX_EXACT_FLIPS", "MIN_SEEDS", "MIN_SEEDS_SIGNIFICANCE", "POWER", "SEED_COMPONENT_FLOOR",
     "Claim", "Comparison", "Interval", "MeanSquares", "Moments", "claim", "compare", "crossed_interval",
-    "crossed_moments", "crossed_var_df", "curve_band", "difference_term", "distinct_combinations", "expected_distinct",
-    "floored_seed_term", "holm", "holm_level", "interval", "mde", "mean_squares", "paired_crossed", "paired_t",
+    "crossed_moments", "crossed_var_df", "curve_band", "difference_term", "distinct_combinations", "equivalence_p",
+    "expected_distinct", "floored_seed_term", "holm", "holm_level", "interval", "mde", "mean_squares",
+    "paired_crossed", "paired_t",
     "probability_of_improvement", "rarefied_distinct", "satterthwaite", "scipy_stats", "seed_scores",
     "seeds_for_halfwidth", "seeds_for_halfwidth_crossed", "selected", "signflip_p", "signflip_seeds", "t_interval",
     "t_moments", "t_ppf", "welch", "welch_crossed", "welch_crossed_moments", "welch_moments",

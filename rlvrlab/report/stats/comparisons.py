@@ -9,7 +9,10 @@
   (seed components of both groups + the variance of the per-problem difference of group means).
 - Every comparison carries its minimum detectable effect: the |Δ| a two-sided α = 0.05 t-test with the same
   standard error and df detects with 80% power (noncentral t); in a family, `claim` gives it at the Holm level.
-- holm(p): Holm's (1979) step-down adjustment over one family (every comparison of one `rlvrlab report` run).
+- equivalence_p: TOST (Schuirmann 1987) at a declared margin M with the comparison's own Δ, se and df: whether
+  |Δ| < M is shown, the test a non-rejection is not (`rlvrlab report --equivalence M`).
+- holm(p): Holm's (1979) step-down adjustment over one family (every comparison of one `rlvrlab report` run, and
+  with --equivalence every equivalence test too).
 - claim: whether a comparison is a claim (Holm p < 0.05, >= 5 seeds per group; a max-statistic also needs its
   exact sign-flip p < 0.05, so >= 6 paired seeds) and its MDE at the Holm first-step level.
 """
@@ -80,6 +83,24 @@ def mde(se: float, df: float, *, alpha: float = ALPHA, power: float = POWER) -> 
     from scipy import optimize
 
     return float(optimize.brentq(shortfall, 0.0, high, xtol=1e-12) * se)
+
+
+def equivalence_p(delta, se, df, margin: float):
+    """TOST, two one-sided tests (Schuirmann 1987) of H0: |Δ| >= M against H1: |Δ| < M, on the comparison's own
+    estimate, standard error and t df (paired t, Welch or crossed: the same t as its two-sided p):
+    p = max(p_lower, p_upper), p_lower = P(T > (Δ̂ + M)/se) for H0: Δ <= -M, p_upper = P(T < (Δ̂ - M)/se) for
+    H0: Δ >= M, T ~ t(df). It is an intersection-union test (Berger 1982): each one-sided test at α, no α/2, and p < α
+    shows |Δ| < M at level α; at |Δ| = M its rejection rate is at most α, and α exactly when M/se is large
+    (tests/report/test_equivalence.py). se = 0: 0 when |Δ̂| < M, else 1. Vectorised over array arguments."""
+    delta, se, df = (np.asarray(v, dtype=np.float64) for v in (delta, se, df))
+    if not margin > 0:
+        raise ValueError(f"an equivalence margin must be > 0, got {margin}")
+    sps = scipy_stats()
+    with np.errstate(divide="ignore", invalid="ignore"):
+        lower = sps.t.sf((delta + margin) / se, df)
+        upper = sps.t.cdf((delta - margin) / se, df)
+    p = np.where(se > 0, np.maximum(lower, upper), np.where(np.abs(delta) < margin, 0.0, 1.0))
+    return float(p) if p.ndim == 0 else p
 
 
 def signflip_p(d: np.ndarray, rng_seed: int = 0) -> float:
