@@ -164,6 +164,10 @@ def make_report(request: ReportRequest) -> ReportOutcome:
             first = specs[0].label
             means = {c.group: c.mean for c in result.cells if c.section == "train" and c.metric == first}
             written.append(plotting.heatmap(selection, means, keys, first, folder, not lower_is_better(first)))
+    if evals is not None and "csv" in chosen:  # pass@k and coverage@k over k = 1..64 with bands
+        from rlvrlab.report import passk_curve
+
+        written += passk_curve.write(client, evals, folder, plot=plots)
     sidecar = folder / "sources.json"
     outputs.write_replacing(sidecar, render.sources(selection, result, list(request.command),
                                       evals.eval_runs if evals else {}, [p.name for p in written],

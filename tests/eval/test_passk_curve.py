@@ -193,3 +193,43 @@ def test_report_writes_the_curve_csv_and_plot(tmp_path, capsys):
     grpo = [r for r in csv.DictReader((tmp_path / "passk_curve.csv").open()) if r["group"] == "grpo"]
     assert max(int(r["k"]) for r in grpo) == 8 and {r["estimate"] for r in grpo} == {"unbiased"}
     assert "note: pairs: pass@k and coverage@k for k = 9..64 left out" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_report_on_pairs_runs_has_exact_curves(tmp_path):
+    """Two tiny seed runs on pairs, `rlvrlab eval pass-at-k --runs-of` (top_p = 1: exact p_correct in the records),
+    `rlvrlab report`: passk_curve.csv has both metrics at every k = 1..64, exact, with 2-seed crossed bands."""
+    import csv
+    import os
+    import shutil
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from rlvrlab.config import compose
+    from rlvrlab.train.loop import train
+
+    runs = tmp_path / "runs"
+    for seed in range(2):
+        train(compose("pairs", [f"seed={seed}", "model.warm_start_seed=0", f"output_dir={runs}", "experiment=pk",
+                                "steps=2", "trainer.checkpoint_every=2", "trainer.eval_every=0",
+                                "rollout.prompts_per_step=4", "rollout.group_size=4"]))
+    env = {**{k: v for k, v in os.environ.items() if k != "COLUMNS"}, "RLVRLAB_NO_PROGRESS": "1"}
+
+    def cli(*args: str) -> subprocess.CompletedProcess:
+        executable = shutil.which("rlvrlab", path=str(Path(sys.executable).parent))
+        return subprocess.run([str(executable), *args], cwd=tmp_path, env=env, capture_output=True, text=True,
+                              timeout=600)
+
+    result = cli("eval", "pass-at-k", "--runs-of", "pk", "--output-dir", str(runs), "--limit", "6", "--n", "8",
+                 "--k", "1,4", "--out", str(tmp_path / "evals"))
+    assert result.returncode == 0, result.stderr
+    assert "pass@4 †" in result.stdout and "(se " in result.stdout
+    result = cli("report", "--experiment", "pk", "--output-dir", str(runs), "--out", "rep", "--allow-dirty")
+    assert result.returncode == 0, result.stderr
+    rows = list(csv.DictReader((tmp_path / "rep" / "passk_curve.csv").open()))
+    assert {(r["metric"], int(r["k"])) for r in rows} == {(m, k) for m in ("pass_at_k", "coverage_at_k")
+                                                          for k in range(1, 65)}
+    assert {r["estimate"] for r in rows} == {"exact"} and {r["n_seeds"] for r in rows} == {"2"}
+    assert all(float(r["ci_low"]) <= float(r["mean"]) <= float(r["ci_high"]) for r in rows)
+    assert (tmp_path / "rep" / "passk_curve_pairs.png").is_file()
