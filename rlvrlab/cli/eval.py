@@ -6,7 +6,8 @@ The pipeline is `rlvrlab.eval.pipeline`; this module holds the typer signature a
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterator
+from collections import defaultdict
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated, Optional
@@ -58,6 +59,43 @@ def summary_table(summary: dict, ks: list[int], n: int) -> Table:
     table.add_row("  problems with a correct", *(str(e["diversity_problems"]) for _, e in columns))
     table.add_row("no answer", *(f"{e['no_answer_rate']:.1%}" for _, e in columns))
     return table
+
+
+def seeds_table(outcomes: Sequence) -> Table | None:
+    """Over the training seeds of one configuration (--study / --runs-of; EvalOutcome.config_hash): each mean over
+    seeds and problems with the crossed seeds × problems 95% interval that `rlvrlab report` gives evaluation
+    columns (rlvrlab.report.stats.crossed_interval), for every configuration with 2+ seeds evaluated on the same
+    problems; None when there is none."""
+    import numpy as np
+
+    from rlvrlab.algorithms.passk import SAMPLES_PER_K
+    from rlvrlab.report import stats
+
+    by_config: dict[str, list] = defaultdict(list)
+    for outcome in outcomes:
+        if outcome.config_hash:
+            by_config[outcome.config_hash].append(outcome)
+    table = Table(title="over training seeds: means over seeds and problems [95% crossed seeds x problems "
+                        "interval, as in rlvrlab report]")
+    for column in ("configuration", "seeds", "dataset", "statistic"):
+        table.add_column(column)
+    table.add_column("mean [95% interval]", justify="right")
+    shown = False
+    for config, group in by_config.items():
+        keyed = [{(r["dataset"], str(r["id"])): r for r in o.records} for o in group]
+        if len(group) < 2 or any(k.keys() != keyed[0].keys() for k in keyed):
+            continue
+        names = ["avg@n", *(f"{stat}@{k}" for stat in ("pass", "maj") for k in group[0].ks)]
+        for dataset in sorted({d for d, _ in keyed[0]}):
+            ids = sorted(i for d, i in keyed[0] if d == dataset)
+            for name in names:
+                iv = stats.crossed_interval(np.asarray([[rows[(dataset, i)][name] for i in ids] for rows in keyed],
+                                                       dtype=np.float64))
+                short = name != "avg@n" and SAMPLES_PER_K * int(name.split("@")[1]) > group[0].n
+                table.add_row(config, str(len(group)), dataset, name + (" †" if short else ""),
+                              f"{iv.mean:.3f} [{iv.low:.3f}, {iv.high:.3f}]")
+                shown = True
+    return table if shown else None
 
 
 @eval_app.command("pass-at-k")
@@ -125,15 +163,17 @@ def pass_at_k(
     with _progress_bar(err) as progress:
         outcomes = pipeline.pass_at_k(request, progress=progress,
                                       announce=lambda i, of, run_id: err.print(f"[bold]run {i}/{of}[/]: {run_id}"))
-        evaluated = 0
+        done = []
         for outcome in outcomes:
-            evaluated += 1
+            done.append(outcome)
             console.print(summary_table(outcome.summary, outcome.ks, outcome.n))
             console.print(f"[green]done[/]: {', '.join(str(f) for f in outcome.files)}")
             console.print(f"  MLflow run [bold]{outcome.mlflow_run_id}[/] (experiment {outcome.experiment!r}) in "
                           f"{outcome.uri}")
-    if not evaluated:
+    if not done:
         console.print("every finished training run already has an evaluation with these settings")
+    elif (over_seeds := seeds_table(done)) is not None:
+        console.print(over_seeds)
 
 
 @contextmanager

@@ -20,7 +20,7 @@ from typing import Optional
 
 from rlvrlab import components, outputs, rundir
 from rlvrlab.components import Sampling
-from rlvrlab.config import compose
+from rlvrlab.config import compose, config_hash
 from rlvrlab.config.schema import DatasetConfig, RunConfig
 from rlvrlab.data import answer_space, load_problems
 from rlvrlab.data.problems import Problem
@@ -74,6 +74,8 @@ class EvalOutcome:
     mlflow_run_id: str = ""
     uri: str = ""
     experiment: str = ""
+    records: list[dict] = field(default_factory=list)  # per problem (rlvrlab.eval.run.problem_record)
+    config_hash: str = ""  # the training run's configuration without its seed ("" for --model)
 
 
 @dataclass(frozen=True)
@@ -301,15 +303,17 @@ def _evaluate_one(target: Target, request: EvalRequest, ks: list[int], progress:
     experiment = request.experiment or (f"{source.cfg.experiment}-eval" if source is not None else "eval")
     where = store(request.output_dir, source.cfg.tracking.uri if source is not None else None)
     check_reachable(where.uri)  # before any sampling: its records go there at the end
-    summary, files = _sample_and_score(target, datasets, pools, sampling, ks=ks, n=request.n, seed=request.seed,
-                                       out=out, progress=progress)
+    summary, files, records = _sample_and_score(target, datasets, pools, sampling, ks=ks, n=request.n,
+                                                seed=request.seed, out=out, progress=progress)
     run_id = _track(target, datasets, sampling, summary, files, ks=ks, n=request.n, seed=request.seed, name=name,
                     output_dir=Path(request.output_dir).expanduser().resolve(), where=where, experiment=experiment)
-    return EvalOutcome(name, summary, ks, request.n, files, run_id, where.uri, experiment)
+    return EvalOutcome(name, summary, ks, request.n, files, run_id, where.uri, experiment, records,
+                       config_hash(source.cfg) if source is not None else "")
 
 
 def _sample_and_score(target: Target, datasets: list[Dataset], pools: list, sampling: Sampling, *, ks: list[int],
-                      n: int, seed: int, out: Path, progress: Optional[Progress]) -> tuple[dict, list[Path]]:
+                      n: int, seed: int, out: Path,
+                      progress: Optional[Progress]) -> tuple[dict, list[Path], list[dict]]:
     sampler = open_sampler(target.folder, sampling, seed=seed)
     records, samples = [], []
     try:
@@ -335,7 +339,7 @@ def _sample_and_score(target: Target, datasets: list[Dataset], pools: list, samp
             "checkpoint_step": source.step if source is not None else None, "n": n,
             "ks": ks, "seed": seed, **{f"sampling.{key}": value for key, value in vars(sampling).items()}}
     files = write_outputs(out, records, samples, {"meta": meta, "datasets": summary}, ks)
-    return summary, files
+    return summary, files, records
 
 
 def _exact_probabilities(folder: Path, datasets: list[Dataset], renders: list[Callable[[Problem], list[int]]],

@@ -233,3 +233,24 @@ def test_report_on_pairs_runs_has_exact_curves(tmp_path):
     assert {r["estimate"] for r in rows} == {"exact"} and {r["n_seeds"] for r in rows} == {"2"}
     assert all(float(r["ci_low"]) <= float(r["mean"]) <= float(r["ci_high"]) for r in rows)
     assert (tmp_path / "rep" / "passk_curve_pairs.png").is_file()
+
+
+def test_the_printed_table_over_seeds_has_the_crossed_interval():
+    """`rlvrlab eval pass-at-k --study/--runs-of`: per configuration with 2+ seeds, the crossed seeds x problems
+    interval of the report (the same numbers as stats.crossed_interval of the seeds x problems matrix)."""
+    from rlvrlab.cli.eval import seeds_table
+    from rlvrlab.eval.pipeline import EvalOutcome
+
+    matrix = np.array([[0.0, 0.5, 1.0], [0.25, 0.5, 0.75], [0.0, 0.75, 1.0]])
+
+    def outcome(seed_values, config):
+        records = [{"dataset": "pairs", "id": f"p{i}", "avg@n": v, "pass@1": v, "maj@1": v}
+                   for i, v in enumerate(seed_values)]
+        return EvalOutcome("t", {}, [1], 4, records=records, config_hash=config)
+
+    console = Console(record=True, width=200)
+    console.print(seeds_table([outcome(row, "abc") for row in matrix] + [outcome(matrix[0], "lonely")]))
+    text = console.export_text()
+    iv = stats.crossed_interval(matrix)
+    assert f"{iv.mean:.3f} [{iv.low:.3f}, {iv.high:.3f}]" in text and "pass@1" in text and "lonely" not in text
+    assert seeds_table([outcome(matrix[0], "abc"), outcome(matrix[1], "")]) is None  # one seed, one --model
