@@ -73,9 +73,10 @@ def report(
                                                        "tests against --baseline. Repeatable.",
                                                        show_default=False)] = None,
     protocol: Annotated[Optional[Path], typer.Option("--protocol", help="The study's protocol file: its commits go "
-                                                     "into sources.json, and the table says whether the study was "
+                                                     "into sources.json, the table says whether the study was "
                                                      "pre-registered (committed, unchanged since before the first "
-                                                     "run).", show_default=False)] = None,
+                                                     "run), and its verdict rules (docs/report.md) are evaluated.",
+                                                     show_default=False)] = None,
     equivalence: Annotated[Optional[str], typer.Option("--equivalence", help="Equivalence tests (TOST) at this "
                                                        "margin, in the metric's units: M for every column, or "
                                                        "NAME=M per column, comma-separated; they join the Holm "
@@ -110,4 +111,9 @@ def report(
         console.print(table)
     for note in outcome.result.notes:
         console.print(f"[dim]{note}[/]")
+    if outcome.verdicts is not None:
+        from rlvrlab.report.verdict import lines
+
+        for line in lines(outcome.verdicts):
+            console.print(line, markup=False)
     console.print(f"wrote {', '.join(p.name for p in outcome.written)} to {outcome.folder}")

@@ -10,7 +10,7 @@ from typing import Optional
 
 from rlvrlab import outputs
 from rlvrlab.errors import RlvrlabError
-from rlvrlab.report import collect, plots as plotting, provenance, render
+from rlvrlab.report import collect, plots as plotting, provenance, render, verdict
 from rlvrlab.report.events import analyse, as_dict as event_dicts, markdown as event_markdown, parse_event
 from rlvrlab.report.table import (
     REDUCTIONS,
@@ -66,6 +66,7 @@ class ReportOutcome:
     result: Report
     folder: Path
     written: list[Path] = field(default_factory=list)
+    verdicts: Optional[verdict.Verdicts] = None  # --protocol: its verdict rules evaluated (rlvrlab.report.verdict)
 
 
 def make_report(request: ReportRequest) -> ReportOutcome:
@@ -91,6 +92,7 @@ def make_report(request: ReportRequest) -> ReportOutcome:
         raise RlvrlabError(f"--target-halfwidth {target_halfwidth}: give a half-width > 0, e.g. 0.02")
     pairs = parse_pairs(compare or [])
     equivalence = parse_equivalence(r.equivalence)
+    rules = verdict.load(r.protocol) if r.protocol is not None and Path(r.protocol).is_file() else ()
     uri = tracking_uri or default_uri(output_dir)
     if tracking_uri is None and not (output_dir / "mlflow.db").is_file():
         raise RlvrlabError(f"no MLflow store at {output_dir / 'mlflow.db'}; pass --output-dir of the runs or "
@@ -118,10 +120,11 @@ def make_report(request: ReportRequest) -> ReportOutcome:
     result = build(client, selection, metrics=specs, evals=evals, eval_stats=stats_columns, baseline=baseline,
                    pairs=pairs, target_halfwidth=target_halfwidth, equivalence=equivalence)
     result.notes.append(provenance.note(origin))
-    registered = None
+    registered, verdicts = None, None
     if r.protocol is not None:
         registered = provenance.protocol(r.protocol, origin.commits, provenance.first_run_start(client, selection))
         result.notes.append(registered.note())
+        verdicts = verdict.evaluate(r.protocol, rules, result)
     event_results = []
     if events:
         base = find_baseline(selection.all_groups, baseline)
@@ -131,7 +134,8 @@ def make_report(request: ReportRequest) -> ReportOutcome:
 
     folder.mkdir(parents=True, exist_ok=True)
     written: list[Path] = []
-    texts = {"md": render.markdown(result, interval) + ("\n" + event_markdown(event_results) if event_results else ""),
+    texts = {"md": render.markdown(result, interval) + ("\n" + event_markdown(event_results) if event_results else "")
+             + ("\n" + verdict.markdown(verdicts) if verdicts is not None else ""),
              "tex": render.latex(result, interval),
              "csv": render.to_csv(result)}
     for fmt in chosen:
@@ -174,7 +178,7 @@ def make_report(request: ReportRequest) -> ReportOutcome:
                                       origin.as_dict(), registered.as_dict() if registered else None,
                                       event_dicts(event_results) if event_results else None))
     written.append(sidecar)
-    return ReportOutcome(result, folder, written)
+    return ReportOutcome(result, folder, written, verdicts)
 
 
 

@@ -363,3 +363,42 @@ def test_report_events_auc_and_protocol_of_a_toy_sweep(toy_study: Path) -> None:
     rows = list(csv.DictReader((toy_study / "elsewhere" / "table.csv").open()))
     cell = next(r for r in rows if r["group"] == group["label"] and r["metric"] == "policy/toy_correct_uniformity:auc:10")
     assert float(cell["mean"]) == pytest.approx(np.mean(per_run))
+
+
+@pytest.mark.slow
+def test_report_evaluates_a_protocols_verdict_rules(toy_study: Path) -> None:
+    """--protocol with a ```verdict block (tests/report/verdict_protocol.md, docs/report.md "Verdict rules"): every
+    rule is evaluated on the report's comparisons, printed, and written to table.md; the first that holds is the
+    verdict. A protocol without a block says it states none; a rule naming a comparison the report lacks is a
+    one-line error before anything is written."""
+    protocol = Path(__file__).parent / "verdict_protocol.md"
+    args = ("report", "--study", "grid", "--baseline", "ucpo tau=0.0 staleness=0", "--no-plots",
+            "--compare", "best:ucpo tau=0.0 staleness=0", "--equivalence", "0.5")
+    result = _cli(*args, "--protocol", str(protocol), "--out", "verdicts", cwd=toy_study)
+    assert result.returncode == 0, result.stderr
+    assert "  refuted: does not hold — " in result.stdout and "  not shown: holds — always" in result.stdout
+    assert "UCPO tau=1.0 vs tau=0.0 at staleness 0 (protocol rules, the first that holds): reproduced (also holds, " \
+           "lower in precedence: not shown)" in result.stdout
+    table = (toy_study / "verdicts" / "table.md").read_text()
+    assert "### Verdict (protocol rules)" in table and "**UCPO tau=1.0 vs tau=0.0 at staleness 0: reproduced**" in table
+    assert "| negligible | no | ucpo tau=1.0 staleness=0 vs ucpo tau=0.0 staleness=0 · policy/toy_correct_uniformity: " \
+           "p_equivalence_holm = " in table
+    # the verdict's numbers are comparisons.csv's
+    rows = {(r["a"], r["metric"], r["selected_from"]): r
+            for r in csv.DictReader((toy_study / "verdicts" / "comparisons.csv").open())}
+    row = rows[("ucpo tau=1.0 staleness=0", "policy/toy_correct_uniformity", "")]
+    assert f"delta = {float(row['delta']):.4g} > 0 ✓" in table and float(row["high"]) > 0
+
+    bare = toy_study / "bare_protocol.md"
+    bare.write_text("# a protocol in prose only\n")
+    result = _cli(*args, "--protocol", str(bare), "--out", "bare", cwd=toy_study)
+    assert result.returncode == 0, result.stderr
+    assert "the protocol states no machine-readable verdict rules" in result.stdout
+    assert "the protocol states no machine-readable verdict rules" in (toy_study / "bare" / "table.md").read_text()
+
+    wrong = toy_study / "wrong_protocol.md"
+    wrong.write_text(protocol.read_text().replace("ucpo tau=1.0 staleness=1 vs", "ucpo tau=2.0 staleness=1 vs"))
+    _one_line_error(_cli(*args, "--protocol", str(wrong), "--out", "wrong", cwd=toy_study),
+                    "rule 3 ('reproduced')", "no comparison 'ucpo tau=2.0 staleness=1 vs ucpo tau=0.0 staleness=0'",
+                    "--compare \"ucpo tau=2.0 staleness=1:ucpo tau=0.0 staleness=0\"")
+    assert not (toy_study / "wrong").exists()

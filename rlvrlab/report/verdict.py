@@ -1,0 +1,325 @@
+"""A protocol's verdict rules in a stated, machine-readable form, and their evaluation on a report's comparisons
+(`rlvrlab report --protocol FILE`; the format is docs/report.md, "Verdict rules").
+
+A protocol states its rules in a fenced block of its markdown, ```verdict ... ```, holding YAML:
+
+    question: UCPO tau=0.2 on pairs            # optional title (a protocol may hold several blocks)
+    precedence: first                          # required: the first rule that holds is the verdict
+    rules:                                     # in order of precedence
+      - verdict: negligible
+        all:
+          - {comparison: ucpo tau=0.2 vs grpo, metric: "eval/heldout/uniformity:mean:1", where: ci_high < 0.02}
+      - verdict: reproduced
+        all:
+          - {comparison: ucpo tau=0.2 vs grpo, metric: "eval/heldout/uniformity:mean:1",
+             where: [p_holm < 0.05, delta > 0]}
+      - verdict: not shown                     # no condition: always holds (the fallback)
+
+A condition is a comparison of the report (`A vs B` as comparisons.csv names it, `best vs B` for a selected cell),
+one of its columns (`metric`, and `section` where the column is in several), and `where`: predicates
+`FIELD OP VALUE` on that row of comparisons.csv, all of which must hold; `all:` / `any:` combine conditions and
+nest. Every rule is evaluated (the table shows which hold); the verdict is the first that holds. Mistakes are
+one-line RlvrlabErrors naming the rule and the fix."""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional, Union
+
+from rlvrlab.errors import RlvrlabError
+from rlvrlab.report.render import comparison_record
+from rlvrlab.report.table import Report, Row
+
+FENCE = re.compile(r"^```verdict\s*$")
+PRECEDENCE = "first"  # the only precedence: the first rule (in the listed order) that holds is the verdict
+NUMERIC = ("delta", "low", "high", "se", "df", "p", "p_family", "p_holm", "p_signflip", "mde", "holm_level",
+           "mde_holm", "prob_improvement", "n_a", "n_b", "selected_from", "equivalence_margin", "p_equivalence",
+           "p_equivalence_holm")
+BOOLEAN = ("significant", "equivalent", "paired", "max_statistic")
+ALIASES = {"ci_low": "low", "ci_high": "high"}  # the 95% interval of Δ
+OPERATORS = {"<": lambda a, b: a < b, "<=": lambda a, b: a <= b, ">": lambda a, b: a > b,
+             ">=": lambda a, b: a >= b, "==": lambda a, b: a == b, "!=": lambda a, b: a != b}
+PREDICATE = re.compile(r"^\s*([a-z_]+)\s*(<=|>=|==|!=|<|>)\s*(\S+)\s*$")
+TOP_KEYS, RULE_KEYS, LEAF_KEYS = {"question", "precedence", "rules"}, {"verdict", "all", "any"}, \
+    {"comparison", "metric", "section", "where"}
+NO_RULES = "the protocol states no machine-readable verdict rules (a ```verdict block, docs/report.md)"
+
+
+@dataclass(frozen=True)
+class Predicate:
+    field: str  # a column of comparisons.csv (ALIASES resolved)
+    name: str  # as written (ci_high for high)
+    op: str
+    value: Union[float, bool]
+    text: str  # as written
+
+
+@dataclass(frozen=True)
+class Leaf:
+    comparison: str
+    metric: str
+    section: Optional[str]
+    where: tuple[Predicate, ...]
+
+
+@dataclass(frozen=True)
+class Combined:
+    mode: str  # "all" | "any"
+    items: tuple[Union[Leaf, Combined], ...]
+
+
+@dataclass(frozen=True)
+class Rule:
+    verdict: str
+    condition: Optional[Combined]  # None: always holds
+
+
+@dataclass(frozen=True)
+class Question:
+    title: str
+    rules: tuple[Rule, ...]
+
+
+@dataclass(frozen=True)
+class RuleOutcome:
+    verdict: str
+    holds: bool
+    detail: str  # every predicate with the value it was tested on
+
+
+@dataclass(frozen=True)
+class QuestionOutcome:
+    title: str
+    rules: tuple[RuleOutcome, ...]
+
+    @property
+    def verdict(self) -> Optional[str]:
+        """The first rule that holds (the stated precedence); None when none does."""
+        return next((r.verdict for r in self.rules if r.holds), None)
+
+
+@dataclass(frozen=True)
+class Verdicts:
+    protocol: str
+    questions: tuple[QuestionOutcome, ...]  # () when the protocol states no rules
+
+
+# ------------------------------------------------------------------------------------------------------ parsing
+def load(path: Path) -> tuple[Question, ...]:
+    """Every ```verdict block of the protocol, parsed and checked (not yet against a report)."""
+    text = Path(path).read_text()
+    blocks: list[str] = []
+    current: Optional[list[str]] = None
+    for line in text.splitlines():
+        if current is None and FENCE.match(line):
+            current = []
+        elif current is not None and line.strip() == "```":
+            blocks.append("\n".join(current))
+            current = None
+        elif current is not None:
+            current.append(line)
+    if current is not None:
+        raise RlvrlabError(f"--protocol {path}: a ```verdict block is not closed; end it with a line ```")
+    return tuple(_question(block, f"--protocol {path}", index, len(blocks)) for index, block in enumerate(blocks))
+
+
+def _question(block: str, where: str, index: int, count: int) -> Question:
+    import yaml
+
+    where = f"{where}, verdict block {index + 1}" if count > 1 else f"{where}, verdict block"
+    try:
+        spec = yaml.safe_load(block)
+    except yaml.YAMLError as error:
+        mark = getattr(error, "problem_mark", None)
+        at = f" (line {mark.line + 1} of the block)" if mark is not None else ""
+        raise RlvrlabError(f"{where}: not valid YAML{at}; write precedence: first and rules: [...] "
+                           "(docs/report.md, \"Verdict rules\")") from None
+    if not isinstance(spec, dict):
+        raise RlvrlabError(f"{where}: write a mapping with precedence: first and rules: [...]")
+    unknown = sorted(set(map(str, spec)) - TOP_KEYS)
+    if unknown:
+        raise RlvrlabError(f"{where}: unknown key {unknown[0]!r}; a block has {', '.join(sorted(TOP_KEYS))}")
+    if spec.get("precedence") != PRECEDENCE:
+        raise RlvrlabError(f"{where}: state the precedence with precedence: {PRECEDENCE} (the first rule that "
+                           "holds, in the listed order, is the verdict)")
+    rules = spec.get("rules")
+    if not isinstance(rules, list) or not rules:
+        raise RlvrlabError(f"{where}: rules: must list the rules in order of precedence, each with verdict: NAME")
+    title = str(spec.get("question") or (f"verdict {index + 1}" if count > 1 else "verdict"))
+    return Question(title, tuple(_rule(rule, where, number) for number, rule in enumerate(rules, 1)))
+
+
+def _rule(rule: object, where: str, number: int) -> Rule:
+    name = rule.get("verdict") if isinstance(rule, dict) else None
+    here = f"{where}, rule {number}" + (f" ({name!r})" if isinstance(name, str) else "")
+    if not isinstance(rule, dict) or not isinstance(name, str) or not name.strip():
+        raise RlvrlabError(f"{here}: give each rule a name, verdict: NAME (e.g. reproduced, negligible, refuted, "
+                           "not shown), and all: or any: conditions (none: it always holds)")
+    unknown = sorted(set(map(str, rule)) - RULE_KEYS)
+    if unknown:
+        raise RlvrlabError(f"{here}: unknown key {unknown[0]!r}; a rule has verdict, and all or any")
+    if "all" in rule and "any" in rule:
+        raise RlvrlabError(f"{here}: give all: or any:, not both (nest one in the other)")
+    mode = "all" if "all" in rule else "any" if "any" in rule else None
+    return Rule(name.strip(), None if mode is None else _combined(mode, rule[mode], here))
+
+
+def _combined(mode: str, items: object, here: str) -> Combined:
+    if not isinstance(items, list) or not items:
+        raise RlvrlabError(f"{here}: {mode}: must list conditions, each {{comparison: A vs B, metric: M, "
+                           "where: FIELD OP VALUE}} or a nested all:/any:")
+    return Combined(mode, tuple(_condition(item, here) for item in items))
+
+
+def _condition(item: object, here: str) -> Union[Leaf, Combined]:
+    if isinstance(item, dict) and len(item) == 1 and next(iter(item)) in ("all", "any"):
+        mode = next(iter(item))
+        return _combined(mode, item[mode], here)
+    if not isinstance(item, dict):
+        raise RlvrlabError(f"{here}: a condition is a mapping {{comparison: A vs B, metric: M, where: FIELD OP "
+                           f"VALUE}}, got {item!r}")
+    unknown = sorted(set(map(str, item)) - LEAF_KEYS)
+    if unknown:
+        raise RlvrlabError(f"{here}: unknown key {unknown[0]!r} in a condition; a condition has comparison, metric, "
+                           "where (and section where the column is in several)")
+    missing = [k for k in ("comparison", "metric", "where") if not item.get(k)]
+    if missing:
+        raise RlvrlabError(f"{here}: a condition needs {missing[0]}: (comparison: A vs B, metric: M, where: "
+                           "FIELD OP VALUE)")
+    where = item["where"] if isinstance(item["where"], list) else [item["where"]]
+    section = item.get("section")
+    return Leaf(str(item["comparison"]).strip(), str(item["metric"]).strip(),
+                None if section is None else str(section), tuple(_predicate(str(w), here) for w in where))
+
+
+def _predicate(text: str, here: str) -> Predicate:
+    match = PREDICATE.match(text)
+    fields = ", ".join((*NUMERIC, *ALIASES, *BOOLEAN))
+    if match is None:
+        raise RlvrlabError(f"{here}: {text!r} is not FIELD OP VALUE (OP one of < <= > >= == !=), e.g. "
+                           "p_holm < 0.05")
+    name, op, value = match.groups()
+    field = ALIASES.get(name, name)
+    if field in BOOLEAN:
+        if value not in ("true", "false") or op not in ("==", "!="):
+            raise RlvrlabError(f"{here}: {text!r}: {name} is true or false; write {name} == true")
+        return Predicate(field, name, op, value == "true", text.strip())
+    if field not in NUMERIC:
+        raise RlvrlabError(f"{here}: {text!r}: unknown field {name!r}; the fields are {fields}")
+    try:
+        number = float(value)
+    except ValueError:
+        raise RlvrlabError(f"{here}: {text!r}: {value!r} is not a number") from None
+    return Predicate(field, name, op, number, text.strip())
+
+
+# --------------------------------------------------------------------------------------------------- evaluation
+def evaluate(protocol: Path, questions: tuple[Question, ...], report: Report) -> Verdicts:
+    """Every rule of every block on the report's comparisons; one-line errors for a comparison, column or field
+    the report does not have."""
+    outcomes = []
+    for question in questions:
+        rules = []
+        for number, rule in enumerate(question.rules, 1):
+            here = f"--protocol {protocol}, rule {number} ({rule.verdict!r})"
+            if rule.condition is None:
+                rules.append(RuleOutcome(rule.verdict, True, "always (no condition)"))
+                continue
+            holds, detail = _holds(rule.condition, report, here)
+            rules.append(RuleOutcome(rule.verdict, holds, detail))
+        outcomes.append(QuestionOutcome(question.title, tuple(rules)))
+    return Verdicts(str(protocol), tuple(outcomes))
+
+
+def _holds(condition: Union[Leaf, Combined], report: Report, here: str) -> tuple[bool, str]:
+    if isinstance(condition, Combined):
+        parts = [_holds(item, report, here) for item in condition.items]
+        holds = all(h for h, _ in parts) if condition.mode == "all" else any(h for h, _ in parts)
+        inner = "; ".join(d for _, d in parts)
+        return holds, inner if len(parts) == 1 else f"{condition.mode} of ({inner})"
+    record = comparison_record(_row(condition, report, here))
+    shown = []
+    holds = True
+    for predicate in condition.where:
+        value = record.get(predicate.field, "")
+        if value == "" or value is None:
+            fix = "run the report with --equivalence MARGIN" if "equivalen" in predicate.field else \
+                "it is empty for this comparison (the sign-flip p: paired comparisons only)"
+            raise RlvrlabError(f"{here}: {predicate.text!r}: {condition.comparison} on {condition.metric} has no "
+                               f"{predicate.field}; {fix}")
+        ok = bool(OPERATORS[predicate.op](value, predicate.value))
+        holds = holds and ok
+        text = str(value).lower() if isinstance(value, bool) else ("nan" if math.isnan(float(value))
+                                                                    else f"{float(value):.4g}")
+        shown.append(f"{predicate.name} = {text} {predicate.op} {_target(predicate.value)} {'✓' if ok else '✗'}")
+    return holds, f"{condition.comparison} · {condition.metric}: {', '.join(shown)}"
+
+
+def _target(value: Union[float, bool]) -> str:
+    return str(value).lower() if isinstance(value, bool) else f"{value:g}"
+
+
+def _names(row: Row) -> set[str]:
+    """What a condition may call a row: `A vs B`, or for a selected cell its full name and `best vs B`."""
+    return {row.name, f"best vs {row.b}"} if row.selected_from else {row.name}
+
+
+def _row(leaf: Leaf, report: Report, here: str) -> Row:
+    named = [r for r in report.rows if leaf.comparison in _names(r)]
+    if not named:
+        known = sorted({r.name for r in report.rows})
+        shown = "; ".join(known[:6]) + ("; ..." if len(known) > 6 else "")
+        a, _, b = leaf.comparison.partition(" vs ")
+        raise RlvrlabError(f"{here}: no comparison {leaf.comparison!r} in this report; add it with --compare "
+                           f"\"{a}:{b}\" or name one of: {shown}")
+    found = [r for r in named if r.metric == leaf.metric and leaf.section in (None, r.section)]
+    if not found:
+        columns = sorted({r.metric for r in named})
+        raise RlvrlabError(f"{here}: {leaf.comparison!r} is not tested on {leaf.metric!r}"
+                           + (f" in section {leaf.section!r}" if leaf.section else "")
+                           + f"; its columns: {', '.join(columns)}")
+    sections = sorted({r.section for r in found})
+    if len(sections) > 1:
+        raise RlvrlabError(f"{here}: {leaf.metric!r} of {leaf.comparison!r} is in sections {', '.join(sections)}; "
+                           "name one with section: NAME")
+    return found[0]  # the same test where a pair is asked twice (baseline and --compare): the same numbers
+
+
+# ------------------------------------------------------------------------------------------------------ output
+def markdown(verdicts: Verdicts) -> str:
+    """The "Verdict (protocol rules)" section of table.md."""
+    out = ["### Verdict (protocol rules)", ""]
+    if not verdicts.questions:
+        return "\n".join([*out, NO_RULES, ""]) + "\n"
+    out.append(f"From `{verdicts.protocol}`; the rules in its order of precedence, the first that holds is the "
+               "verdict.")
+    out.append("")
+    for question in verdicts.questions:
+        out.append(f"**{question.title}: {question.verdict or 'none of the rules holds'}**"
+                   + _also(question))
+        out.append("")
+        out.append("| rule | holds | conditions |")
+        out.append("|---|---|---|")
+        out += [f"| {r.verdict} | {'yes' if r.holds else 'no'} | {r.detail} |" for r in question.rules]
+        out.append("")
+    return "\n".join(out) + "\n"
+
+
+def _also(question: QuestionOutcome) -> str:
+    holding = [r.verdict for r in question.rules if r.holds][1:]
+    return f" (also holds, lower in precedence: {', '.join(holding)})" if holding else ""
+
+
+def lines(verdicts: Verdicts) -> list[str]:
+    """What the CLI prints: each rule, then the verdict, per block."""
+    if not verdicts.questions:
+        return [NO_RULES]
+    out = []
+    for question in verdicts.questions:
+        out += [f"  {r.verdict}: {'holds' if r.holds else 'does not hold'} — {r.detail}" for r in question.rules]
+        verdict = question.verdict or "none of the rules holds"
+        out.append(f"{question.title} (protocol rules, the first that holds): {verdict}{_also(question)}")
+    return out
