@@ -15,7 +15,16 @@ scipy and by hand:
   scipy.stats.ttest_ind(equal_var=False)); the interval is Δ ± t_{0.975, df} · se (scipy.stats.t).
   Evaluation rows paired by seed and problem ("paired t (problems paired)") use each seed's mean over the problems
   defined in both arms, from per_problem.csv;
-- every other evaluation comparison (the crossed seeds × problems interval): Δ and P(improvement) only;
+- every other evaluation comparison, the crossed seeds × problems design y_sp = μ + a_s + b_p + e_sp (two-way
+  ANOVA mean squares by hand; docs/report.md): Δ, interval, se, df and p. Paired by seed and problem ("paired
+  crossed"): the interval of d_sp = a_sp - b_sp, with K̂ = max(MS_S, 3·MS_E) on S-1 df and B̂ = max(MS_P - MS_E, 0)
+  on its Satterthwaite df, Var = (K̂ + B̂)/(SP), df = (S-1) + (df_Satt - (S-1))·(1 - K̂/(K̂+B̂))²; the sign-flip p over
+  the seeds' mean differences. Different seeds ("Welch crossed"): each group's K̂/(P·S) on its S-1 df, plus
+  max(s²_D - MS_E,A/S_A - MS_E,B/S_B, 0)/P for the problems (D_p the difference of problem means), Satterthwaite df;
+- every row's MDE (the |Δ| a two-sided t at level α with the row's se and df detects with 80% power: noncentral
+  t from scipy.stats.nct, solved with scipy.optimize.brentq) at α = 0.05 (`mde`) and at the row's Holm level
+  0.05/(m·N) (`holm_level`, `mde_holm`; m the family's size, N the cells a selected group was picked from; a
+  max-statistic below 6 paired seeds, or unpaired: inf);
 - the family: p_family (p times the number of cells a selected group was picked from) and Holm's (1979)
   step-down adjustment over every row of comparisons.csv, by hand;
 - with `rlvrlab report --equivalence` (the columns equivalence_margin, p_equivalence, p_equivalence_holm): each
@@ -24,7 +33,7 @@ scipy and by hand:
   selected group, and Holm over the difference tests and the equivalence tests together;
 - table.csv: each cell's mean, and for Student-t cells its interval, standard error and df.
 
-Not recomputed: the MDE and the crossed intervals (rlvrlab/report/stats.py). A difference is |a - b| / max(1, |b|).
+Every number of comparisons.csv is recomputed. A difference is |a - b| / max(1, |b|).
 Exit status 0 when the largest difference is at most 1e-9, 1 when it is larger, 2 when a file is missing.
 """
 
@@ -37,10 +46,13 @@ from collections import defaultdict
 from pathlib import Path
 
 import numpy as np
-from scipy import stats as sps
+from scipy import optimize, stats as sps
 
 LEVEL = 0.95
 TOLERANCE = 1e-9
+ALPHA, POWER = 0.05, 0.80
+SEED_FLOOR = 3.0  # K̂ >= 3·MS_E: the seed variance component floored at 2·MS_E/P (rlvrlab.report.stats.intervals)
+SIGNFLIP_SEEDS = 6  # the fewest paired seeds whose exact sign-flip p can be below 0.05 (2/2^5 = 0.0625)
 MAX_EXACT_FLIPS = 16  # rlvrlab enumerates all 2^S sign flips up to here; beyond, 2^16 seeded random flips
 
 
@@ -132,6 +144,82 @@ def t_test(a: np.ndarray, b: np.ndarray, paired: bool) -> dict[str, float | None
             "p_signflip": flip}
 
 
+def mean_squares(x: np.ndarray) -> tuple[float, float, float]:
+    """x [S, P]: MS_seeds, MS_problems, MS_residual of the two-way ANOVA without replication."""
+    s, p = x.shape
+    grand = x.mean()
+    rows, cols = x.mean(axis=1, keepdims=True), x.mean(axis=0, keepdims=True)
+    ms_s = float(p * ((rows - grand) ** 2).sum() / (s - 1))
+    ms_p = float(s * ((cols - grand) ** 2).sum() / (p - 1))
+    ms_e = float(((x - rows - cols + grand) ** 2).sum() / ((s - 1) * (p - 1)))
+    return ms_s, ms_p, ms_e
+
+
+def satterthwaite(terms: list[tuple[float, float]]) -> tuple[float, float]:
+    """(Σ value, (Σ value)² / Σ value²/df) over (value, df) terms; the first term's df where all are 0."""
+    total = sum(v for v, _ in terms)
+    denominator = sum(v ** 2 / d for v, d in terms)
+    return total, (total ** 2 / denominator if denominator > 0 else terms[0][1])
+
+
+def problem_term(plus: tuple[float, float], minus: list[tuple[float, float]]) -> tuple[float, float]:
+    """max(m+ - Σ m-, 0) and its Satterthwaite df over every mean square in it (1 where it is 0)."""
+    value = max(plus[0] - sum(m for m, _ in minus), 0.0)
+    if value <= 0:
+        return 0.0, 1.0
+    return value, value ** 2 / (plus[0] ** 2 / plus[1] + sum(m ** 2 / d for m, d in minus))
+
+
+def crossed(x: np.ndarray) -> tuple[float, float, float]:
+    """x [S, P]: mean, se and df of the crossed interval (paired crossed: x the differences)."""
+    s, p = x.shape
+    ms_s, ms_p, ms_e = mean_squares(x)
+    seed = max(ms_s, SEED_FLOOR * ms_e)
+    problem = problem_term((ms_p, p - 1.0), [(ms_e, (s - 1.0) * (p - 1.0))])
+    total, satt = satterthwaite([(seed, s - 1.0), problem])
+    share = seed / total if total > 0 else 1.0
+    if not (math.isfinite(satt) and total > 0):
+        satt = s - 1.0
+    return float(x.mean()), math.sqrt(total / (s * p)), (s - 1) + (satt - (s - 1)) * (1 - share) ** 2
+
+
+def welch_crossed(a: np.ndarray, b: np.ndarray) -> tuple[float, float, float]:
+    """a [Sa, P], b [Sb, P]: Δ, se and df of the Welch crossed comparison."""
+    p = a.shape[1]
+    terms, residuals = [], []
+    for x in (a, b):
+        s = x.shape[0]
+        ms_s, _, ms_e = mean_squares(x)
+        terms.append((max(ms_s, SEED_FLOOR * ms_e) / (p * s), s - 1.0))
+        residuals.append((ms_e / (p * s), (s - 1.0) * (p - 1.0)))
+    d = a.mean(axis=0) - b.mean(axis=0)
+    terms.append(problem_term((float(d.var(ddof=1)) / p, p - 1.0), residuals))
+    var, df = satterthwaite(terms)
+    return float(a.mean() - b.mean()), math.sqrt(var), df
+
+
+def moments_test(delta: float, se: float, df: float, flips: np.ndarray | None) -> dict[str, float | None]:
+    half = float(sps.t.ppf(0.5 + LEVEL / 2, df)) * se
+    return {"delta": delta, "low": delta - half, "high": delta + half, "se": se, "df": df,
+            "p": two_sided_p(delta, se, df), "p_signflip": None if flips is None else signflip_p(flips)}
+
+
+def mde(se: float, df: float, alpha: float) -> float:
+    """The true |Δ| that a two-sided level-alpha t with this se and df rejects with probability POWER."""
+    if not (se > 0 and df > 0) or not math.isfinite(se):
+        return math.nan
+    crit = float(sps.t.ppf(1 - alpha / 2, df))
+
+    def shortfall(nc: float) -> float:
+        lower = float(sps.nct.cdf(-crit, df, nc))
+        return float(sps.nct.sf(crit, df, nc)) + (lower if math.isfinite(lower) else 0.0) - POWER
+
+    high = crit + 3.0
+    while shortfall(high) < 0:
+        high *= 1.5
+    return float(optimize.brentq(shortfall, 0.0, high, xtol=1e-12) * se)
+
+
 def equivalence_p(delta: float, se: float, df: float, margin: float) -> float:
     """TOST: the larger of the one-sided p of H0: Δ <= -M and of H0: Δ >= M (0 or 1 for a zero spread)."""
     if se > 0:
@@ -182,6 +270,7 @@ def recompute(folder: Path) -> tuple[list[tuple[str, str, float]], list[str]]:
     partial: list[str] = []
     family: list[float] = []
     tosts: list[tuple[str, dict[str, str], float]] = []  # (name, row, TOST p entering Holm)
+    kept: list[tuple[str, dict[str, str], dict[str, float | None] | None]] = []  # each row and what was recomputed
     tested = bool(rows) and "p_equivalence" in rows[0]
     names = [comparison_name(row) for row in rows]
     for name, row in zip(names, rows):
@@ -197,17 +286,17 @@ def recompute(folder: Path) -> tuple[list[tuple[str, str, float]], list[str]]:
             d = seed_means(matrices[(row["a"], row["section"], row["metric"])]
                            - matrices[(row["b"], row["section"], row["metric"])])
             got = t_test(d, np.zeros_like(d), True)
-        else:  # the crossed interval: the difference of means only
-            x_a = matrices.get((row["a"], row["section"], row["metric"]))
-            x_b = matrices.get((row["b"], row["section"], row["metric"]))
-            both = x_a is not None and x_b is not None
-            delta = float(x_a.mean() - x_b.mean()) if both else float(a.mean() - b.mean())
-            checks.append((name, "delta", difference(delta, number(row["delta"]))))
-            partial.append(f"{name}: {test}, Δ only")
+        elif test in ("paired crossed", "Welch crossed"):
+            x_a = matrices[(row["a"], row["section"], row["metric"])]
+            x_b = matrices[(row["b"], row["section"], row["metric"])]
+            if test == "paired crossed":
+                got = moments_test(*crossed(x_a - x_b), (x_a - x_b).mean(axis=1))
+            else:
+                got = moments_test(*welch_crossed(x_a, x_b), None)
+        else:
+            partial.append(f"{name}: {test} (unknown to this script), not recomputed")
             family.append(float(row["p_family"]))
-            if tested and row["equivalence_margin"]:
-                tosts.append((name, row, tost(name, row, float(row["delta"]), float(row["se"]), float(row["df"]),
-                                              checks)))
+            kept.append((name, row, None))
             continue
         for key, value in got.items():
             checks.append((name, key, difference(value, number(row[key]))))
@@ -217,12 +306,27 @@ def recompute(folder: Path) -> tuple[list[tuple[str, str, float]], list[str]]:
         p_family = min(1.0, p * selected) if selected else p
         checks.append((name, "p_family", difference(p_family, float(row["p_family"]))))
         family.append(p_family)
+        kept.append((name, row, got))
+        if "mde" in row:
+            assert got["se"] is not None and got["df"] is not None
+            checks.append((name, "mde", difference(mde(got["se"], got["df"], ALPHA), number(row["mde"]))))
         if tested and row["equivalence_margin"]:
             assert got["delta"] is not None and got["se"] is not None and got["df"] is not None
             tosts.append((name, row, tost(name, row, got["delta"], got["se"], got["df"], checks)))
     adjusted = holm(family + [p for _, _, p in tosts])  # one family: the difference tests, then the TOSTs
     for name, row, p_holm in zip(names, rows, adjusted):
         checks.append((name, "p_holm", difference(p_holm, float(row["p_holm"]))))
+    for name, row, got in kept:  # the MDE at the Holm first-step level of the whole family (difference tests + TOSTs)
+        if got is None or "mde_holm" not in row:
+            continue
+        level = ALPHA / (len(adjusted) * (int(row["selected_from"]) if row["selected_from"] else 1))
+        checks.append((name, "holm_level", difference(level, float(row["holm_level"]))))
+        assert got["se"] is not None and got["df"] is not None
+        detectable = mde(got["se"], got["df"], level)
+        if row.get("max_statistic") == "True" and (row["paired"] != "True" or
+                                                   min(int(row["n_a"]), int(row["n_b"])) < SIGNFLIP_SEEDS):
+            detectable = math.inf  # a max-statistic's claim needs the sign-flip too: impossible here
+        checks.append((name, "mde_holm", difference(detectable, number(row["mde_holm"]))))
     for (name, row, _), p_holm in zip(tosts, adjusted[len(rows):]):
         checks.append((name, "p_equivalence_holm", difference(p_holm, float(row["p_equivalence_holm"]))))
     table = folder / "table.csv"

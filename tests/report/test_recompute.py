@@ -178,7 +178,8 @@ def test_results_recompute_script_agrees(report: Path) -> None:
     assert result.returncode == 0, result.stdout + result.stderr
     last = result.stdout.strip().splitlines()[-1]
     assert last.startswith("largest difference: ") and float(last.split()[2]) <= 1e-12, result.stdout
-    assert "paired crossed" in result.stdout  # the crossed evaluation rows: Δ only (said so)
+    assert "paired crossed" in (report / "comparisons.csv").read_text()
+    assert "partly:" not in result.stdout  # the crossed evaluation rows are recomputed in full too
     # one seed value off in its 10th digit: the script says so and fails
     altered = report.parent / "altered"
     shutil.copytree(report, altered)
@@ -271,3 +272,32 @@ def test_committed_results_recompute() -> None:
         done = subprocess.run([sys.executable, str(ROOT / "results" / "recompute.py"), str(folder)],
                               capture_output=True, text=True, timeout=120)
         assert done.returncode == 0, (folder, done.stdout[-2000:], done.stderr)
+
+
+def test_the_scripts_crossed_intervals_and_mdes_are_the_reports() -> None:
+    """recompute.py's own crossed seeds x problems moments (paired and Welch) and MDEs, on draws where the seed term
+    is floored and where it is not, equal rlvrlab.report.stats to 1e-12."""
+    import importlib.util
+
+    from rlvrlab.report import stats
+
+    spec = importlib.util.spec_from_file_location("recompute", ROOT / "results" / "recompute.py")
+    assert spec is not None and spec.loader is not None
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    rng = np.random.default_rng(11)
+    floored = 0
+    for draw in range(40):
+        sd_seed = 0.0 if draw % 2 else 0.1
+        a = rng.normal(0, sd_seed, (5, 1)) + rng.normal(0, 0.2, (1, 12)) + rng.normal(0, 0.1, (5, 12))
+        b = rng.normal(0, sd_seed, (6, 1)) + rng.normal(0, 0.2, (1, 12)) + rng.normal(0, 0.1, (6, 12))
+        ms = stats.mean_squares(a - b[:5])
+        floored += int(ms.seeds <= 2 * ms.resid)
+        for got, want in ((script.crossed(a - b[:5]), stats.paired_crossed(a, b[:5])),
+                          (script.welch_crossed(a, b), stats.welch_crossed(a, b))):
+            np.testing.assert_allclose(got, (want.delta, want.se, want.df), rtol=1e-12, atol=1e-14)
+            assert script.mde(want.se, want.df, 0.05) == pytest.approx(want.mde, rel=1e-9)
+            level = stats.holm_level(12)
+            assert script.mde(want.se, want.df, level) == pytest.approx(stats.mde(want.se, want.df, alpha=level),
+                                                                       rel=1e-9)
+    assert 5 <= floored <= 35  # both branches of the floor were exercised
