@@ -6,10 +6,11 @@ from typing import Annotated, Optional
 
 import typer
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from rlvrlab.cli.options import OverridesArg
+from rlvrlab.cli.progress import progress_display
 
 SweepArg = Annotated[str, typer.Argument(help="A sweep file (sweeps/NAME.yaml or a path).", show_default=False)]
 WorkersOpt = Annotated[int, typer.Option("--workers", min=1, help="Trials run in parallel processes on this machine "
@@ -59,13 +60,17 @@ def sweep(sweep_file: SweepArg, overrides: OverridesArg = None, workers: Workers
     from rlvrlab.sweep.workers import run_sweep_file
 
     err = Console(stderr=True)
-    progress = Progress(TextColumn("[bold]sweep[/]"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                        TextColumn("{task.fields[status]}"), console=err,
-                        refresh_per_second=2)  # it moves once a trial: more redraws only cost CPU
+    # rich's bar on a terminal, plain lines in a log file (rlvrlab.cli.progress); it moves once a seed run or trial:
+    # more than 2 redraws a second only cost CPU
+    progress = progress_display(err, TextColumn("[bold]sweep[/]"), BarColumn(), MofNCompleteColumn(),
+                                TimeElapsedColumn(), TextColumn("{task.fields[status]}"), refresh_per_second=2)
     task = progress.add_task("sweep", total=None, status="")
+    started = False
 
     def show(done: int, total: int | None, note: str) -> None:
-        if not progress.live.is_started:  # from the first report on: a bad file or storage stays one line
+        nonlocal started
+        if not started:  # from the first report on: a bad file or storage stays one line
+            started = True
             progress.start()
         progress.update(task, completed=done, total=total, status=note)
 
@@ -102,6 +107,7 @@ def _print_summary(console: Console, opened) -> None:
     from rlvrlab.sweep.spec import format_value
     from rlvrlab.sweep.storage import masked
     from rlvrlab.sweep.summary import summarize
+    from rlvrlab.tracking.mlflow_tracker import ui_hint
 
     spec, summary = opened.spec, summarize(opened)
     keys = [p.key for p in spec.space]
@@ -146,4 +152,4 @@ def _print_summary(console: Console, opened) -> None:
                   f"{spec.name!r} (study run {opened.study_run_id}) in {opened.mlflow_uri}")
     password = "   (with your password for ***)" if "***" in masked(opened.storage_url) else ""
     console.print(f"  look at them: optuna-dashboard {masked(opened.storage_url)}{password}   |   "
-                  f"mlflow ui --backend-store-uri {opened.mlflow_uri}")
+                  f"{ui_hint(opened.mlflow_uri, opened.study_run_id)}", markup=False, highlight=False)

@@ -45,10 +45,14 @@ def train(experiment: ExperimentArg = None, overrides: OverridesArg = None, resu
     tags = parse_tags(tag or [])
     cfg = run_config(experiment, overrides, resume=resume)
     progress = _progress_bar(Console(stderr=True), cfg)  # shown from the first step: setup errors stay one line
-    task = progress.add_task("train", total=cfg.steps, status="", start=False)
+    task = progress.add_task(f"train {cfg.algorithm.name} {cfg.model.tier}/{cfg.dataset.name} seed {cfg.seed}",
+                             total=cfg.steps, status="", start=False)
+    started = False
 
     def show(step: int, stats) -> None:
-        if not progress.live.is_started:
+        nonlocal started
+        if not started:
+            started = True
             progress.start()
             progress.start_task(task)
         if stats is None:  # a step that logs nothing (tracking.log_every): the last logged values stay shown
@@ -101,21 +105,26 @@ def resume_command(cfg: RunConfig, run_id: str) -> str:
 
 
 def _progress_bar(console: Console, cfg: RunConfig) -> Progress:
+    """rich's bar on a terminal; plain lines (rlvrlab.cli.progress) in a log file or a pipe."""
     import os
 
-    return Progress(
+    from rlvrlab.cli.progress import progress_display
+
+    return progress_display(
+        console,
         TextColumn(f"[bold]{cfg.algorithm.name}[/] {cfg.model.tier}/{cfg.dataset.name} seed {cfg.seed}"),
         BarColumn(),
         MofNCompleteColumn(),
         TimeElapsedColumn(),
         TimeRemainingColumn(),
         TextColumn("{task.fields[status]}"),
-        console=console,
+        unit="steps",
         disable=os.environ.get("RANK", "0") != "0",
     )
 
 
 def _print_done(cfg: RunConfig, run_id: str) -> None:
+    from rlvrlab.tracking.mlflow_tracker import ui_hint
     from rlvrlab.tracking.store import store
 
     output_dir = Path(cfg.output_dir).expanduser().resolve()
@@ -127,6 +136,6 @@ def _print_done(cfg: RunConfig, run_id: str) -> None:
     uri = store(output_dir, cfg.tracking.uri).uri
     console.print(f"[green]done[/]: MLflow run [bold]{run_id}[/] (experiment {escape(repr(cfg.experiment))}) in "
                   f"{escape(uri)}")
-    ui = escape(shlex.join(["mlflow", "ui", "--backend-store-uri", uri]))
-    console.print(f"  look at it: [bold]{ui}[/]  then open http://127.0.0.1:5000")
+    console.print(f"  look at it: {escape(ui_hint(uri, run_id))}")
     console.print(f"  checkpoints and resolved config: {escape(str(output_dir / run_id))}")
+

@@ -114,21 +114,63 @@ class _Patient:
         return call
 
 
+# MLflow's experiment tag for what an experiment is for, and its value for model training. mlflow has no Python
+# constant for either: the UI's bundle defines them (mlflow/server/js: the ExperimentKind enum,
+# CUSTOM_MODEL_DEVELOPMENT = "custom_model_development", read from the tag "mlflow.experimentKind"), MLflow's
+# assistant's skill mlflow-onboarding documents them (in mlflow/assistant/skills) and its demo sets the
+# GenAI value (mlflow/demo/generators/traces.py). MLflow 3.17.2's UI does not pick its view by the tag: its
+# experiment-kind hook returns the tag only while a feature flag is off, and its build has the flag on; it returns
+# the kind of the UI's GenAI / Model training switch, set by the address (`ui_address`) or by the user's last click
+# in that browser. The tag still tells MLflow's assistant, and anyone reading the store, what the experiment is.
+EXPERIMENT_KIND = "mlflow.experimentKind"
+MODEL_TRAINING = "custom_model_development"
+UI_MODEL_TRAINING = "workflowType=machine_learning"  # the UI's URL query for its Model training view
+
+
 def experiment_id_for(client, name: str, artifact_root: Path | None) -> str:
-    """The id of MLflow experiment `name`, created (artifacts under artifact_root) when it does not exist yet."""
+    """The id of MLflow experiment `name`, created (artifacts under artifact_root) when it does not exist yet, and
+    marked as a model-training experiment (`mark_model_training`)."""
     from mlflow.exceptions import MlflowException
 
     found = client.get_experiment_by_name(name)
     if found is not None:
+        mark_model_training(client, found)
         return found.experiment_id
     location = artifact_root.resolve().as_uri() if artifact_root is not None else None
     try:
-        return client.create_experiment(name, artifact_location=location)
+        return client.create_experiment(name, artifact_location=location, tags={EXPERIMENT_KIND: MODEL_TRAINING})
     except MlflowException:  # another process created it in between
         found = client.get_experiment_by_name(name)
         if found is None:
             raise
+        mark_model_training(client, found)
         return found.experiment_id
+
+
+def mark_model_training(client, experiment) -> None:
+    """Tag an MLflow experiment (an mlflow.entities.Experiment) as model training, unless it says what it is for
+    already: one made before rlvrlab set the tag gets it on its next use; a kind a user chose is kept."""
+    if EXPERIMENT_KIND not in experiment.tags:
+        client.set_experiment_tag(experiment.experiment_id, EXPERIMENT_KIND, MODEL_TRAINING)
+
+
+def ui_address(experiment_id: str, host: str = "http://127.0.0.1:5000") -> str:
+    """The page of an experiment's runs in the MLflow UI served at `host`, in its Model training view. MLflow 3.17's
+    UI opens an experiment in its GenAI view, where training runs do not show, unless the address asks for the
+    Model training view or the user switched to it before in that browser (bench/mlflow_ui_check.py checks both in
+    a headless browser)."""
+    return f"{host}/#/experiments/{experiment_id}/runs?{UI_MODEL_TRAINING}"
+
+
+def ui_hint(uri: str, run_id: str) -> str:
+    """How to see the experiment of run `run_id` of store `uri` in the MLflow UI, in its Model training view: a
+    tracking server is its own UI; a local store needs `mlflow ui` first (the command shell-quoted)."""
+    import shlex
+
+    experiment_id = quiet_client(uri).get_run(run_id).info.experiment_id
+    if uri.startswith(("http://", "https://")):
+        return ui_address(experiment_id, host=uri.rstrip("/"))
+    return f"{shlex.join(['mlflow', 'ui', '--backend-store-uri', uri])}  then open {ui_address(experiment_id)}"
 
 
 def _file_name(key: str) -> str:
@@ -147,9 +189,11 @@ class MlflowTracker:
             run_id = self.client.create_run(experiment_id, run_name=run_name, tags=dict(tags or {})).info.run_id
         else:
             try:
-                self.prior_status = self.client.get_run(run_id).info.status
+                info = self.client.get_run(run_id).info
             except Exception as error:  # mlflow raises its own MlflowException for unknown ids
                 raise RlvrlabError(f"--resume {run_id}: no such MLflow run in {uri} ({error})") from None
+            self.prior_status = info.status
+            mark_model_training(self.client, self.client.get_experiment(info.experiment_id))
             self.client.update_run(run_id, status="RUNNING")
         self.run_id = run_id
         self._buffer: list = []
