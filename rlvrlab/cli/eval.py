@@ -179,8 +179,11 @@ def pass_at_k(
 @contextmanager
 def _progress_bar(console: Console) -> Iterator[Callable[[str, int, int], None]]:
     """A rich progress bar per dataset, as a progress(label, done, total) callback."""
-    bar = Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                   console=console, disable=os.environ.get("RLVRLAB_NO_PROGRESS") == "1")
+    from rlvrlab.cli.progress import progress_display  # rich's bar on a terminal, plain lines in a log file
+
+    bar: Progress = progress_display(console, TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
+                                     TimeElapsedColumn(), unit="problems",
+                                     disable=os.environ.get("RLVRLAB_NO_PROGRESS") == "1")
     tasks: dict[str, TaskID] = {}
 
     def update(label: str, done: int, total: int) -> None:
