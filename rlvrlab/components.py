@@ -18,6 +18,7 @@ import numpy as np
 import torch
 
 from rlvrlab.config import memory
+from rlvrlab.config.compose import warm_start_seed
 from rlvrlab.config.memory import DS_BUCKET_ELEMENTS, sequence_tokens
 from rlvrlab.config.rules import CHOICES
 from rlvrlab.config.schema import DatasetConfig, RunConfig
@@ -61,14 +62,16 @@ def check_model_folder(folder: Path, what: str = "model folder") -> Path:
 
 
 def model_folder(cfg: RunConfig, problems: list[Problem]) -> Path:
-    """The HF folder of the tiny or real tier (the tiny one is built and warm-started once, then cached)."""
+    """The HF folder of the tiny or real tier (the tiny one is built and warm-started once per warm start seed,
+    then cached; a resumed run rebuilds the same, as its config.yaml resolves to the same seed)."""
     if cfg.model.tier == "real":
         assert cfg.model.path is not None  # config rule: model.tier=real needs model.path
         return check_model_folder(Path(cfg.model.path), "model.path")
     from rlvrlab.policy.tiny import tiny_model_folder
 
     return tiny_model_folder(layers=cfg.model.tiny_layers, hidden=cfg.model.tiny_hidden, heads=cfg.model.tiny_heads,
-                             warmstart_steps=cfg.model.warmstart_steps, problems=problems, seed=0,
+                             warmstart_steps=cfg.model.warmstart_steps, problems=problems,
+                             seed=warm_start_seed(cfg),
                              cache_root=cache_root(), solutions_fn=warm_start_targets(cfg.dataset))
 
 

@@ -117,7 +117,11 @@ def _schema() -> DictConfig:
 
 
 def config_hash(cfg: RunConfig) -> str:
-    """12 hex digits of sha256 over the resolved config without NOT_HASHED; independent of key order."""
+    """12 hex digits of sha256 over the resolved config without NOT_HASHED; independent of key order.
+
+    model.warm_start_seed is left out where it changes nothing: off the tiny tier, and at 0, the warm start every
+    tiny run had before the key existed. Those configs hash as they did then, so their seeds group with earlier
+    runs'; null (the run's seed) is another design and hashes apart."""
     science = dataclasses.asdict(cfg)
     for key in NOT_HASHED:
         *sections, name = key.split(".")
@@ -125,7 +129,29 @@ def config_hash(cfg: RunConfig) -> str:
         for section in sections:
             fields = fields[section]
         del fields[name]
+    if cfg.model.tier != "tiny" or cfg.model.warm_start_seed == LEGACY_WARM_START_SEED:
+        del science["model"]["warm_start_seed"]
     return hashlib.sha256(json.dumps(science, sort_keys=True).encode()).hexdigest()[:12]
+
+
+# The tiny tier's warm start seed of every run made before model.warm_start_seed existed.
+LEGACY_WARM_START_SEED = 0
+
+
+def warm_start_seed(cfg: RunConfig) -> int:
+    """The seed of the tiny tier's initial model: model.warm_start_seed, or the run's seed when it is null."""
+    return cfg.seed if cfg.model.warm_start_seed is None else cfg.model.warm_start_seed
+
+
+def legacy_overrides(run_config: Path) -> list[str]:
+    """Overrides that give a run's saved config.yaml the meaning it had when it was written: one saved before
+    model.warm_start_seed existed started from warm start seed 0, which its resumed run must rebuild (the
+    reference model of a KL penalty is a copy of it) rather than the run seed's."""
+    saved = _load_mapping(run_config)
+    model = saved.get("model")
+    if isinstance(model, dict) and "warm_start_seed" not in model:
+        return [f"model.warm_start_seed={LEGACY_WARM_START_SEED}"]
+    return []
 
 
 def to_yaml(cfg: RunConfig) -> str:

@@ -16,6 +16,7 @@ class Range:
     high_open: bool = False
     null_is_off: bool = False
     inf_is_off: bool = False  # +inf turns the knob off (an unbounded clip); any other knob refuses inf like nan
+    null_means: str = "to turn it off"  # what null does, as the error says it (null_is_off knobs)
 
     def contains(self, value: float | None) -> bool:
         if value is None:
@@ -27,7 +28,7 @@ class Range:
         return above and below
 
     def __str__(self) -> str:
-        off = " (or null to turn it off)" if self.null_is_off else " (or .inf to turn it off)" if self.inf_is_off \
+        off = f" (or null {self.null_means})" if self.null_is_off else " (or .inf to turn it off)" if self.inf_is_off \
             else ""
         finite = "" if self.inf_is_off or self.null_is_off else " and finite"
         if self.high == math.inf:
@@ -79,6 +80,7 @@ RANGES: dict[str, Range] = {
     "model.tiny_hidden": AT_LEAST_ONE,
     "model.tiny_heads": AT_LEAST_ONE,
     "model.warmstart_steps": NON_NEGATIVE,
+    "model.warm_start_seed": Range(0, 2**32 - 1, null_is_off=True, null_means="for the run's seed"),  # as `seed`
     "dataset.num_problems": AT_LEAST_ONE,
     "dataset.eval_fraction": Range(0, 1, high_open=True),
     "dataset.verifier_timeout": POSITIVE,

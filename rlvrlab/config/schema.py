@@ -80,6 +80,10 @@ class ModelConfig:
     tiny_hidden: int = 128  # tiny-tier hidden size, >= 1 and divisible by tiny_heads
     tiny_heads: int = 4  # tiny-tier attention heads, >= 1
     warmstart_steps: int = 300  # supervised steps that give the tiny tier a non-zero success rate, >= 0
+    # tiny tier: the seed of its initial model (random weights and warm-start batches), in [0, 2^32 - 1]; null = the
+    # run's seed, so a study's seeds vary the initial model too and its intervals are not conditional on one. The toy
+    # table has no seed (model.toy_init fixes it) and tier=real starts from model.path: both ignore it
+    warm_start_seed: Optional[int] = None
     # tier=real: the model's config.json values (hidden_size, num_hidden_layers, intermediate_size,
     # num_attention_heads, num_key_value_heads, head_dim, vocab_size, tie_word_embeddings) for the memory estimate
     # where model.path is not on this machine; {} = read model.path/config.json (which wins when present)

@@ -3,7 +3,9 @@
 `build_tiny_model` trains the tokenizer on the task's text and saves a random model; `warm_start` fine-tunes
 it on prompt -> one of the task's warm-start targets (rlvrlab.data.problems.Task.warm_start, passed in as
 `solutions_fn`) so that RL starts with a non-zero success rate; `tiny_model_folder` does both once and caches the
-folder under a hash of everything that determines it.
+folder under a hash of everything that determines it. Its `seed` (model.warm_start_seed, by default the run's seed:
+rlvrlab.config.warm_start_seed) seeds both the random weights and the warm start's batches, and is part of that
+hash: one folder per seed, the same weights bit for bit whenever it is built again (same software, same CPU).
 
 Conventions the rest of rlvrlab relies on:
 - The prompt is ``problem.prompt`` tokenised as is: the tokenizer adds no BOS or any other special token.

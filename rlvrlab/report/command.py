@@ -120,6 +120,7 @@ def make_report(request: ReportRequest) -> ReportOutcome:
     result = build(client, selection, metrics=specs, evals=evals, eval_stats=stats_columns, baseline=baseline,
                    pairs=pairs, target_halfwidth=target_halfwidth, equivalence=equivalence)
     result.notes.append(provenance.note(origin))
+    result.notes.append(render.initial_model_note(result.groups))
     registered, verdicts = None, None
     if r.protocol is not None:
         registered = provenance.protocol(r.protocol, origin.commits, provenance.first_run_start(client, selection))

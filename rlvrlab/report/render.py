@@ -13,7 +13,7 @@ from typing import Optional
 import numpy as np
 
 from rlvrlab.report import stats
-from rlvrlab.report.collect import Selection
+from rlvrlab.report.collect import Group, Selection
 from rlvrlab.report.events import EventResult
 from rlvrlab.report.table import Cell, Report, Row, best_groups
 
@@ -96,6 +96,38 @@ def _needed_text(c: Cell) -> str:
     low, high = c.bounds
     needed = "∞" if c.seeds_needed is None else str(c.seeds_needed)
     return f"±{_num((high - low) / 2)} ({c.n_seeds}) → {needed}"
+
+
+CONDITIONAL = "intervals are conditional on that one initial model"
+
+
+def _initial_model(params: dict[str, str]) -> str:
+    """What a run started from, from its params. A tiny run logged before model.warm_start_seed existed started
+    from warm start seed 0 (rlvrlab.config.compose.LEGACY_WARM_START_SEED); null is the run's seed."""
+    tier = params.get("model.tier", "tiny")
+    if tier == "toy":
+        return "the toy table of model.toy_init (no seed)"
+    if tier == "real":
+        return f"model.path {params.get('model.path', '?')}"
+    seed = params.get("model.warm_start_seed", "0")
+    return "warm start seed = run seed (varies with seed)" if seed == "None" else f"fixed warm start seed {seed}"
+
+
+def initial_model_note(groups: Sequence[Group]) -> str:
+    """The footer line on what every interval is conditional on: the initial model, which varies with the seed
+    only when a tiny run's warm start seed is the run's own (model.warm_start_seed null)."""
+    by_kind: dict[str, list[str]] = {}
+    for g in groups:
+        for kind in dict.fromkeys(_initial_model(r.params) for r in g.runs):
+            by_kind.setdefault(kind, []).append(g.label)
+    if len(by_kind) == 1:
+        kind = next(iter(by_kind))
+        if kind.startswith("fixed"):
+            return f"{kind}: {CONDITIONAL}"
+        return f"initial model: {kind}" + ("" if kind.startswith("warm start") else f": {CONDITIONAL}")
+    parts = "; ".join(f"{kind} ({', '.join(labels)})" for kind, labels in by_kind.items())
+    fixed = any(not kind.startswith("warm start") for kind in by_kind)
+    return f"initial model: {parts}" + (f"; where it is fixed, {CONDITIONAL}" if fixed else "")
 
 
 def markdown(report: Report, interval: str = "bracket") -> str:

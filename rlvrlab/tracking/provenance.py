@@ -8,7 +8,7 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from rlvrlab.config.compose import config_hash, yaml_and_tree
+from rlvrlab.config.compose import config_hash, warm_start_seed, yaml_and_tree
 from rlvrlab.config.schema import RunConfig
 from rlvrlab.tracking import tags as T
 from rlvrlab.tracking.base import Tracker
@@ -31,6 +31,8 @@ def provenance(cfg: RunConfig) -> Provenance:
         T.CONFIG_HASH: config_hash(cfg), T.SEED: str(cfg.seed), T.GIT_SHA: sha, T.GIT_DIRTY: str(dirty).lower(),
         T.TIER: cfg.model.tier,
     }
+    if cfg.model.tier == "tiny":  # the seed in use: the config's model.warm_start_seed may be null (the run's seed)
+        tags[T.WARM_START_SEED] = str(warm_start_seed(cfg))
     return Provenance(tags, diff if dirty else "")
 
 

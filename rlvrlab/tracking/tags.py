@@ -18,6 +18,7 @@ CONFIG_HASH = "config_hash"  # the configuration without seed and output setting
 SEED = "seed"
 GIT_SHA = "git_sha"
 GIT_DIRTY = "git_dirty"  # "true" | "false"
+WARM_START_SEED = "warm_start_seed"  # tiny tier: the seed its initial model was built with (rlvrlab.config)
 
 PREFIX = "rlvrlab."
 

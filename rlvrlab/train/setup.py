@@ -15,7 +15,7 @@ import torch
 
 from rlvrlab import components, outputs, rundir
 from rlvrlab.algorithms import BoundAlgorithm, bind_algorithm
-from rlvrlab.config.compose import compose, to_yaml
+from rlvrlab.config.compose import compose, legacy_overrides, to_yaml
 from rlvrlab.config.schema import RunConfig
 from rlvrlab.data import load_split
 from rlvrlab.data.problems import Problem
@@ -55,8 +55,9 @@ def _resumed_config(run_id: str, experiment: str | None, overrides: list[str]) -
     saved = rundir.config_file(rundir.run_dir(output_dir, run_id))
     if not saved.is_file():
         raise ConfigError(f"--resume {run_id}: {saved} does not exist; pass output_dir= of the run to resume")
-    own = compose(saved)
-    cfg = compose(saved, overrides)
+    legacy = legacy_overrides(saved)  # what an older config.yaml meant when it was written
+    own = compose(saved, legacy)
+    cfg = compose(saved, [*legacy, *overrides])
     if cfg.steps < own.steps:
         raise ConfigError(f"--resume {run_id}: steps={cfg.steps} would shorten the run, which has steps "
                           f"{own.steps}; --resume only continues a run or extends it (give steps= larger than "

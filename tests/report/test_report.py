@@ -104,6 +104,8 @@ def test_report_of_a_toy_sweep(toy_study: Path) -> None:
     md = (out / "table.md").read_text()
     assert "| ucpo tau=1.0 staleness=1 | 3 |" in md and "Δ vs **ucpo tau=0.0 staleness=0**" in md
     assert "paired" in md and "MDE=" in md and "no comparison is marked" in md and "provenance:" in md
+    assert "- initial model: the toy table of model.toy_init (no seed): intervals are conditional on that one " \
+           "initial model\n" in md
     comparisons = list(csv.DictReader((out / "comparisons.csv").open()))
     assert len(comparisons) == 3 and all(r["test"] == "paired t" and r["p_signflip"] for r in comparisons)
     tex = (out / "table.tex").read_text()
@@ -284,9 +286,11 @@ def test_report_of_tiny_runs_with_evaluations(tmp_path: Path) -> None:
     run_ids = []
     for algorithm in ("grpo", "ucpo"):
         for seed in range(3):
-            cfg = compose("default", [f"algorithm={algorithm}", f"seed={seed}", f"output_dir={runs}",
-                                      "experiment=tinyexp", "steps=2", "trainer.checkpoint_every=2",
-                                      "trainer.engine=torch", "rollout.prompts_per_step=4", "rollout.group_size=4"])
+            # one warm start (seed 0's) for every seed: each other seed's would cost ~11 s on 2 cores
+            cfg = compose("default", [f"algorithm={algorithm}", f"seed={seed}", "model.warm_start_seed=0",
+                                      f"output_dir={runs}", "experiment=tinyexp", "steps=2",
+                                      "trainer.checkpoint_every=2", "trainer.engine=torch",
+                                      "rollout.prompts_per_step=4", "rollout.group_size=4"])
             run_ids.append(train(cfg))
     evaluate = ("eval", "pass-at-k", "--runs-of", "tinyexp", "--output-dir", str(runs), "--dataset", "countdown",
                 "--limit", "6", "--n", "4", "--k", "1,2,4", "--out", str(tmp_path / "evals"))
@@ -311,6 +315,8 @@ def test_report_of_tiny_runs_with_evaluations(tmp_path: Path) -> None:
     assert float(ucpo["pass@1"]["mean"]) == pytest.approx(float(ucpo["avg@n"]["mean"]), abs=1e-12)
     sources = json.loads((out / "sources.json").read_text())
     assert all(len(g["eval_runs"]) == 3 for g in sources["groups"])
+    assert "- fixed warm start seed 0: intervals are conditional on that one initial model\n" in \
+        (out / "table.md").read_text()
     # pass@k means are means over seeds of means over problems of each eval run's records
     client = collect.client_for(f"sqlite:///{runs / 'mlflow.db'}")
     records = collect.eval_records(client, collect.select(f"sqlite:///{runs / 'mlflow.db'}", experiment="tinyexp"))

@@ -12,6 +12,9 @@ from rlvrlab.train.loop import train
 pytestmark = pytest.mark.slow
 
 STABLE = ("train/", "loss/", "policy/", "rollout/lag", "rollout/logp_gap")  # not the wall-clock ones
+# these tests compare runs of one seed; the one shared initial model (seed 0's, cached once per session) spares each
+# other seed its own warm start (~11 s on 2 cores): model.warm_start_seed defaults to the run's seed
+ONE_MODEL = "model.warm_start_seed=0"
 
 
 def stable(history: dict) -> dict:
@@ -20,7 +23,8 @@ def stable(history: dict) -> dict:
 
 def test_same_seed_same_metrics_on_the_tiny_tier(tmp_path, mlflow_history):
     def run(folder: str) -> dict:
-        cfg = compose(None, ["steps=3", "seed=5", "trainer.checkpoint_every=0", f"output_dir={tmp_path / folder}"])
+        cfg = compose(None, ["steps=3", "seed=5", ONE_MODEL, "trainer.checkpoint_every=0",
+                             f"output_dir={tmp_path / folder}"])
         return stable(mlflow_history(tmp_path / folder, train(cfg)))
 
     first, second = run("a"), run("b")
@@ -40,7 +44,7 @@ def test_reusing_the_update_forward_for_behaviour_logp_changes_nothing(tmp_path,
     from rlvrlab.train import rollouts
     from rlvrlab.train.rollouts import Behaviour
 
-    args = ["steps=3", "seed=2", f"algorithm={algorithm}", "trainer.checkpoint_every=0", *packing]
+    args = ["steps=3", "seed=2", ONE_MODEL, f"algorithm={algorithm}", "trainer.checkpoint_every=0", *packing]
     assert rollouts.behaviour_source(compose(None, args)) is Behaviour.UPDATE_FORWARD
     fused = stable(mlflow_history(tmp_path / "a", train(compose(None, [*args, f"output_dir={tmp_path / 'a'}"]))))
     monkeypatch.setattr(rollouts, "behaviour_source", lambda cfg: Behaviour.SAMPLER_PASS)
@@ -72,7 +76,8 @@ def test_micro_batches_packed_by_tokens_train_as_micro_batches_of_rows_do(tmp_pa
         return parts
 
     monkeypatch.setattr(optimize, "micro_batches", counted)
-    args = ["steps=2", "seed=3", "trainer.ppo_epochs=2", "trainer.mini_batches=2", "trainer.checkpoint_every=0",
+    args = ["steps=2", "seed=3", ONE_MODEL, "trainer.ppo_epochs=2", "trainer.mini_batches=2",
+            "trainer.checkpoint_every=0",
             f"trainer.engine={engine}", "trainer.pack_by_length=false"]
     rows = stable(mlflow_history(tmp_path / "a", train(compose(None, [*args, f"output_dir={tmp_path / 'a'}"]))))
     by_rows, counts[:] = list(counts), []
@@ -90,7 +95,7 @@ def test_micro_batches_packed_by_tokens_train_as_micro_batches_of_rows_do(tmp_pa
 def test_resume_after_kill_with_deepspeed_and_staleness(tmp_path, mlflow_history):
     """Killed after step 3 (checkpoint at step 2, a staleness queue of one batch), resumed: every metric of
     every step equals the uninterrupted run's (DeepSpeed optimizer state, weights, queue, data position)."""
-    args = ["steps=5", "trainer.checkpoint_every=2", "trainer.staleness=1", "trainer.lr=1e-3", "seed=3"]
+    args = ["steps=5", "trainer.checkpoint_every=2", "trainer.staleness=1", "trainer.lr=1e-3", "seed=3", ONE_MODEL]
     cli = [sys.executable, "-m", "rlvrlab.cli.main", "train"]
     killed = subprocess.run([*cli, *args, f"output_dir={tmp_path}"], capture_output=True, text=True,
                             env={**os.environ, "RLVRLAB_KILL_AFTER_STEP": "3"})
@@ -121,7 +126,8 @@ def test_full_dapo_on_the_tiny_tier_logs_its_sampling_and_the_engine_mismatch(tm
     """algorithm=dapo is all of DAPO: dynamic sampling (batches sampled per step; groups that filled the batch),
     overlong shaping (a response at max_new_tokens loses the full penalty), and the engine-trainer mismatch KL is
     logged every step (0 to rounding for the hf engine, which samples a copy of the trainer's weights)."""
-    cfg = compose(None, ["algorithm=dapo", "steps=3", "seed=1", "trainer.checkpoint_every=0", "rollout.max_new_tokens=8",
+    cfg = compose(None, ["algorithm=dapo", "steps=3", "seed=1", ONE_MODEL, "trainer.checkpoint_every=0",
+                         "rollout.max_new_tokens=8",
                          f"output_dir={tmp_path}"])
     assert cfg.algorithm.dynamic_sampling and cfg.algorithm.overlong_buffer == 0.2
     rewards = []

@@ -378,9 +378,11 @@ def test_same_seed_pairs_arms(tmp_path, monkeypatch, tier, algorithms):
     """Why `rlvrlab report` pairs comparisons by seed: two algorithms run with the same seed start from identical
     weights, consume the same prompts in the same order and draw the same sampling seeds, so their first batch of
     responses is identical and every later difference is the algorithms'. Another seed changes the prompt order
-    and the sampling seeds (both tiers start from one fixed initial model: the toy's skewed table, the tiny tier's
-    warm start). Arms with DAPO's dynamic sampling (`dapo`) consume extra batches of the stream as they resample, so
-    only their first batch is shared; the loss-only arm `dapo_loss` is compared here."""
+    and the sampling seeds (here both tiers start from one fixed initial model: the toy's skewed table, which has no
+    seed, and the tiny tier's warm start 0; by default a tiny run's warm start is its own seed's, shared by the arms
+    of that seed: tests/policy/test_warm_start_seed.py). Arms with DAPO's dynamic sampling (`dapo`) consume extra
+    batches of the stream as they resample, so only their first batch is shared; the loss-only arm `dapo_loss` is
+    compared here."""
     import rlvrlab.train.loop as loop
 
     seen: dict[str, dict] = {}
@@ -405,7 +407,8 @@ def test_same_seed_pairs_arms(tmp_path, monkeypatch, tier, algorithms):
     if tier == "toy":
         compose_args = ("toy", base)
     else:
-        compose_args = (None, [*base, "trainer.engine=torch", "rollout.prompts_per_step=4", "rollout.group_size=4"])
+        compose_args = (None, [*base, "model.warm_start_seed=0", "trainer.engine=torch", "rollout.prompts_per_step=4",
+                               "rollout.group_size=4"])
     for algorithm, seed in ((algorithms[0], 3), (algorithms[1], 3), (algorithms[0], 4)):
         train(compose(compose_args[0], [*compose_args[1], f"algorithm={algorithm}", f"seed={seed}"]))
     a, b, other = seen[f"{algorithms[0]}-3"], seen[f"{algorithms[1]}-3"], seen[f"{algorithms[0]}-4"]

@@ -15,8 +15,9 @@ def test_zero3_syncs_and_saves_the_gathered_weights_as_zero0_trains_them(tmp_pat
 
     def run(stage: int) -> tuple[dict, dict]:
         out = tmp_path / f"zero{stage}"
-        cfg = compose(None, ["steps=2", "seed=3", "trainer.checkpoint_every=1", f"trainer.zero_stage={stage}",
-                             "rollout.prompts_per_step=4", "rollout.group_size=4", f"output_dir={out}"])
+        cfg = compose(None, ["steps=2", "seed=3", "model.warm_start_seed=0", "trainer.checkpoint_every=1",
+                             f"trainer.zero_stage={stage}", "rollout.prompts_per_step=4", "rollout.group_size=4",
+                             f"output_dir={out}"])  # one warm start (seed 0's, shared) for both runs
         run_id = train(cfg)
         weights = load_file(str(out / run_id / "checkpoints" / "step_000001" / "model" / "model.safetensors"))
         return mlflow_history(out, run_id), weights  # the model folder of the checkpoint after step 1
