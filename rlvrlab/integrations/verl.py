@@ -167,10 +167,14 @@ def register() -> None:
     old_log_probs (once per process; importing this module calls it)."""
     import sys
 
-    from verl.trainer.ppo import core_algos, ray_trainer
+    from verl.trainer.ppo import core_algos
 
     core_algos.register_adv_est(ESTIMATOR)(compute_ucpo_advantage)
     core_algos.register_policy_loss(POLICY_LOSS)(compute_up_policy_loss)
+    # after the registrations: should verl's trainer module fail to import, both names are still registered and
+    # ucpo says what it misses when called without old_log_probs
+    from verl.trainer.ppo import ray_trainer
+
     if not getattr(ray_trainer.compute_advantage, "rlvrlab_wraps", False):
         original = ray_trainer.compute_advantage
         ray_trainer.compute_advantage = passing_old_log_probs(original)
