@@ -12,11 +12,20 @@ from rich.console import Console
 
 def report(
     experiment: Annotated[Optional[str], typer.Option("--experiment", help="The training runs of this MLflow "
-                                                      "experiment.", show_default=False)] = None,
+                                                      "experiment (with --group-by: any runs of it).",
+                                                      show_default=False)] = None,
     study: Annotated[Optional[str], typer.Option("--study", help="The seed runs of this sweep study.",
                                                  show_default=False)] = None,
     runs: Annotated[Optional[str], typer.Option("--runs", help="Comma-separated MLflow run ids.",
                                                 show_default=False)] = None,
+    group_by: Annotated[Optional[str], typer.Option("--group-by", help="Group any MLflow runs (e.g. TRL's or "
+                                                    "verl's) of --experiment or --runs by these params or tags, "
+                                                    "KEY[,KEY] (a param, else a tag; params.KEY or tags.KEY to say "
+                                                    "which), instead of by rlvrlab's config hash.",
+                                                    show_default=False)] = None,
+    seed_key: Annotated[Optional[str], typer.Option("--seed-key", help="With --group-by: the param or tag holding "
+                                                    "each run's integer seed; groups with the same seeds are paired "
+                                                    "[default: seed].", show_default=False)] = None,
     baseline: Annotated[Optional[str], typer.Option("--baseline", help="Compare every group with this one "
                                                     "(an algorithm name or a group label).",
                                                     show_default=False)] = None,
@@ -92,7 +101,8 @@ def report(
     [dim]rlvrlab report --study ucpo_tau --baseline "ucpo tau=0.0"
     rlvrlab report --experiment default --baseline grpo --metric train/reward,loss/grad_norm:max:60
     rlvrlab report --study up_stability --compare "up_dapo:dapo eps_high=inf" --target-halfwidth 0.02
-    rlvrlab report --runs 3f2a...,9c1b... --no-eval --format md[/dim]
+    rlvrlab report --runs 3f2a...,9c1b... --no-eval --format md
+    rlvrlab report --experiment trl --group-by learning_rate --metric reward --tracking-uri URI[/dim]
     """
     from rlvrlab.report import render
     from rlvrlab.report.command import ReportRequest, make_report
@@ -103,7 +113,8 @@ def report(
         allow_dirty=allow_dirty, allow_mixed=allow_mixed, evaluations=evaluations, eval_stats=eval_stats,
         formats=formats, out=out, interval=interval, heatmap_keys=heatmap_keys, plots=plots, smooth=smooth,
         only_changed=only_changed, tracking_uri=tracking_uri, output_dir=output_dir, events=tuple(event or ()),
-        protocol=protocol, equivalence=equivalence, command=("rlvrlab", "report", *sys.argv[2:])))
+        protocol=protocol, equivalence=equivalence, group_by=group_by, seed_key=seed_key,
+        command=("rlvrlab", "report", *sys.argv[2:])))
     console = Console(soft_wrap=True)
     if not console.is_terminal:
         console = Console(soft_wrap=True, width=200)

@@ -33,6 +33,7 @@ class SeedRun:
     git_sha: str
     status: str
     git_dirty: bool = False  # the run was trained from a tree with uncommitted changes (its git_dirty tag)
+    dirty_known: bool = True  # a git_dirty tag says whether the tree was clean (MLflow's own git tag does not)
 
 
 @dataclass
@@ -70,6 +71,8 @@ class Selection:
     swept: list[str] = field(default_factory=list)  # a study's searched keys (for heatmaps)
     failed_only: list[str] = field(default_factory=list)  # configs none of whose seeds finished: "hash (alg, seeds)"
     all_groups: list[Group] = field(default_factory=list)  # groups with those configs too (labelled together)
+    group_by: list[str] = field(default_factory=list)  # --group-by keys (rlvrlab.report.external); [] by config
+    seed_key: str = "seed"  # the param or tag that holds a run's seed (--seed-key)
 
 
 def select(uri: str, *, experiment: Optional[str] = None, study: Optional[str] = None,

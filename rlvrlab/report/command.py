@@ -10,7 +10,7 @@ from typing import Optional
 
 from rlvrlab import outputs
 from rlvrlab.errors import RlvrlabError
-from rlvrlab.report import collect, plots as plotting, provenance, render, verdict
+from rlvrlab.report import collect, external, plots as plotting, provenance, render, verdict
 from rlvrlab.report.events import analyse, as_dict as event_dicts, markdown as event_markdown, parse_event
 from rlvrlab.report.table import (
     REDUCTIONS,
@@ -58,6 +58,8 @@ class ReportRequest:
     events: tuple[str, ...] = ()  # `NAME: CONDITION | ...` (rlvrlab.report.events)
     protocol: Optional[Path] = None  # the study's protocol file (results/protocols/NAME.md)
     equivalence: Optional[str] = None  # `M` or `NAME=M,...`: TOST margins (table.parse_equivalence)
+    group_by: Optional[str] = None  # KEY,KEY: group any runs by params or tags (rlvrlab.report.external)
+    seed_key: Optional[str] = None  # with group_by: the param or tag holding each run's seed (default "seed")
     command: tuple[str, ...] = ("rlvrlab", "report")  # recorded in sources.json
 
 
@@ -74,7 +76,7 @@ def make_report(request: ReportRequest) -> ReportOutcome:
     r = request
     formats, interval, reduce, target_halfwidth = r.formats, r.interval, r.reduce, r.target_halfwidth
     tracking_uri, output_dir, runs = r.tracking_uri, Path(r.output_dir), r.runs
-    experiment, study, only_changed, last, out = r.experiment, r.study, r.only_changed, r.last, r.out
+    study, last, out = r.study, r.last, r.out
     allow_dirty, allow_mixed, rarefy, evaluations = r.allow_dirty, r.allow_mixed, r.rarefy, r.evaluations
     eval_stats, baseline, plots, smooth, heatmap_keys = r.eval_stats, r.baseline, r.plots, r.smooth, r.heatmap_keys
     compare, metric = list(r.compare), list(r.metric)
@@ -98,7 +100,7 @@ def make_report(request: ReportRequest) -> ReportOutcome:
         raise RlvrlabError(f"no MLflow store at {output_dir / 'mlflow.db'}; pass --output-dir of the runs or "
                            "--tracking-uri")
     run_ids = [r.strip() for r in (runs or "").split(",") if r.strip()]
-    selection = collect.select(uri, experiment=experiment, study=study, run_ids=run_ids, only_changed=only_changed)
+    selection = _select(r, uri, run_ids)
     client = collect.client_for(uri)
 
     study_params = _study_params(client, selection) if study else {}
@@ -119,8 +121,10 @@ def make_report(request: ReportRequest) -> ReportOutcome:
     stats_columns = _eval_columns(evals, eval_stats, rarefy)
     result = build(client, selection, metrics=specs, evals=evals, eval_stats=stats_columns, baseline=baseline,
                    pairs=pairs, target_halfwidth=target_halfwidth, equivalence=equivalence)
+    result.notes += external.notes(selection)
     result.notes.append(provenance.note(origin))
-    result.notes.append(render.initial_model_note(result.groups))
+    if not selection.group_by:  # other trainers' runs do not record their initial model in rlvrlab's params
+        result.notes.append(render.initial_model_note(result.groups))
     registered, verdicts = None, None
     if r.protocol is not None:
         registered = provenance.protocol(r.protocol, origin.commits, provenance.first_run_start(client, selection))
@@ -181,6 +185,23 @@ def make_report(request: ReportRequest) -> ReportOutcome:
     written.append(sidecar)
     return ReportOutcome(result, folder, written, verdicts)
 
+
+
+def _select(r: ReportRequest, uri: str, run_ids: list[str]) -> collect.Selection:
+    """The runs: by configuration (rlvrlab's runs), or by --group-by keys (any runs; rlvrlab.report.external)."""
+    if sum(bool(x) for x in (r.experiment, r.study, run_ids)) != 1:
+        raise RlvrlabError("give exactly one of --experiment NAME, --study NAME or --runs ID,ID,...")
+    if r.group_by is None:
+        if r.seed_key is not None:
+            raise RlvrlabError("--seed-key pairs runs grouped with --group-by KEY; add --group-by (a study's or "
+                               "rlvrlab's runs carry their seed already)")
+        return collect.select(uri, experiment=r.experiment, study=r.study, run_ids=run_ids,
+                              only_changed=r.only_changed)
+    if r.study:
+        raise RlvrlabError("--group-by groups the runs of --experiment NAME or --runs; a --study's seed runs are "
+                           "grouped by their configuration: drop --group-by or use --experiment")
+    return external.select(uri, experiment=r.experiment, run_ids=run_ids, group_by=r.group_by,
+                           seed_key=r.seed_key or "seed")
 
 
 def _values(client, selection, specs: list, evals, eval_stats: list[str]) -> render.Values:

@@ -1,5 +1,6 @@
-"""Which code the runs behind a table were trained with (their git_sha and git_dirty tags), and the rule that a
-table published in results/ rests on runs from one clean commit unless the author says otherwise."""
+"""Which code the runs behind a table were trained with (their git_sha and git_dirty tags, or MLflow's
+mlflow.source.git.commit for runs of another trainer), and the rule that a table published in results/ rests on runs
+from one known, clean commit unless the author says otherwise (dirty or mixed: a flag; unknown: never)."""
 
 from __future__ import annotations
 
@@ -12,25 +13,33 @@ from pathlib import Path
 from rlvrlab.errors import RlvrlabError
 from rlvrlab.report.collect import Selection
 
+UNKNOWN = "unknown"  # a run's git_sha when no tag names its commit
 _REPO_RESULTS = Path(__file__).resolve().parents[2] / "results"
 
 
 @dataclass(frozen=True)
 class Provenance:
-    commits: tuple[str, ...]  # distinct git_sha of the runs, most frequent first
+    commits: tuple[str, ...]  # distinct git_sha of the runs, most frequent first ("unknown" among them)
     runs: int
     dirty_runs: int  # runs trained from a tree with uncommitted changes
+    unknown_runs: tuple[str, ...] = ()  # run ids without a git commit tag: unknown provenance
+    unrecorded_tree_runs: int = 0  # runs with a commit but no record of whether their tree was clean
+
+    @property
+    def known_commits(self) -> tuple[str, ...]:
+        return tuple(c for c in self.commits if c != UNKNOWN)
 
     @property
     def mixed(self) -> bool:
-        return len(self.commits) > 1
+        return len(self.known_commits) > 1
 
     @property
     def clean(self) -> bool:
-        return self.dirty_runs == 0 and not self.mixed
+        return self.dirty_runs == 0 and not self.mixed and not self.unknown_runs and not self.unrecorded_tree_runs
 
     def as_dict(self) -> dict:
-        return {"commits": list(self.commits), "runs": self.runs, "dirty_runs": self.dirty_runs}
+        return {"commits": list(self.commits), "runs": self.runs, "dirty_runs": self.dirty_runs,
+                "unknown_provenance_runs": list(self.unknown_runs), "unrecorded_tree_runs": self.unrecorded_tree_runs}
 
 
 def of(selection: Selection) -> Provenance:
@@ -39,7 +48,9 @@ def of(selection: Selection) -> Provenance:
     for r in runs:
         counts[r.git_sha] = counts.get(r.git_sha, 0) + 1
     commits = tuple(sorted(counts, key=lambda sha: (-counts[sha], sha)))
-    return Provenance(commits, len(runs), sum(r.git_dirty for r in runs))
+    unknown = tuple(r.run_id for r in runs if r.git_sha == UNKNOWN)
+    unrecorded = sum(not r.dirty_known for r in runs if r.git_sha != UNKNOWN)
+    return Provenance(commits, len(runs), sum(r.git_dirty for r in runs), unknown, unrecorded)
 
 
 def results_dir() -> Path:
@@ -56,6 +67,12 @@ def check(provenance: Provenance, folder: Path, *, allow_dirty: bool, allow_mixe
     """Refuse to write a table into results/ from dirty or mixed-commit runs (one line, how to fix)."""
     if not publishes(folder):
         return
+    if provenance.unknown_runs:  # no flag: a published number must say which code made it
+        ids = provenance.unknown_runs
+        raise RlvrlabError(f"{len(ids)} of the {provenance.runs} runs behind this table have unknown provenance (no "
+                           f"git commit tag: {', '.join(ids[:4])}{', ...' if len(ids) > 4 else ''}); log the commit "
+                           "(mlflow.set_tag('mlflow.source.git.commit', SHA), or start the runs from a git checkout "
+                           "so MLflow tags it), or write elsewhere with --out")
     if provenance.dirty_runs and not allow_dirty:
         raise RlvrlabError(f"{provenance.dirty_runs} of the {provenance.runs} runs behind this table were trained "
                            f"from a tree with uncommitted changes; re-run them from a clean commit, write elsewhere "
@@ -69,17 +86,26 @@ def check(provenance: Provenance, folder: Path, *, allow_dirty: bool, allow_mixe
 
 def note(provenance: Provenance) -> str:
     """The table's footer line."""
-    shas = ", ".join(sha[:7] for sha in provenance.commits[:4]) + (", ..." if len(provenance.commits) > 4 else "")
+    commits = provenance.known_commits
+    shas = ", ".join(sha[:7] for sha in commits[:4]) + (", ..." if len(commits) > 4 else "")
     if provenance.clean:
         return f"provenance: all {provenance.runs} runs from commit {shas}, clean tree"
     parts = []
+    if provenance.unknown_runs:
+        ids = provenance.unknown_runs
+        parts.append(f"UNKNOWN PROVENANCE for {len(ids)} of {provenance.runs} runs (no git commit tag: "
+                     f"{', '.join(i[:7] for i in ids[:6])}{', ...' if len(ids) > 6 else ''}; not publishable in "
+                     "results/)")
     if provenance.mixed:
-        parts.append(f"runs from {len(provenance.commits)} commits ({shas}; --allow-mixed)")
-    else:
-        parts.append(f"runs from commit {shas}")
+        parts.append(f"runs from {len(commits)} commits ({shas}; --allow-mixed)")
+    elif commits:
+        parts.append(f"{'other ' if provenance.unknown_runs else ''}runs from commit {shas}")
     if provenance.dirty_runs:
         parts.append(f"{provenance.dirty_runs} of {provenance.runs} runs from a tree with uncommitted changes "
                      "(--allow-dirty)")
+    if provenance.unrecorded_tree_runs:
+        parts.append(f"whether the tree was clean is not recorded for {provenance.unrecorded_tree_runs} runs "
+                     "(MLflow's git tag has no dirty flag)")
     return "provenance: " + "; ".join(parts)
 
 
