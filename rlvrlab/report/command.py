@@ -73,6 +73,9 @@ class ReportOutcome:
 
 def make_report(request: ReportRequest) -> ReportOutcome:
     """Everything `rlvrlab report` does but printing; one-line RlvrlabErrors before anything is written."""
+    from rlvrlab.tracking.provenance import git_state
+
+    git_state()  # the checkout's state as the report starts (cached): its own outputs under results/ are not the code
     r = request
     formats, interval, reduce, target_halfwidth = r.formats, r.interval, r.reduce, r.target_halfwidth
     tracking_uri, output_dir, runs = r.tracking_uri, Path(r.output_dir), r.runs
