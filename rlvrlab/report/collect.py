@@ -23,6 +23,7 @@ if TYPE_CHECKING:
 # flattened config keys that never name a group (the seed, where records go, the MLflow experiment)
 NOT_LABELS = ("seed", "output_dir", "experiment")
 NOT_LABEL_PREFIXES = ("tracking.",)
+COMMAND = "rlvrlab.command"  # on a command study's seed runs (rlvrlab.sweep.command.COMMAND)
 
 
 @dataclass
@@ -83,6 +84,7 @@ def select(uri: str, *, experiment: Optional[str] = None, study: Optional[str] =
         raise RlvrlabError("give exactly one of --experiment NAME, --study NAME or --runs ID,ID,...")
     swept: list[str] = []
     variant_of: dict[str, str] = {}  # trial run id -> the sweep variant it ran (studies with `variants:`)
+    trial_params: dict[str, dict[str, str]] = {}  # trial run id -> its swept values (a command study's labels)
     if run_ids:
         runs = []
         for run_id in run_ids:
@@ -104,8 +106,9 @@ def select(uri: str, *, experiment: Optional[str] = None, study: Optional[str] =
             study_runs = [r for r in runs if r.data.tags.get("rlvrlab.role") == "study"]
             if not study_runs:
                 raise RlvrlabError(f"experiment {name!r} in {uri} has no sweep study run; use --experiment {name}")
-            variant_of = {r.info.run_id: r.data.params["variant"] for r in runs
-                          if r.data.tags.get("rlvrlab.role") == "trial" and "variant" in r.data.params}
+            trial_params = {r.info.run_id: dict(r.data.params) for r in runs
+                            if r.data.tags.get("rlvrlab.role") == "trial"}
+            variant_of = {run_id: params["variant"] for run_id, params in trial_params.items() if "variant" in params}
             runs = [r for r in runs if r.data.tags.get("rlvrlab.role") == "seed"]
             swept = _swept_keys(client, study_runs[0].info.run_id)
         else:
@@ -144,7 +147,12 @@ def select(uri: str, *, experiment: Optional[str] = None, study: Optional[str] =
         if not g.runs:
             g.runs = g.failed_runs
     _label(every, only_changed, swept)
-    if variant_of:
+    if any(COMMAND in r.data.tags for r in all_runs):  # a command study (rlvrlab.sweep.command): the params are
+        _label_variants(every, {r.info.run_id: variant_of.get(r.data.tags.get("mlflow.parentRunId", ""), "")
+                                for r in all_runs}, swept,  # the other trainer's; its trials' are the sweep's
+                        {r.info.run_id: trial_params.get(r.data.tags.get("mlflow.parentRunId", ""), {})
+                         for r in all_runs})
+    elif variant_of:
         _label_variants(every, {r.info.run_id: variant_of.get(r.data.tags.get("mlflow.parentRunId", ""), "?")
                                 for r in all_runs if is_training_run(r)}, swept)
     for g in every:
@@ -197,15 +205,20 @@ def _distinct_labels(groups: list[Group]) -> None:
             g.label = f"{g.label} [{g.config_hash[:6]}]"
 
 
-def _label_variants(groups: list[Group], variant_of_run: dict[str, str], swept: Sequence[str]) -> None:
+def _label_variants(groups: list[Group], variant_of_run: dict[str, str], swept: Sequence[str],
+                    params_of_run: Optional[dict[str, dict[str, str]]] = None) -> None:
     """A study with `variants:`: each group is named by its variant, then the other swept keys that differ
-    (`dapo eps_high=inf staleness=4`); the variant's own overrides are in the CSV and sources.json."""
-    others = [k for k in swept if k != "variant"
-              and len({g.runs[0].params.get(k) for g in groups}) > 1]
+    (`dapo eps_high=inf staleness=4`); the variant's own overrides are in the CSV and sources.json. params_of_run:
+    each seed run's swept values (a command study's, from its trial run), else its own params."""
+    def params(g: Group) -> dict[str, str]:
+        return g.runs[0].params if params_of_run is None else params_of_run.get(g.runs[0].run_id, {})
+
+    others = [k for k in swept if k != "variant" and len({params(g).get(k) for g in groups}) > 1]
     for g in groups:
-        g.values = {"variant": variant_of_run.get(g.runs[0].run_id, "?"),
-                    **{k: g.runs[0].params.get(k, "") for k in others}}
-        g.label = " ".join([g.values["variant"]] + [f"{_short(k, others)}={g.values[k]}" for k in others])
+        variant = variant_of_run.get(g.runs[0].run_id, "?")
+        g.values = {**({"variant": variant} if variant else {}), **{k: params(g).get(k, "") for k in others}}
+        g.label = " ".join([variant] * bool(variant) + [f"{_short(k, others)}={g.values[k]}" for k in others]) \
+            or f"config {g.config_hash[:6]}"  # a command study of one trial
     _distinct_labels(groups)
 
 

@@ -1,4 +1,5 @@
-"""A seed run as its own job: a child `rlvrlab train` process, started through `torchrun` when it has several ranks.
+"""A seed run as its own job: a child `rlvrlab train` process, started through `torchrun` when it has several ranks,
+or a command sweep's command (rlvrlab.sweep.command); both through `run_process`.
 
 The child gets the seed run's experiment and overrides (the same config the worker would train in-process) and
 the trial's MLflow tags (`--tag`), so it nests under the trial run in the same store. Its failure (a non-zero
@@ -51,8 +52,16 @@ def child_env(nproc: int) -> dict[str, str]:
 def run_seed_process(spec: SweepSpec, overrides: Sequence[str], tags: dict[str, str]) -> Optional[str]:
     """Run one seed run as a child process and wait for it; None when it finished, else why it failed (one line).
     A stop asked of this worker (rlvrlab.procs) is passed on and then raised here as KeyboardInterrupt."""
-    command = train_command(spec, overrides, tags)
-    proc = subprocess.Popen(command, env=child_env(spec.launcher.nproc), stdin=subprocess.DEVNULL,
+    returncode, tail = run_process(train_command(spec, overrides, tags), child_env(spec.launcher.nproc))
+    return None if returncode == 0 else failure_reason(returncode, tail)
+
+
+def run_process(argv: Sequence[str], env: dict[str, str], cwd: Optional[str] = None) -> tuple[int, list[str]]:
+    """Run a child process (no stdin, stdout discarded) and wait for it: its exit code (negative: the signal that
+    ended it) and the last 200 lines of its stderr. A stop asked of this worker is passed on (SIGTERM; Ctrl-C
+    reaches it through the process group) and raised here as KeyboardInterrupt once it has ended; a worker that
+    dies takes it along (PR_SET_PDEATHSIG)."""
+    proc = subprocess.Popen(list(argv), env=env, cwd=cwd, stdin=subprocess.DEVNULL,
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, errors="replace",
                             preexec_fn=lambda: die_with_parent(signal.SIGTERM))  # noqa: PLW1509 - prctl only
     tail: collections.deque[str] = collections.deque(maxlen=200)
@@ -70,9 +79,7 @@ def run_seed_process(spec: SweepSpec, overrides: Sequence[str], tags: dict[str, 
                 proc.wait()
         reader.join(timeout=10)
     raise_if_stop_requested()  # the child stopped because this worker was asked to: the trial is re-enqueued
-    if proc.returncode == 0:
-        return None
-    return failure_reason(proc.returncode, list(tail))
+    return proc.returncode, list(tail)
 
 
 def _wait(proc: subprocess.Popen) -> None:
@@ -94,11 +101,22 @@ def _read_lines(proc: subprocess.Popen, tail: collections.deque) -> None:
         tail.append(line.rstrip("\n"))
 
 
+def how_it_ended(returncode: int) -> str:
+    """`exit code 1`, `killed by SIGKILL`, ... of a child's return code."""
+    return (f"killed by {signal_name(-returncode)}" if returncode < 0 and -returncode in (2, 15)
+            else f"killed by signal {signal.Signals(-returncode).name}" if returncode < 0
+            else f"exit code {returncode}")
+
+
+def last_lines(stderr_lines: list[str], count: int = 5, chars: int = 1000) -> str:
+    """The last `count` non-empty lines of a child's stderr, joined by " | " (at most their last `chars`)."""
+    kept = [line.strip() for line in stderr_lines if line.strip()][-count:]
+    return " | ".join(kept)[-chars:]
+
+
 def failure_reason(returncode: int, stderr_lines: list[str]) -> str:
     """The child's own `error:` line (rlvrlab's one-line errors; with torchrun, a rank's), else how it ended."""
-    how = (f"killed by {signal_name(-returncode)}" if returncode < 0 and -returncode in (2, 15)
-           else f"killed by signal {signal.Signals(-returncode).name}" if returncode < 0
-           else f"exit code {returncode}")
+    how = how_it_ended(returncode)
     errors = [line.split("error: ", 1)[1] for line in stderr_lines if "error: " in line]
     if errors:
         return f"the seed run's process failed ({how}): {errors[-1].strip()}"

@@ -3,6 +3,8 @@ before any storage is opened or run started; every mistake is one ConfigError li
 
     name: ucpo_tau                      # the Optuna study (and MLflow experiment); default: the file name
     experiment: toy                     # base experiment, as for `rlvrlab train`
+    # command: python train.py --lr {lr} --seed {seed}   # instead of experiment: another trainer's command, its
+                                        # {name}s from space:/variants: and {seed}, shell-quoted (rlvrlab.sweep.command)
     overrides: [algorithm=ucpo, steps=200]
     sampler: grid                       # grid | tpe | random
     seeds: 5                            # 5 -> seeds 0..4, or a list [0, 1, 2]; the same seeds in every trial
@@ -53,11 +55,12 @@ from rlvrlab.errors import ConfigError
 from rlvrlab.sweep.objective import AGGREGATES, DIRECTIONS, MEAN, Objective
 from rlvrlab.sweep.seeds import MIN_INITIAL, AdaptiveSeeds
 from rlvrlab.sweep.space import FIXED_KEYS, NOT_SCIENCE, VARIANT, Param, parse_space, parse_variants
+from rlvrlab.sweep.template import SEED, STUDY, check_template, command_hash, parse_command, variant_values
 
 SAMPLERS = ("grid", "tpe", "random")
 PRUNERS = ("none", "median", "hyperband")
-TOP_KEYS = ("name", "experiment", "overrides", "variants", "sampler", "sampler_seed", "seeds", "space", "objective",
-            "budget", "pruner", "launcher", "slurm")
+TOP_KEYS = ("name", "experiment", "command", "overrides", "variants", "sampler", "sampler_seed", "seeds", "space",
+            "objective", "budget", "pruner", "launcher", "slurm")
 LAUNCHERS = ("inprocess", "process", "slurm")
 SLURM_KEYS = ("partition", "nodes", "gpus_per_node", "cpus_per_task", "time", "account", "cluster")
 SLURM_CLUSTERS = ("slurm", "local")  # local: submitit's local executor, the same job path on this machine
@@ -120,6 +123,7 @@ class SweepSpec:
     variants: dict[str, tuple[str, ...]] = dataclasses.field(default_factory=dict)  # name -> overrides
     adaptive: Optional[AdaptiveSeeds] = None  # seeds: {initial, max, halfwidth}; then seeds = 0..initial-1
     launcher: Launcher = dataclasses.field(default_factory=Launcher)  # not in the fingerprint: how, not what
+    command: Optional[str] = None  # a command sweep's template (rlvrlab.sweep.template); then experiment is None
 
     @property
     def max_seeds(self) -> int:
@@ -139,11 +143,33 @@ class SweepSpec:
 
     def overrides_for(self, params: dict[str, Any], seed: int) -> list[str]:
         """A seed run's overrides. Each of the objective window's steps is logged (tracking.log_last, first so that
-        the file may ask for more), so the objective reads the same steps at every tracking.log_every."""
+        the file may ask for more), so the objective reads the same steps at every tracking.log_every. A command
+        sweep's are where its records go (output_dir, tracking.*): its values go to the command (command_values)."""
+        if self.command is not None:
+            params = {}
         chosen = [o for key, value in params.items() if key == VARIANT for o in self.variants[value]]
         return [f"{LOG_LAST}={self.objective.window}", *self.overrides, *chosen,
                 *(f"{key}={format_value(value)}" for key, value in params.items() if key != VARIANT),
                 f"seed={seed}", f"experiment={self.name}"]
+
+    def command_values(self, params: dict[str, Any], seed: int) -> dict[str, str]:
+        """A command sweep's placeholder values at a trial's params: its variant's name=value entries (and its name
+        as {variant}), the space's values as overrides write them, the seed and the study's name."""
+        values: dict[str, str] = {}
+        for key, value in params.items():
+            values[key] = value if key == VARIANT else format_value(value)
+            if key == VARIANT:
+                values.update(variant_values(self.variants[value]))
+        return {**values, SEED: str(seed), STUDY: self.name}
+
+    def trial_hash(self, params: dict[str, Any]) -> str:
+        """The config hash that a trial's seed runs share: config_hash of its config, or for a command sweep a hash
+        of the template and the trial's values (rlvrlab.sweep.template.command_hash)."""
+        if self.command is not None:
+            return command_hash(self.command, self.command_values(params, self.seeds[0]))
+        from rlvrlab.config import compose, config_hash
+
+        return config_hash(compose(self.experiment, self.overrides_for(params, self.seeds[0])))
 
     def fingerprint(self) -> str:
         """What makes two invocations the same study: the runs they would make and how they are scored.
@@ -156,6 +182,7 @@ class SweepSpec:
             "pruner": dataclasses.asdict(self.pruner),
             **({"variants": {k: list(v) for k, v in self.variants.items()}} if self.variants else {}),
             **({"adaptive_seeds": dataclasses.asdict(self.adaptive)} if self.adaptive else {}),
+            **({"command": self.command} if self.command is not None else {}),
         }
         return hashlib.sha256(json.dumps(science, sort_keys=True, default=str).encode()).hexdigest()[:12]
 
@@ -225,6 +252,7 @@ def load_sweep(name: str, overrides: Sequence[str] = (), *, seeds: Optional[int]
             raise ConfigError(f"override {text!r} in {where}: {key} is set by the sweep "
                               f"({'use seeds:' if key == 'seed' else 'the MLflow experiment is the study name'})")
 
+    command = parse_command(body, all_overrides, where)
     sampler = _choice(body.get("sampler", "grid"), SAMPLERS, "sampler", where)
     variants = parse_variants(body.get("variants"), where)
     space = parse_space(body.get("space") or ({} if variants else None), sampler, where)
@@ -232,7 +260,7 @@ def load_sweep(name: str, overrides: Sequence[str] = (), *, seeds: Optional[int]
         raise ConfigError(f"space key {VARIANT!r} in {where} is the name of `variants:`; list the variants there")
     if variants:
         space = (Param(VARIANT, values=tuple(variants)), *space)
-    objective = _objective(body.get("objective"), where)
+    objective = _objective(body.get("objective"), where, any_metric=command is not None)
     adaptive = _adaptive(body.get("seeds"), where) if seeds is None else None
     seed_list = tuple(range(adaptive.initial)) if adaptive else \
         _seeds(body.get("seeds", 5) if seeds is None else seeds, where)
@@ -259,20 +287,23 @@ def load_sweep(name: str, overrides: Sequence[str] = (), *, seeds: Optional[int]
     if experiment is not None and not experiment.endswith((".yaml", ".yml")) and os.sep in experiment:
         experiment = str((path.parent / experiment).resolve())
     sampler_seed = _integer(body.get("sampler_seed", 0), "sampler_seed", where)
-    launch = _launcher(body.get("launcher"), body.get("slurm"), where, launcher, nproc, gpus_per_run, slurm)
+    launch = _launcher(body.get("launcher"), body.get("slurm"), where, launcher, nproc, gpus_per_run, slurm,
+                       command=command is not None)
     spec = SweepSpec(sweep_name, path, experiment, tuple(all_overrides), space, sampler, sampler_seed, seed_list,
-                     objective, trials, timeout, pruner, variants, adaptive, launch)
+                     objective, trials, timeout, pruner, variants, adaptive, launch, command)
+    if command is not None:
+        check_template(command, [p.key for p in space if p.key != VARIANT], variants, where)
     _check_composes(spec, where)
     _check_launcher(spec, where)
     return spec
 
 
 def _launcher(body: Any, slurm_body: Any, where: str, kind: Optional[str], nproc: Optional[int],
-              gpus_per_run: Optional[int], slurm: Sequence[str]) -> Launcher:
+              gpus_per_run: Optional[int], slurm: Sequence[str], *, command: bool = False) -> Launcher:
     example = "launcher: process, or launcher: {type: process, nproc: 2}"
     fields: dict[str, Any] = {"type": body} if isinstance(body, str) else _mapping(
         body, ("type", "nproc", "gpus_per_run"), "launcher", where)
-    kind = _choice(kind or fields.get("type", "inprocess"), LAUNCHERS, "launcher", where)
+    kind = _choice(kind or fields.get("type", "process" if command else "inprocess"), LAUNCHERS, "launcher", where)
     ranks, gpus = nproc if nproc is not None else fields.get("nproc"), gpus_per_run if gpus_per_run is not None \
         else fields.get("gpus_per_run", 0)
     for name, value in (("nproc", ranks), ("gpus_per_run", gpus)):
@@ -300,6 +331,12 @@ def _launcher(body: Any, slurm_body: Any, where: str, kind: Optional[str], nproc
                           "across nodes: docs/scaling.md); set slurm.nodes: 1 and use more --workers")
     if jobs.time < 1:
         raise ConfigError(f"slurm.time in {where} must be at least 1 (minutes per worker job)")
+    if command:  # the command is the run: its ranks are its own (torchrun in the command)
+        if kind == "inprocess" or (ranks or 1) > 1:
+            raise ConfigError(f"launcher {kind if kind == 'inprocess' else f'nproc {ranks}'} in {where}: a command "
+                              "sweep runs each seed's command as its own process (launcher process or slurm); "
+                              "put torchrun or several ranks in the command itself")
+        return Launcher(kind, 1, gpus, jobs)  # nproc 1: the command starts its own ranks on the worker's GPUs
     if ranks is None:  # one rank per GPU of the run (or of the job's node)
         ranks = gpus or (jobs.gpus_per_node if kind == "slurm" else 0) or 1
     if ranks < 1:
@@ -324,6 +361,9 @@ def _check_launcher(spec: SweepSpec, where: str) -> None:
     from rlvrlab.config import compose
 
     launch = spec.launcher
+    if spec.command is not None and spec.pruner.type != "none":
+        raise ConfigError(f"pruner {spec.pruner.type} in {where}: pruning needs the steps of a running seed, which a "
+                          "command reports to MLflow only; remove pruner: from the sweep file")
     if launch.child and spec.pruner.type != "none":
         raise ConfigError(f"pruner {spec.pruner.type} in {where} needs launcher inprocess (a seed run in its own "
                           "process reports no steps to the worker's pruner); drop the pruner or the launcher")
@@ -338,7 +378,7 @@ def _check_composes(spec: SweepSpec, where: str) -> None:
     from rlvrlab.config import compose
     from rlvrlab.data import warm_start_targets
 
-    base = compose(spec.experiment, spec.overrides_for({}, spec.seeds[0]))
+    base = compose(spec.experiment, spec.overrides_for({}, spec.seeds[0]))  # a command sweep's: where its records go
     if base.tracking.backend != "mlflow":
         raise ConfigError(f"tracking.backend={base.tracking.backend} in {where}: a sweep reads its objective from the "
                           "seed runs' MLflow records; drop the override (the default is mlflow)")
@@ -346,6 +386,8 @@ def _check_composes(spec: SweepSpec, where: str) -> None:
         raise ConfigError(f"{LOG_LAST}={base.tracking.log_last} in {where} is below objective.window "
                           f"{spec.objective.window}: each step the objective reads must be logged; drop the override "
                           f"(the sweep sets it to the window) or raise it")
+    if spec.command is not None:  # its steps are the command's (check_template checked its placeholders)
+        return
     points = spec.grid() if spec.sampler == "grid" else [
         {p.key: value} for p in spec.space for value in p.corners()]
     for params in points:
@@ -362,14 +404,14 @@ def _check_composes(spec: SweepSpec, where: str) -> None:
                               f"{cfg.steps} steps{at}; set window to at most {cfg.steps} or raise steps")
 
 
-def _objective(body: Any, where: str) -> Objective:
+def _objective(body: Any, where: str, *, any_metric: bool = False) -> Objective:
     fields = _mapping(body, ("metric", "direction", "window", "aggregate"), "objective", where)
     metric = fields.get("metric")
     if not isinstance(metric, str) or not metric:
         raise ConfigError(f"objective.metric in {where} must name a per-step metric, e.g. train/reward")
     from rlvrlab.train.metrics import metric_names
 
-    if metric not in metric_names():
+    if not any_metric and metric not in metric_names():  # a command's runs log their own names
         raise unknown("objective.metric", metric, metric_names(), where=where)
     direction = _choice(fields.get("direction", "maximize"), DIRECTIONS, "objective.direction", where)
     aggregate = _choice(fields.get("aggregate", MEAN.name), tuple(AGGREGATES), "objective.aggregate", where)

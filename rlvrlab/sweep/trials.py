@@ -28,6 +28,7 @@ from rlvrlab.config import compose, config_hash
 from rlvrlab.errors import RlvrlabError, StorageError
 from rlvrlab.outputs import full_or_held
 from rlvrlab.procs import raise_if_stop_requested, stop_at_safe_points
+from rlvrlab.sweep.command import run_command_seed
 from rlvrlab.sweep.launch import run_seed_process
 from rlvrlab.sweep.liveness import Heartbeat, close_runs, fail_and_retry, recover_stale, trial_id
 from rlvrlab.sweep.objective import AGGREGATES, objective_of, seed_summary, window_mean
@@ -112,8 +113,7 @@ def run_trial(sweep: Sweep, trial, *, on_seed: Optional[OnSeed] = None) -> Trial
     trial_run = None
     try:
         params = {p.key: p.suggest(trial) for p in spec.space}
-        cfg = compose(spec.experiment, spec.overrides_for(params, spec.seeds[0]))
-        chash = config_hash(cfg)
+        chash = spec.trial_hash(params)
         trial_run = _trial_run(sweep, client, trial, params, chash)
         trial.set_user_attr(T.MLFLOW_RUN_ID, trial_run)
         if os.environ.get("CUDA_VISIBLE_DEVICES") is not None:  # the worker's GPUs, which its seed runs see
@@ -205,12 +205,15 @@ def _seed_run(sweep: Sweep, client, trial, params: dict, seed: int, position: in
     from rlvrlab.train.metrics import step_metrics
 
     spec = sweep.spec
-    cfg = compose(spec.experiment, spec.overrides_for(params, seed))
-    done = _finished_seed_run(sweep, client, config_hash(cfg), seed)
+    cfg = compose(spec.experiment, spec.overrides_for(params, seed)) if spec.command is None else None
+    done = _finished_seed_run(sweep, client, spec.trial_hash(params) if cfg is None else config_hash(cfg), seed)
     if done is not None:
         client.set_tag(done, T.PARENT, trial_run)
         client.set_tag(done, T.TRIAL, str(trial.number))
         return _SeedDone(done, objective_of(client, done, spec.objective.metric, spec.objective.window))
+    if cfg is None:  # a command sweep: another trainer's command logs into the run made for it
+        ran, found, why = run_command_seed(sweep, client, trial.number, params, seed, trial_run)
+        return _SeedDone(ran, found) if found is not None else _SeedFailed(ran, why or "no objective")
 
     metric, window, offset = spec.objective.metric, spec.objective.window, position * cfg.steps
     recent: list[float] = []

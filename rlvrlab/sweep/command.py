@@ -1,0 +1,94 @@
+"""A command sweep's seed run: rlvrlab creates the MLflow run, the command (another trainer) logs into it.
+
+For each seed the run is created in the study's experiment, nested study -> trial -> seed with the tags of
+rlvrlab's own seed runs (parent, role, study, trial, seed, config_hash: rlvrlab.sweep.template.command_hash), plus
+the command's provenance: the git commit of its working directory (`mlflow.source.git.commit`, `git_sha`,
+`git_dirty`) and the rendered command (`rlvrlab.command`). The command then runs under `/bin/sh -c` in the sweep's
+working directory with the worker's environment (CUDA_VISIBLE_DEVICES of its placement included) and
+MLFLOW_TRACKING_URI, MLFLOW_EXPERIMENT_ID and MLFLOW_RUN_ID set: `mlflow.start_run()` re-attaches to that run
+when MLFLOW_RUN_ID is set, and transformers' MLflowCallback (TRL) and verl's MLflow logger both call it. The
+process is run as a child `rlvrlab train` is (rlvrlab.sweep.launch.run_process: stops passed on, no orphan,
+stderr's tail kept).
+
+A command that fails (non-zero exit, a signal) fails its seed: the run ends FAILED, with the last lines of the
+command's stderr as the reason. One that exits 0 and leaves its run RUNNING has it marked FINISHED; the objective
+is then read back from the run (rlvrlab.sweep.objective.objective_of), and a run without the metric fails too.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from typing import Any, Optional
+
+from rlvrlab.errors import RlvrlabError
+from rlvrlab.sweep.launch import child_env, how_it_ended, last_lines, run_process
+from rlvrlab.sweep.objective import objective_of
+from rlvrlab.sweep.spec import format_value
+from rlvrlab.sweep.template import render
+from rlvrlab.tracking import tags as T
+
+COMMAND = T.attr("command")  # the rendered command, on its seed run
+GIT_COMMIT = "mlflow.source.git.commit"  # MLflow's own provenance tag (its UI shows it)
+DROPPED_ENV = ("MLFLOW_EXPERIMENT_NAME", "MLFLOW_NESTED_RUN", "MLFLOW_RUN_NAME")  # would start another run
+MAX_TAG = 5000  # characters of a tag value kept (MLflow's limit is 8000)
+
+
+def git_commit(folder: str) -> tuple[Optional[str], bool]:
+    """(HEAD commit, uncommitted changes to tracked files) of the git repository holding `folder`; (None, False)
+    outside one."""
+
+    def git(*args: str) -> str:
+        return subprocess.run(["git", *args], cwd=folder, capture_output=True, text=True, check=True,
+                              timeout=60).stdout
+
+    try:
+        return git("rev-parse", "HEAD").strip(), bool(git("status", "--porcelain", "--untracked-files=no").strip())
+    except (OSError, subprocess.SubprocessError):
+        return None, False
+
+
+def command_env(tracking_uri: str, experiment_id: str, run_id: str) -> dict[str, str]:
+    """The worker's environment with the seed run's MLflow coordinates, for a command to re-attach to it."""
+    env = {k: v for k, v in child_env(1).items() if k not in DROPPED_ENV}
+    env.update(MLFLOW_TRACKING_URI=tracking_uri, MLFLOW_EXPERIMENT_ID=experiment_id, MLFLOW_RUN_ID=run_id)
+    return env
+
+
+def run_command_seed(sweep: Any, client: Any, number: int, params: dict[str, Any], seed: int,
+                     trial_run: str) -> tuple[str, Optional[float], Optional[str]]:
+    """One seed of trial `number` of a command sweep (sweep: an opened rlvrlab.sweep.study.Sweep): (its MLflow
+    run, its objective, None) or (its run, None, why it failed). A stop asked of the worker is raised as
+    KeyboardInterrupt once the command has ended (run_trial then closes the run KILLED)."""
+    spec = sweep.spec
+    rendered = render(spec.command, spec.command_values(params, seed))
+    folder = os.getcwd()
+    commit, dirty = git_commit(folder)
+    tags = {T.PARENT: trial_run, T.ROLE: "seed", T.STUDY: spec.name, T.TRIAL: str(number), T.SEED: str(seed),
+            T.CONFIG_HASH: spec.trial_hash(params), COMMAND: rendered[:MAX_TAG],
+            T.GIT_SHA: commit or "unknown", T.GIT_DIRTY: "true" if dirty else "false",
+            **({GIT_COMMIT: commit} if commit else {})}
+    run_id = client.create_run(sweep.experiment_id, run_name=f"trial {number} seed {seed}", tags=tags).info.run_id
+    returncode, tail = run_process(["/bin/sh", "-c", rendered],
+                                   command_env(sweep.mlflow_uri, sweep.experiment_id, run_id), cwd=folder)
+    status = client.get_run(run_id).info.status
+    reason = None
+    if returncode != 0:
+        shown = last_lines(tail)
+        reason = f"the command failed ({how_it_ended(returncode)})" + (f": {shown}" if shown else "")
+    elif status not in ("RUNNING", "FINISHED"):
+        reason = f"the command exited 0 but ended its MLflow run {status}"
+    value = None
+    if reason is None:
+        if status == "RUNNING":
+            client.set_terminated(run_id, status="FINISHED")
+        try:
+            value = objective_of(client, run_id, spec.objective.metric, spec.objective.window)
+        except RlvrlabError as error:  # it ran, but logged no objective: the seed has no value
+            reason = str(error)
+    if reason is not None:
+        client.set_tag(run_id, T.FAIL_REASON, reason[:MAX_TAG])
+        client.set_terminated(run_id, status="FAILED")
+        return run_id, None, reason
+    client.set_tag(run_id, T.OBJECTIVE, format_value(value))
+    return run_id, value, None
