@@ -51,6 +51,7 @@ def sweep(sweep_file: SweepArg, overrides: OverridesArg = None, workers: Workers
     rlvrlab sweep sweeps/ucpo_tau.yaml --status             # the table so far, nothing runs
     rlvrlab sweep sweeps/ucpo_tau.yaml --storage postgresql://user:pw@db/optuna   # on every machine
     rlvrlab sweep sweeps/up_stability.yaml --launcher process --workers 4 --gpus-per-run 2
+    rlvrlab sweep sweeps/examples/trl_grpo.yaml             # another trainer's command (TRL), see docs/sweeps.md
     rlvrlab sweep sweeps/up_stability.yaml --launcher slurm --workers 8 --slurm partition=gpu --slurm time=240 \\
         --storage postgresql://user:pw@db/optuna tracking.uri=http://mlflow:5000[/dim]
 
