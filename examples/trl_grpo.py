@@ -75,8 +75,9 @@ def main(argv: list[str] | None = None) -> None:
         torch.set_num_threads(args.threads)
     rows_per_step = args.prompts_per_step * args.num_generations
     folder, tokenizer, rows, reward = countdown_task(args.model, args.prompts_per_step * (args.steps + 1))
+    scratch = tempfile.TemporaryDirectory(prefix="trl-grpo-")  # output_dir when none is given; removed at exit
     config = GRPOConfig(
-        output_dir=str(args.output_dir or tempfile.mkdtemp(prefix="trl-grpo-")), max_steps=args.steps,
+        output_dir=str(args.output_dir or scratch.name), max_steps=args.steps,
         seed=args.seed, learning_rate=args.learning_rate, beta=args.beta, loss_type=args.loss_type,
         per_device_train_batch_size=rows_per_step, gradient_accumulation_steps=1,
         num_generations=args.num_generations, max_completion_length=args.max_completion_length,
