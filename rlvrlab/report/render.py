@@ -101,10 +101,16 @@ def _needed_text(c: Cell) -> str:
 CONDITIONAL = "intervals are conditional on that one initial model"
 
 
+UNRECORDED = ("not recorded by rlvrlab (another trainer's command; whether it varies with the seed is that "
+              "trainer's doing)")
+
+
 def _initial_model(params: dict[str, str]) -> str:
     """What a run started from, from its params. A tiny run logged before model.warm_start_seed existed started
     from warm start seed 0 (rlvrlab.config.compose.LEGACY_WARM_START_SEED); null is the run's seed."""
-    tier = params.get("model.tier", "tiny")
+    if "model.tier" not in params:  # a command sweep's run: another trainer's, whose config rlvrlab did not log
+        return UNRECORDED
+    tier = params["model.tier"]
     if tier == "toy":
         return "the toy table of model.toy_init (no seed)"
     if tier == "real":
@@ -122,11 +128,13 @@ def initial_model_note(groups: Sequence[Group]) -> str:
             by_kind.setdefault(kind, []).append(g.label)
     if len(by_kind) == 1:
         kind = next(iter(by_kind))
+        if kind == UNRECORDED:
+            return f"initial model: {kind}"
         if kind.startswith("fixed"):
             return f"{kind}: {CONDITIONAL}"
         return f"initial model: {kind}" + ("" if kind.startswith("warm start") else f": {CONDITIONAL}")
     parts = "; ".join(f"{kind} ({', '.join(labels)})" for kind, labels in by_kind.items())
-    fixed = any(not kind.startswith("warm start") for kind in by_kind)
+    fixed = any(not kind.startswith("warm start") and kind != UNRECORDED for kind in by_kind)
     return f"initial model: {parts}" + (f"; where it is fixed, {CONDITIONAL}" if fixed else "")
 
 

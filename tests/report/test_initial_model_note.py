@@ -28,3 +28,10 @@ def test_the_footer_says_whether_the_initial_model_varies_with_the_seed() -> Non
     assert initial_model_note(mixed) == ("initial model: warm start seed = run seed (varies with seed) (grpo); fixed "
                                          "warm start seed 0 (dapo); where it is fixed, intervals are conditional on "
                                          "that one initial model")
+
+
+def test_a_command_sweeps_runs_say_the_initial_model_is_not_rlvrlabs_to_state() -> None:
+    """A command sweep's runs (TRL, verl) log the trainer's params, not rlvrlab's model.*: no warm-start claim."""
+    trl = [_group(a, range(2), learning_rate=a) for a in ("1e-05", "0.0001")]
+    assert initial_model_note(trl) == ("initial model: not recorded by rlvrlab (another trainer's command; whether it "
+                                       "varies with the seed is that trainer's doing)")
