@@ -15,6 +15,13 @@ scipy and by hand:
   scipy.stats.ttest_ind(equal_var=False)); the interval is Δ ± t_{0.975, df} · se (scipy.stats.t).
   Evaluation rows paired by seed and problem ("paired t (problems paired)") use each seed's mean over the problems
   defined in both arms, from per_problem.csv;
+- in an adaptive-seed study (`seeds: {initial: n0, ...}`: trials of seeds 0..N-1, N chosen from the stage-one
+  seeds 0..n0-1), "paired Stein" rows (Stein 1945; rlvrlab/report/stats/stein.py): the differences d_s = a_s - b_s on
+  the seeds both groups ran (0..M-1, M = min(N_a, N_b)), Δ = their mean, se = s0(d)/√M with s0(d) the SD of d over
+  seeds 0..n0-1, df = n0-1, the interval Δ ± t_{0.975, n0-1} · se, p, and the sign-flip p and P(improvement) over
+  the same seeds. n0 is not a column of its own: it is the written df + 1 of the study's Stein rows and cells (their
+  df is n0-1 by construction), and all of them must give the same n0 (checked, as `n0`); every other number of the
+  row is recomputed from per_seed.csv with it;
 - every other evaluation comparison, the crossed seeds × problems design y_sp = μ + a_s + b_p + e_sp (two-way
   ANOVA mean squares by hand; docs/report.md): Δ, interval, se, df and p. Paired by seed and problem ("paired
   crossed"): the interval of d_sp = a_sp - b_sp, with K̂ = max(MS_S, 3·MS_E) on S-1 df and B̂ = max(MS_P - MS_E, 0)
@@ -31,7 +38,9 @@ scipy and by hand:
   row's TOST p (Schuirmann 1987) at its margin M, max(P(T > (Δ+M)/se), P(T < (Δ-M)/se)) with T ~ t(df) from
   scipy.stats.t on the recomputed Δ, se and df (a crossed row: on its written ones), times the number of cells for a
   selected group, and Holm over the difference tests and the equivalence tests together;
-- table.csv: each cell's mean, and for Student-t cells its interval, standard error and df.
+- table.csv: each cell's mean, and for Student-t cells its interval, standard error and df; for Stein cells
+  (method "stein", an adaptive study's training metrics) the interval X̄_N ± t_{0.975, n0-1} · s0/√N over the N seeds,
+  s0 the SD of seeds 0..n0-1, its standard error and df (n0 from the df column, as above).
 
 Every number of comparisons.csv is recomputed. A difference is |a - b| / max(1, |b|).
 Exit status 0 when the largest difference is at most 1e-9, 1 when it is larger, 2 when a file is missing.
@@ -142,6 +151,27 @@ def t_test(a: np.ndarray, b: np.ndarray, paired: bool) -> dict[str, float | None
     half = float(sps.t.ppf(0.5 + LEVEL / 2, df)) * se
     return {"delta": delta, "low": delta - half, "high": delta + half, "se": se, "df": df, "p": p,
             "p_signflip": flip}
+
+
+def stein_test(seeds_a: list[int], a: np.ndarray, seeds_b: list[int], b: np.ndarray,
+               n0: int) -> tuple[dict[str, float | None], float]:
+    """Paired Stein on the common seeds: the row's numbers, and P(improvement) over the same seeds."""
+    common = sorted(set(seeds_a) & set(seeds_b))
+    if not set(range(n0)) <= set(common):
+        raise ValueError(f"a paired Stein row needs seeds 0..{n0 - 1} in both groups")
+    x = np.asarray([a[seeds_a.index(s)] for s in common])
+    y = np.asarray([b[seeds_b.index(s)] for s in common])
+    d = x - y
+    delta, se = float(d.mean()), float(d[:n0].std(ddof=1) / math.sqrt(len(d)))  # common is sorted: d[:n0] is 0..n0-1
+    return moments_test(delta, se, float(n0 - 1), d), improvement(x, y)
+
+
+def stein_cell(seeds: list[int], values: np.ndarray, n0: int) -> dict[str, float]:
+    """X̄_N ± t_{0.975, n0-1} · s0/√N, s0 the SD of seeds 0..n0-1."""
+    first = np.asarray([values[seeds.index(s)] for s in range(n0)])
+    mean, se = float(values.mean()), float(first.std(ddof=1) / math.sqrt(len(values)))
+    half = float(sps.t.ppf(0.5 + LEVEL / 2, n0 - 1)) * se
+    return {"low": mean - half, "high": mean + half, "se": se, "df": float(n0 - 1)}
 
 
 def mean_squares(x: np.ndarray) -> tuple[float, float, float]:
@@ -272,15 +302,21 @@ def recompute(folder: Path) -> tuple[list[tuple[str, str, float]], list[str]]:
     tosts: list[tuple[str, dict[str, str], float]] = []  # (name, row, TOST p entering Holm)
     kept: list[tuple[str, dict[str, str], dict[str, float | None] | None]] = []  # each row and what was recomputed
     tested = bool(rows) and "p_equivalence" in rows[0]
+    stage_ones: set[int] = set()  # n0 of every Stein row and cell: one study, one n0
     names = [comparison_name(row) for row in rows]
     for name, row in zip(names, rows):
         seeds_a, a = seeds[(row["a"], row["section"], row["metric"])]
         seeds_b, b = seeds[(row["b"], row["section"], row["metric"])]
-        paired = seeds_a == seeds_b  # the report pairs groups that ran the same seed list
-        checks.append((name, "paired", 0.0 if str(paired) == row["paired"] else math.inf))
-        checks.append((name, "prob_improvement", difference(improvement(a, b), number(row["prob_improvement"]))))
         test = row["test"]
-        if test in ("paired t", "Welch"):
+        # the report pairs groups that ran the same seed list, and in an adaptive study every Stein pair
+        paired = seeds_a == seeds_b or test == "paired Stein"
+        checks.append((name, "paired", 0.0 if str(paired) == row["paired"] else math.inf))
+        better = improvement(a, b)  # P(improvement) over every seed of both groups; paired Stein: the common seeds
+        if test == "paired Stein":
+            n0 = round(float(row["df"])) + 1
+            stage_ones.add(n0)
+            got, better = stein_test(seeds_a, a, seeds_b, b, n0)
+        elif test in ("paired t", "Welch"):
             got = t_test(a, b, paired)
         elif test == "paired t (problems paired)":  # each seed's mean difference over the problems both define
             d = seed_means(matrices[(row["a"], row["section"], row["metric"])]
@@ -294,10 +330,12 @@ def recompute(folder: Path) -> tuple[list[tuple[str, str, float]], list[str]]:
             else:
                 got = moments_test(*welch_crossed(x_a, x_b), None)
         else:
+            checks.append((name, "prob_improvement", difference(better, number(row["prob_improvement"]))))
             partial.append(f"{name}: {test} (unknown to this script), not recomputed")
             family.append(float(row["p_family"]))
             kept.append((name, row, None))
             continue
+        checks.append((name, "prob_improvement", difference(better, number(row["prob_improvement"]))))
         for key, value in got.items():
             checks.append((name, key, difference(value, number(row[key]))))
         p = got["p"]
@@ -344,6 +382,13 @@ def recompute(folder: Path) -> tuple[list[tuple[str, str, float]], list[str]]:
             half = float(sps.t.ppf(0.5 + LEVEL / 2, df)) * se
             for key_, value in (("low", mean - half), ("high", mean + half), ("se", se), ("df", df)):
                 checks.append((name, key_, difference(value, number(cell[key_]))))
+        elif cell["method"] == "stein":
+            n0 = round(float(cell["df"])) + 1
+            stage_ones.add(n0)
+            for key_, value in stein_cell(seeds[key][0], values, n0).items():
+                checks.append((name, key_, difference(value, number(cell[key_]))))
+    if stage_ones:
+        checks.append(("the adaptive study", "n0", 0.0 if len(stage_ones) == 1 else math.inf))
     return checks, partial
 
 

@@ -21,6 +21,7 @@ from rlvrlab.report.table import (
     parse_equivalence,
     parse_metrics,
     parse_pairs,
+    stage_one_of,
 )
 from rlvrlab.tracking import tags as T
 from rlvrlab.tracking.store import default_uri
@@ -123,7 +124,8 @@ def make_report(request: ReportRequest) -> ReportOutcome:
     evals = collect.eval_records(client, selection, rarefy=rarefy) if evaluations else None
     stats_columns = _eval_columns(evals, eval_stats, rarefy)
     result = build(client, selection, metrics=specs, evals=evals, eval_stats=stats_columns, baseline=baseline,
-                   pairs=pairs, target_halfwidth=target_halfwidth, equivalence=equivalence)
+                   pairs=pairs, target_halfwidth=target_halfwidth, equivalence=equivalence,
+                   stage_one=stage_one_of(study_params))
     result.notes += external.notes(selection)
     result.notes.append(provenance.note(origin))
     if not selection.group_by:  # other trainers' runs do not record their initial model in rlvrlab's params

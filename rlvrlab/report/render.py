@@ -386,7 +386,8 @@ def sources(selection: Selection, report: Report, command: list[str], eval_runs:
     body = {
         "command": command, "tracking_uri": selection.uri, "source": selection.experiment, "study": selection.study,
         "statistics": "Student-t seed intervals; crossed seeds x problems intervals for evaluations; paired t / "
-                      "Welch comparisons, sign-flip p, Holm, MDE at the Holm level, the claim rule "
+                      "Welch comparisons (adaptive-seed studies: Stein two-stage intervals, paired Stein), "
+                      "sign-flip p, Holm, MDE at the Holm level, the claim rule "
                       "(rlvrlab/report/stats/)",
         "baseline": report.baseline, "rlvrlab_git_sha": sha, "rlvrlab_git_dirty": dirty, "outputs": outputs,
         "provenance": provenance or {},

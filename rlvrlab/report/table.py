@@ -1,6 +1,7 @@
 """The numbers of a report: one Cell per (group, section, metric) with its interval, and one Row per comparison,
 all comparisons of one report in one Holm family. Sections: "train" (training metrics, one value per seed) and
-one per evaluation dataset (per seed and problem). The statistics are in rlvrlab.report.stats."""
+one per evaluation dataset (per seed and problem). The statistics are in rlvrlab.report.stats. An adaptive-seed
+study's training metrics take Stein's two-stage interval and paired test (stats.stein; _stein says which groups)."""
 
 from __future__ import annotations
 
@@ -219,6 +220,7 @@ class Report:
     higher_is_better: dict[str, bool] = field(default_factory=dict)
     target_halfwidth: Optional[float] = None
     equivalence: Optional[Equivalence] = None
+    stage_one: Optional[int] = None  # n0 of an adaptive-seed study (Stein's two-stage rule); None: fixed seeds
 
     @property
     def family_size(self) -> int:
@@ -230,6 +232,16 @@ def lower_is_better(metric: str) -> bool:
     name = metric.split(":")[0]
     return name.startswith(("time/", "loss/")) or name in ("rollout/lag", "rollout/logp_gap_max",
                                                            "rollout/logp_gap_mean")
+
+
+def stage_one_of(study_params: dict[str, str]) -> Optional[int]:
+    """n0 of an adaptive-seed study from its study run's params (`seeds.adaptive`: "initial=5 max=20 halfwidth=0.02",
+    rlvrlab.sweep.study), None for fixed seeds or a report of no study."""
+    try:
+        return stats.stage_one_size(study_params.get("seeds.adaptive"))
+    except ValueError as e:
+        raise RlvrlabError(f"the study run's param {e}; re-run the study with this rlvrlab version or report it with "
+                           "--experiment") from None
 
 
 def find_group(groups: list[Group], name: str, option: str = "--baseline") -> Group:
@@ -251,7 +263,9 @@ def find_baseline(groups: list[Group], name: Optional[str]) -> Optional[Group]:
 
 def build(client, selection: Selection, *, metrics: Sequence[MetricSpec], evals: Optional[EvalRecords],
           eval_stats: list[str], baseline: Optional[str], pairs: Sequence[Pair] = (),
-          target_halfwidth: Optional[float] = None, equivalence: Optional[Equivalence] = None) -> Report:
+          target_halfwidth: Optional[float] = None, equivalence: Optional[Equivalence] = None,
+          stage_one: Optional[int] = None) -> Report:
+    """stage_one: n0 of an adaptive-seed study (stats.stage_one_size of its `seeds.adaptive` param), None otherwise."""
     groups = selection.groups
     base = find_baseline(groups, baseline)
     columns_given = [m.label for m in metrics] + (list(eval_stats) if evals is not None else [])
@@ -286,7 +300,8 @@ def build(client, selection: Selection, *, metrics: Sequence[MetricSpec], evals:
     cells: dict[tuple[str, str, str], Cell] = {}
     for (section, metric), values in data.items():
         for g in groups:
-            cells[(g.label, section, metric)] = _cell(g, section, metric, values[g.label], target_halfwidth)
+            cells[(g.label, section, metric)] = _cell(g, section, metric, values[g.label], target_halfwidth,
+                                                      _stein(stage_one, section, g))
 
     rows: list[Row] = []
     for (section, metric), values in data.items():
@@ -307,8 +322,11 @@ def build(client, selection: Selection, *, metrics: Sequence[MetricSpec], evals:
         for a, b, selected_from in wanted:
             if a is b or min(len(a.runs), len(b.runs)) < stats.MIN_SEEDS:
                 continue
-            paired = a.seeds == b.seeds
-            result = stats.compare(values[a.label], values[b.label], paired=paired)
+            n0 = _stein(stage_one, section, a)
+            if n0 is not None and _stein(stage_one, section, b) is not None:
+                result = stats.paired_stein(values[a.label], values[b.label], n0)
+            else:
+                result = stats.compare(values[a.label], values[b.label], paired=a.seeds == b.seeds)
             rows.append(Row(a.label, b.label, section, metric, result, selected_from,
                             max_statistic=section == "train" and metric in extremes,
                             margin=equivalence.margin(metric) if equivalence else None))
@@ -323,7 +341,8 @@ def build(client, selection: Selection, *, metrics: Sequence[MetricSpec], evals:
                 if g is not base and cell.delta is None:
                     cell.delta = _score(values[g.label]) - _score(values[base.label])
     report = Report(list(cells.values()), groups, base.label if base else None, sections, columns, rows,
-                    higher_is_better=higher, target_halfwidth=target_halfwidth, equivalence=equivalence)
+                    higher_is_better=higher, target_halfwidth=target_halfwidth, equivalence=equivalence,
+                    stage_one=stage_one)
     report.notes = _notes(report, metrics, selection)
     return report
 
@@ -357,9 +376,21 @@ def _score(x: np.ndarray) -> float:
     return float(stats.seed_scores(x).mean())
 
 
-def _cell(g: Group, section: str, metric: str, x: np.ndarray, target: Optional[float]) -> Cell:
+def _stein(stage_one: Optional[int], section: str, g: Group) -> Optional[int]:
+    """n0 when the group's training metrics take Stein's interval and test: an adaptive study's group that ran seeds
+    0..N-1, N >= n0 (its values, ordered by seed like g.runs, then have stage one first); None otherwise."""
+    if stage_one is None or section != "train" or not stats.stein_seeds(g.seeds, stage_one):
+        return None
+    return stage_one
+
+
+def _cell(g: Group, section: str, metric: str, x: np.ndarray, target: Optional[float],
+          stage_one: Optional[int] = None) -> Cell:
     x = np.asarray(x, dtype=np.float64)
-    if x.ndim == 2 and np.isnan(x).any():  # undefined on some problems (diversity, rarefaction): per-seed means
+    if stage_one is not None:  # an adaptive study's two-stage trial (_stein): Stein's interval, exact
+        cell = Cell(g.label, section, metric, float(x.mean()), x.shape[0])
+        iv = stats.stein_interval(x, stage_one)
+    elif x.ndim == 2 and np.isnan(x).any():  # undefined on some problems (diversity, rarefaction): per-seed means
         scores = stats.seed_scores(x)
         cell = Cell(g.label, section, metric, float(scores.mean()), x.shape[0], x.shape[1],
                     note="mean over the problems where it is defined; t-interval over seeds")
@@ -401,13 +432,18 @@ def _notes(report: Report, metrics: Sequence[MetricSpec], selection: Selection) 
     notes = []
     if metrics:
         shown = "; ".join(f"{m.label}: {m.reduce} of the last {m.last} logged steps" for m in metrics)
-        notes.append(f"training metrics, per run: {shown}; intervals: 95% Student-t over the per-seed values "
-                     "(Student 1908)")
+        if report.stage_one is None:
+            notes.append(f"training metrics, per run: {shown}; intervals: 95% Student-t over the per-seed values "
+                         "(Student 1908)")
+        else:
+            notes.append(f"training metrics, per run: {shown}; adaptive seeds, Stein two-stage, n0 = "
+                         f"{report.stage_one}" + _stein_note(report, selection))
     if any(s != "train" for s in report.sections):
         notes.append("evaluation metrics: 95% interval of a crossed seeds x problems design (variance components "
                      "from the two-way ANOVA, the seed component at least the residual's share of a seed mean, t "
                      "quantile on Satterthwaite df with the seed term on S-1; docs/report.md); the CSV also has the "
-                     "seed-only t-interval")
+                     "seed-only t-interval" + ("; not adjusted for the adaptive seed count (N was chosen from "
+                                               "stage one)" if report.stage_one is not None else ""))
     if report.rows:
         tests = sorted({r.result.test for r in report.rows})
         m, tosts = report.family_size, report.family_size - len(report.rows)
@@ -452,6 +488,20 @@ def _notes(report: Report, metrics: Sequence[MetricSpec], selection: Selection) 
                      "(evaluations: the seed, problem and residual components; '∞' when the problems alone are "
                      "wider)")
     return notes
+
+
+def _stein_note(report: Report, selection: Selection) -> str:
+    """The rest of an adaptive study's training-metric note: the Stein interval and test, and the groups left out."""
+    n0 = report.stage_one
+    assert n0 is not None
+    plain = [g.label for g in selection.groups if _stein(n0, "train", g) is None]
+    return (f": 95% interval X̄_N ± t_{{.975, {n0 - 1}}}·s0/√N over seeds 0..N-1, s0 the metric's SD over seeds "
+            f"0..{n0 - 1} (Stein 1945), exact under normality for every metric, N being chosen from stage one only; "
+            f"comparisons: paired Stein on the common seeds 0..M-1, M = min(N_a, N_b), Δ ± t_{{.975, {n0 - 1}}}·"
+            f"s0(d)/√M with s0(d) the SD of the differences over seeds 0..{n0 - 1}, sign-flip p and P(improvement) "
+            "over the same seeds (docs/report.md, \"Adaptive seeds\")"
+            + (f"; Student t, paired t or Welch for {', '.join(plain)} (seeds not 0..N-1 with N >= {n0})"
+               if plain else ""))
 
 
 def best_groups(report: Report) -> dict[tuple[str, str], str]:

@@ -37,7 +37,7 @@ from typing import Optional
 
 import numpy as np
 
-from rlvrlab.report.stats import LEVEL, Interval, t_interval, t_ppf
+from rlvrlab.report.stats import LEVEL, Interval, stein_interval as stein_interval_of, t_interval, t_ppf
 
 RULE = "stein1945"  # part of an adaptive study's fingerprint: a study of another rule is another study
 MIN_INITIAL = 5  # stage-one seeds; fewer make t_{.975, n0-1}, hence N, too large (3.18 at n0 = 4)
@@ -99,10 +99,8 @@ def stein_interval(values: Mapping[int, float], initial: int) -> Interval:
     first = _stage_one(values, initial)
     if first is None:
         raise ValueError(f"the Stein interval needs seeds 0..{initial - 1}; got seeds {sorted(values)}")
-    x = np.asarray(list(values.values()), dtype=float)
-    mean, se = float(x.mean()), float(np.std(first, ddof=1)) / math.sqrt(len(x))
-    half = _quantile(initial) * se
-    return Interval(mean, mean - half, mean + half, se, float(initial - 1), len(x), "stein")
+    rest = [v for s, v in values.items() if not 0 <= s < initial]
+    return stein_interval_of(np.concatenate([first, np.asarray(rest, dtype=float)]), initial)  # the report's own
 
 
 def trial_interval(values: Mapping[int, float] | Sequence[float], adaptive: Optional[AdaptiveSeeds]) -> Interval:

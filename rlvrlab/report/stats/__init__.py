@@ -5,6 +5,7 @@ Pure numpy/scipy functions with typed results; no resampling, so a table is the 
 - intervals: Student-t seed intervals, the crossed seeds × problems interval, curve bands, their moments.
 - comparisons: paired t / Welch (crossed for evaluations), sign-flip p, MDE, TOST, Holm, the claim rule.
 - seeds: seeds needed for a target half-width.
+- stein: Stein's two-stage intervals and paired comparisons of an adaptive-seed study.
 - diversity: rarefied and expected distinct correct forms.
 
 Every public name of the submodules is importable from here (`from rlvrlab.report import stats; stats.compare`).
@@ -59,14 +60,26 @@ from rlvrlab.report.stats.intervals import (
     welch_moments,
 )
 from rlvrlab.report.stats.seeds import seeds_for_halfwidth, seeds_for_halfwidth_crossed
+from rlvrlab.report.stats.stein import (
+    PAIRED_STEIN,
+    STEIN,
+    paired_stein,
+    paired_stein_moments,
+    stage_one_size,
+    stein_interval,
+    stein_moments,
+    stein_seeds,
+)
 
 __all__ = [
-    "ALPHA", "LEVEL", "MAX_EXACT_FLIPS", "MIN_SEEDS", "MIN_SEEDS_SIGNIFICANCE", "POWER", "SEED_COMPONENT_FLOOR",
+    "ALPHA", "LEVEL", "MAX_EXACT_FLIPS", "MIN_SEEDS", "MIN_SEEDS_SIGNIFICANCE", "PAIRED_STEIN", "POWER",
+    "SEED_COMPONENT_FLOOR", "STEIN",
     "Claim", "Comparison", "Interval", "MeanSquares", "Moments", "claim", "compare", "crossed_interval",
     "crossed_moments", "crossed_var_df", "curve_band", "difference_term", "distinct_combinations", "equivalence_p",
     "expected_distinct", "floored_seed_term", "holm", "holm_level", "interval", "mde", "mean_squares",
-    "paired_crossed", "paired_t",
+    "paired_crossed", "paired_stein", "paired_stein_moments", "paired_t",
     "probability_of_improvement", "rarefied_distinct", "satterthwaite", "scipy_stats", "seed_scores",
-    "seeds_for_halfwidth", "seeds_for_halfwidth_crossed", "selected", "signflip_p", "signflip_seeds", "t_interval",
+    "seeds_for_halfwidth", "seeds_for_halfwidth_crossed", "selected", "signflip_p", "signflip_seeds", "stage_one_size",
+    "stein_interval", "stein_moments", "stein_seeds", "t_interval",
     "t_moments", "t_ppf", "welch", "welch_crossed", "welch_crossed_moments", "welch_moments",
 ]
