@@ -101,10 +101,15 @@ def passk_coverage_curves(points, dataset: str, out: Path, note: Optional[str] =
     """passk_curve_<dataset>.png: pass@k and coverage@k over k (rlvrlab.report.passk_curve's CurvePoints of one
     dataset), side by side, mean over seeds and problems with the crossed 95% band where a group has 2 seeds."""
     plt = _pyplot()
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4.4 if note else 4.2))
+    shown = [m for m in ("pass_at_k", "coverage_at_k") if any(p.metric == m for p in points)]  # coverage@k needs the
+    fig, axes = plt.subplots(1, len(shown), figsize=(5.5 * len(shown), 4.4 if note else 4.2), squeeze=False)
+    axes = list(axes[0])  # correct set's size: tasks that cannot list their answers have pass@k only
     groups = list(dict.fromkeys(p.group for p in points))
     estimate = " / ".join(sorted({p.estimate for p in points}))
-    for ax, metric, name in zip(axes, ("pass_at_k", "coverage_at_k"), ("pass@k", "coverage@k")):
+    titles = {"pass_at_k": f"{dataset}: pass@k ({estimate}), 95% band over seeds and problems",
+              "coverage_at_k": f"{dataset}: coverage@k, expected share of the correct set in k samples"}
+    for ax, metric in zip(axes, shown):
+        name = {"pass_at_k": "pass@k", "coverage_at_k": "coverage@k"}[metric]
         for group in groups:
             mine = sorted((p for p in points if p.group == group and p.metric == metric), key=lambda p: p.k)
             if not mine:
@@ -123,8 +128,7 @@ def passk_coverage_curves(points, dataset: str, out: Path, note: Optional[str] =
         ax.set_ylabel(name)
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7, loc="lower right")
-    axes[0].set_title(f"{dataset}: pass@k ({estimate}), 95% band over seeds and problems", fontsize=9)
-    axes[1].set_title(f"{dataset}: coverage@k, expected share of the correct set in k samples", fontsize=9)
+        ax.set_title(titles[metric], fontsize=9)
     if note:
         fig.text(0.01, 0.01, note, fontsize=6.5, ha="left", va="bottom")
     path = out / f"passk_curve_{_slug(dataset)}.png"

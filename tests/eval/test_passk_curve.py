@@ -254,3 +254,18 @@ def test_the_printed_table_over_seeds_has_the_crossed_interval():
     iv = stats.crossed_interval(matrix)
     assert f"{iv.mean:.3f} [{iv.low:.3f}, {iv.high:.3f}]" in text and "pass@1" in text and "lonely" not in text
     assert seeds_table([outcome(matrix[0], "abc"), outcome(matrix[1], "")]) is None  # one seed, one --model
+
+
+def test_the_curve_plot_draws_coverage_only_where_the_task_lists_its_answers(tmp_path) -> None:
+    """Countdown cannot list its correct answers, so it has pass@k and no coverage@k: one panel, not an empty one."""
+    from matplotlib import image
+
+    from rlvrlab.report import plots
+    from rlvrlab.report.passk_curve import CurvePoint
+
+    def points(metrics):
+        return [CurvePoint("grpo", "d", k, m, 0.5, 0.4, 0.6, 2, "unbiased") for m in metrics for k in (1, 2, 4)]
+
+    one = image.imread(plots.passk_coverage_curves(points(["pass_at_k"]), "one", tmp_path))
+    two = image.imread(plots.passk_coverage_curves(points(["pass_at_k", "coverage_at_k"]), "two", tmp_path))
+    assert two.shape[1] == pytest.approx(2 * one.shape[1], rel=0.02)
