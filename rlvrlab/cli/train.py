@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shlex
 from pathlib import Path
 from typing import Annotated, Optional
@@ -106,8 +107,6 @@ def resume_command(cfg: RunConfig, run_id: str) -> str:
 
 def _progress_bar(console: Console, cfg: RunConfig) -> Progress:
     """rich's bar on a terminal; plain lines (rlvrlab.cli.progress) in a log file or a pipe."""
-    import os
-
     from rlvrlab.cli.progress import progress_display
 
     return progress_display(
@@ -127,6 +126,8 @@ def _print_done(cfg: RunConfig, run_id: str) -> None:
     from rlvrlab.tracking.mlflow_tracker import ui_hint
     from rlvrlab.tracking.store import store
 
+    if os.environ.get("RANK", "0") != "0":  # under torchrun only rank 0 records the run (the others have no run id)
+        return
     output_dir = Path(cfg.output_dir).expanduser().resolve()
     console = Console(soft_wrap=True)
     if cfg.tracking.backend == "none":
