@@ -15,7 +15,7 @@ import numpy as np
 
 from rlvrlab.config.rules import unknown
 from rlvrlab.errors import RlvrlabError
-from rlvrlab.tracking.runs import client_for, is_training_run, linked_evaluations, seed_of
+from rlvrlab.tracking.runs import client_for, is_training_run, linked_evaluations, runs_by_id, seed_of
 
 if TYPE_CHECKING:
     from mlflow.entities import Run
@@ -86,13 +86,7 @@ def select(uri: str, *, experiment: Optional[str] = None, study: Optional[str] =
     variant_of: dict[str, str] = {}  # trial run id -> the sweep variant it ran (studies with `variants:`)
     trial_params: dict[str, dict[str, str]] = {}  # trial run id -> its swept values (a command study's labels)
     if run_ids:
-        runs = []
-        for run_id in run_ids:
-            try:
-                runs.append(client.get_run(run_id))
-            except Exception:
-                raise RlvrlabError(f"--runs: no run {run_id} in {uri}; list runs with "
-                                   f"mlflow ui --backend-store-uri {uri}") from None
+        runs = runs_by_id(client, run_ids, uri=uri)
         source = "runs"
     else:
         name = study or experiment

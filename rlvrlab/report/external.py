@@ -15,7 +15,7 @@ from rlvrlab.errors import RlvrlabError
 from rlvrlab.report.collect import Group, SeedRun, Selection
 from rlvrlab.report.provenance import UNKNOWN
 from rlvrlab.tracking import tags as T
-from rlvrlab.tracking.runs import client_for, experiment_runs
+from rlvrlab.tracking.runs import client_for, experiment_runs, runs_by_id
 
 # the commit a run was trained from: MLflow's own tag (set by start_run in a git checkout), then rlvrlab's
 COMMIT_TAGS = ("mlflow.source.git.commit", T.GIT_SHA)
@@ -79,13 +79,7 @@ def select(uri: str, *, experiment: Optional[str], run_ids: Sequence[str], group
         raise RlvrlabError(f"--seed-key {seed_k.name!r} is also a --group-by key; a group's runs differ in their seed")
     client = client_for(uri)
     if run_ids:
-        runs = []
-        for run_id in run_ids:
-            try:
-                runs.append(client.get_run(run_id))
-            except Exception:
-                raise RlvrlabError(f"--runs: no run {run_id} in {uri}; list runs with "
-                                   f"mlflow ui --backend-store-uri {uri}") from None
+        runs = runs_by_id(client, run_ids, uri=uri)
         source = "runs"
     else:
         assert experiment is not None  # command.make_report gives one of experiment and run_ids

@@ -37,6 +37,18 @@ def experiment_runs(client, name: str, *, uri: str, what: str = "experiment") ->
     return client.search_runs([found.experiment_id], max_results=50_000)
 
 
+def runs_by_id(client, run_ids, *, uri: str) -> list:
+    """The runs `--runs ID,...` names, in that order; an id the store does not have is a one-line error."""
+    runs = []
+    for run_id in run_ids:
+        try:
+            runs.append(client.get_run(run_id))
+        except Exception:
+            raise RlvrlabError(f"--runs: no run {run_id} in {uri}; list runs with "
+                               f"mlflow ui --backend-store-uri {uri}") from None
+    return runs
+
+
 def training_run_ids(uri: str, *, experiment: str | None = None, study: str | None = None) -> list[str]:
     """The FINISHED training runs of an experiment, or the FINISHED seed runs of a sweep study."""
     if (experiment is None) == (study is None):
