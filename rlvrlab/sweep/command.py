@@ -18,7 +18,7 @@ is then read back from the run (rlvrlab.sweep.objective.objective_of), and a run
 from __future__ import annotations
 
 import os
-import subprocess
+from pathlib import Path
 from typing import Any, Optional
 
 from rlvrlab.errors import RlvrlabError
@@ -27,25 +27,12 @@ from rlvrlab.sweep.objective import objective_of
 from rlvrlab.sweep.spec import format_value
 from rlvrlab.sweep.template import render
 from rlvrlab.tracking import tags as T
+from rlvrlab.tracking.provenance import repo_state
 
 COMMAND = T.attr("command")  # the rendered command, on its seed run
 GIT_COMMIT = "mlflow.source.git.commit"  # MLflow's own provenance tag (its UI shows it)
 DROPPED_ENV = ("MLFLOW_EXPERIMENT_NAME", "MLFLOW_NESTED_RUN", "MLFLOW_RUN_NAME")  # would start another run
 MAX_TAG = 5000  # characters of a tag value kept (MLflow's limit is 8000)
-
-
-def git_commit(folder: str) -> tuple[Optional[str], bool]:
-    """(HEAD commit, uncommitted changes to tracked files) of the git repository holding `folder`; (None, False)
-    outside one."""
-
-    def git(*args: str) -> str:
-        return subprocess.run(["git", *args], cwd=folder, capture_output=True, text=True, check=True,
-                              timeout=60).stdout
-
-    try:
-        return git("rev-parse", "HEAD").strip(), bool(git("status", "--porcelain", "--untracked-files=no").strip())
-    except (OSError, subprocess.SubprocessError):
-        return None, False
 
 
 def command_env(tracking_uri: str, experiment_id: str, run_id: str) -> dict[str, str]:
@@ -63,7 +50,7 @@ def run_command_seed(sweep: Any, client: Any, number: int, params: dict[str, Any
     spec = sweep.spec
     rendered = render(spec.command, spec.command_values(params, seed))
     folder = os.getcwd()
-    commit, dirty = git_commit(folder)
+    commit, dirty = repo_state(Path(folder))
     tags = {T.PARENT: trial_run, T.ROLE: "seed", T.STUDY: spec.name, T.TRIAL: str(number), T.SEED: str(seed),
             T.CONFIG_HASH: spec.trial_hash(params), COMMAND: rendered[:MAX_TAG],
             T.GIT_SHA: commit or "unknown", T.GIT_DIRTY: "true" if dirty else "false",

@@ -7,6 +7,7 @@ import functools
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Optional
 
 from rlvrlab.config.compose import config_hash, warm_start_seed, yaml_and_tree
 from rlvrlab.config.schema import RunConfig
@@ -59,21 +60,32 @@ def flatten(tree: dict, prefix: str = "") -> dict[str, object]:
     return out
 
 
+def _git(folder: Path, *args: str) -> str:
+    return subprocess.run(["git", *args], cwd=folder, capture_output=True, text=True, check=True, timeout=60).stdout
+
+
+def repo_state(folder: Path) -> tuple[Optional[str], bool]:
+    """(HEAD commit, uncommitted changes to tracked files) of the git repository holding `folder`; (None, False)
+    outside one (or without git)."""
+    try:
+        return (_git(folder, "rev-parse", "HEAD").strip(),
+                bool(_git(folder, "status", "--porcelain", "--untracked-files=no").strip()))
+    except (OSError, subprocess.SubprocessError):
+        return None, False
+
+
 @functools.lru_cache(maxsize=1)
 def git_state() -> tuple[str, bool, str]:
     """(commit, dirty, diff against HEAD) of the rlvrlab checkout that runs; ("unknown", False, "") outside git.
     Read once per process, as the code it runs was imported once: a sweep worker's 100th seed run runs the code
     its first did, whatever the checkout holds by then (and skips 2-3 git processes per run)."""
     root = Path(__file__).resolve().parents[2]
-
-    def git(*args: str) -> str:
-        return subprocess.run(["git", *args], cwd=root, capture_output=True, text=True, check=True).stdout
-
+    sha, dirty = repo_state(root)
+    if sha is None:
+        return "unknown", False, ""
     try:
-        sha = git("rev-parse", "HEAD").strip()
-        dirty = bool(git("status", "--porcelain", "--untracked-files=no").strip())
-        return sha, dirty, git("diff", "HEAD") if dirty else ""
-    except (OSError, subprocess.CalledProcessError):
+        return sha, dirty, _git(root, "diff", "HEAD") if dirty else ""
+    except (OSError, subprocess.SubprocessError):
         return "unknown", False, ""
 
 
