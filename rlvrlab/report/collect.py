@@ -298,6 +298,8 @@ class EvalRecords:
     matrices: dict[tuple[str, str, str], np.ndarray]  # (group label, dataset, statistic) -> [S, P]
     eval_runs: dict[str, list[str]]  # group label -> eval run ids used
     statistics: list[str]  # avg@n, pass@k..., maj@k..., diversity, distinct@k..., rarefied@m (with form counts)
+    # dataset -> group label -> [seed][problem]: the records themselves (rlvrlab.report.passk_curve's curves)
+    records: dict[str, dict[str, list[list[dict]]]] = field(default_factory=dict)
 
 
 def eval_records(client, selection: Selection, *, rarefy: int = 4) -> Optional[EvalRecords]:
@@ -348,8 +350,10 @@ def eval_records(client, selection: Selection, *, rarefy: int = 4) -> Optional[E
                 matrices[(g.label, dataset, stat)] = np.asarray(
                     [[_statistic(per_run[r.run_id][(dataset, pid)], stat) for pid in ids] for r in g.runs])
     statistics += derived
+    records = {dataset: {g.label: [[per_run[r.run_id][(dataset, pid)] for pid in ids] for r in g.runs]
+                         for g in selection.groups} for dataset, ids in datasets.items()}
     return EvalRecords(dict(datasets), matrices, {g.label: [found[r.run_id].info.run_id for r in g.runs]
-                                                  for g in selection.groups}, statistics)
+                                                  for g in selection.groups}, statistics, records)
 
 
 def _statistic(row: dict, stat: str) -> float:

@@ -181,7 +181,7 @@ def make_report(request: ReportRequest) -> ReportOutcome:
     if evals is not None and "csv" in chosen:  # pass@k and coverage@k over k = 1..64 with bands
         from rlvrlab.report import passk_curve
 
-        written += passk_curve.write(client, evals, folder, plot=plots)
+        written += passk_curve.write(evals, folder, plot=plots)
     sidecar = folder / "sources.json"
     outputs.write_replacing(sidecar, render.sources(selection, result, list(request.command),
                                       evals.eval_runs if evals else {}, [p.name for p in written],

@@ -14,9 +14,9 @@ seeds × problems interval (rlvrlab.report.stats.crossed_interval; NaN bounds fo
 
 from __future__ import annotations
 
-import json
+import csv
+import io
 import sys
-import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -86,41 +86,21 @@ def curve_points(records: Mapping[str, Sequence[Sequence[Mapping]]], dataset: st
 
 def to_csv(points: Sequence[CurvePoint]) -> str:
     """passk_curve.csv: one row per point, floats exactly (repr), `nan` where a band needs 2 seeds."""
-    lines = [",".join(COLUMNS)]
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow(COLUMNS)
     for p in points:
-        cells = [_quoted(p.group), _quoted(p.dataset), str(p.k), p.metric, *(repr(float(v)) for v in
-                                                                             (p.mean, p.ci_low, p.ci_high)),
-                 str(p.n_seeds), p.estimate]
-        lines.append(",".join(cells))
-    return "\n".join(lines) + "\n"
+        writer.writerow([p.group, p.dataset, p.k, p.metric, *(repr(float(v)) for v in (p.mean, p.ci_low, p.ci_high)),
+                         p.n_seeds, p.estimate])
+    return out.getvalue()
 
 
-def _quoted(text: str) -> str:
-    return '"' + text.replace('"', '""') + '"' if any(ch in text for ch in ',"\n') else text
-
-
-def load(client, evals: EvalRecords) -> dict[str, dict[str, list[list[dict]]]]:
-    """dataset -> group label -> [seed][problem] records of the evaluation runs the report used (evals.eval_runs,
-    in the groups' seed order), problems in evals.datasets' order."""
-    out: dict[str, dict[str, list[list[dict]]]] = {dataset: {} for dataset in evals.datasets}
-    with tempfile.TemporaryDirectory() as tmp:
-        for group, run_ids in evals.eval_runs.items():
-            per_seed = []
-            for i, run_id in enumerate(run_ids):
-                path = client.download_artifacts(run_id, "eval/records.jsonl", str(Path(tmp) / str(i)))
-                rows = [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
-                per_seed.append({(row["dataset"], str(row["id"])): row for row in rows})
-            for dataset, ids in evals.datasets.items():
-                out[dataset][group] = [[rows[(dataset, pid)] for pid in ids] for rows in per_seed]
-    return out
-
-
-def write(client, evals: EvalRecords, folder: Path, *, plot: bool = True, k_max: int = K_MAX) -> list[Path]:
+def write(evals: EvalRecords, folder: Path, *, plot: bool = True, k_max: int = K_MAX) -> list[Path]:
     """passk_curve.csv over every dataset and, with plot, passk_curve_<dataset>.png; the note of each dataset whose
     ks were cut by the n >= 4k rule goes to stderr. Nothing is written without per-problem records."""
     points: list[CurvePoint] = []
     written: list[Path] = []
-    for dataset, records in load(client, evals).items():
+    for dataset, records in evals.records.items():
         found, note = curve_points(records, dataset, k_max)
         if note is not None:
             print(f"note: {dataset}: {note}", file=sys.stderr, flush=True)

@@ -153,22 +153,6 @@ def test_the_printed_table_has_the_per_problem_se_and_interval():
     assert "pass@4 †" in text and "pass@1 †" not in text and "raise --n to 16" in text
 
 
-class _Artifacts:
-    """A stand-in for the MLflow client: each eval run's records.jsonl from a dict."""
-
-    def __init__(self, records: dict[str, list[dict]]):
-        self.records = records
-
-    def download_artifacts(self, run_id: str, path: str, dst: str) -> str:
-        import json
-        from pathlib import Path
-
-        target = Path(dst) / path
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_text("".join(json.dumps(row) + "\n" for row in self.records[run_id]))
-        return str(target)
-
-
 def test_report_writes_the_curve_csv_and_plot(tmp_path, capsys):
     """passk_curve.write over the evaluation runs the report used: the CSV, a PNG per dataset, the note on stderr."""
     import csv
@@ -180,16 +164,17 @@ def test_report_writes_the_curve_csv_and_plot(tmp_path, capsys):
         return [{"dataset": "pairs", "id": f"p{i}", "n": 32, "c": 3 + i, "correct_forms": [2, 1 + i],
                  "correct_set": 4, "p_correct": [0.1 + shift, 0.05 * i]} for i in range(3)]
 
-    client = _Artifacts({f"e{s}": rows(0.01 * s) for s in range(4)})
-    evals = EvalRecords({"pairs": ["p0", "p1", "p2"]}, {}, {"grpo": ["e0", "e1"], "ucpo": ["e2", "e3"]}, [])
-    written = write(client, evals, tmp_path)
+    seeds = [rows(0.01 * s) for s in range(4)]
+    evals = EvalRecords({"pairs": ["p0", "p1", "p2"]}, {}, {"grpo": ["e0", "e1"], "ucpo": ["e2", "e3"]}, [],
+                        {"pairs": {"grpo": seeds[:2], "ucpo": seeds[2:]}})
+    written = write(evals, tmp_path)
     assert [p.name for p in written] == ["passk_curve.csv", "passk_curve_pairs.png"]
     table = list(csv.DictReader((tmp_path / "passk_curve.csv").open()))
     assert len(table) == 2 * 2 * 64 and {r["estimate"] for r in table} == {"exact"}
     for row in table:
         assert float(row["ci_low"]) <= float(row["mean"]) <= float(row["ci_high"]) and row["n_seeds"] == "2"
-    del client.records["e1"][0]["p_correct"]  # one record without exact values: the group falls back to samples
-    write(client, evals, tmp_path, plot=False)
+    del seeds[1][0]["p_correct"]  # one record without exact values: the group falls back to samples
+    write(evals, tmp_path, plot=False)
     grpo = [r for r in csv.DictReader((tmp_path / "passk_curve.csv").open()) if r["group"] == "grpo"]
     assert max(int(r["k"]) for r in grpo) == 8 and {r["estimate"] for r in grpo} == {"unbiased"}
     assert "note: pairs: pass@k and coverage@k for k = 9..64 left out" in capsys.readouterr().err
