@@ -9,7 +9,8 @@ quantization settings, given the dequantized weights (tied embeddings re-tied), 
 GGUF-loaded model, and saved. The folder holds `rlvrlab_import.json` (source file, sha256, dtype, the files
 written): a second import of the same file finds it and does nothing.
 
-Nothing rlvrlab did not write is ever deleted. The model is written into a new hidden folder beside the target and
+Nothing rlvrlab did not write is ever deleted, and nothing outside the folder: every name a marker lists must be a
+plain file name (no folder part, not `.` or `..`), else the import is refused before anything moves. The model is written into a new hidden folder beside the target and
 renamed into place once complete (marker last). The target must be absent, empty, or a previous import; a
 previous import is replaced only with force=True (`--force`), and only when it holds nothing but the files its
 marker lists: the new folder is renamed into place first, then the old files are removed by name.
@@ -201,14 +202,17 @@ def import_model(source: str, out: Optional[Path], *, dtype: str, downloads: Pat
     if dtype not in ("float32", "bfloat16"):
         raise RlvrlabError(f"--dtype {dtype!r}: use float32 or bfloat16")
     folder = out or Path("models") / (PACKAGES[source][2] if source in PACKAGES else Path(source).stem)
-    previous = previous_import(folder)  # before a download or a conversion that the target would refuse
+    # the target is checked before a download, a hash or a conversion that it would refuse
+    previous = previous_import(folder)
+    previous_files = _own_files(folder, previous) if previous is not None and force else None
     gguf, _ = resolve_source(source, downloads, stage)
     stage(f"hash {gguf.name}")
     digest = sha256(gguf)
     if previous is not None and imported(folder, digest, dtype):
         return folder, False
-    if previous is not None:
-        _check_replaceable(folder, previous, force)
+    if previous is not None and not force:
+        raise RlvrlabError(f"--out {folder} holds an earlier import of {previous.get('source', '?')} "
+                           f"({previous.get('dtype', '?')}); add --force to replace it, or give another folder")
     target = folder.expanduser().resolve()
     target.parent.mkdir(parents=True, exist_ok=True)
     partial = _new_folder_beside(target, "import")
@@ -217,7 +221,7 @@ def import_model(source: str, out: Optional[Path], *, dtype: str, downloads: Pat
         record["sha256"] = digest
         record["files"] = sorted(p.name for p in partial.iterdir())
         (partial / MARKER).write_text(json.dumps(record, indent=2) + "\n")  # last: a folder with it is complete
-        _put_in_place(partial, target, previous)
+        _put_in_place(partial, target, previous_files)
     except BaseException:
         shutil.rmtree(partial, ignore_errors=True)  # a folder this call created, under a name nobody else uses
         raise
@@ -237,6 +241,15 @@ def previous_import(folder: Path) -> Optional[dict]:
     if record is None:
         raise RlvrlabError(f"--out {folder} is a folder that holds files and no {MARKER}, so not a model rlvrlab "
                            "imported; rlvrlab never deletes what it did not write: give a new or empty folder")
+    # A marker is a file anybody can edit or copy (a model folder from someone else): a listed name that is not a plain
+    # file name (`../x`, an absolute path, `.`, a separator, a NUL) is refused before anything is read or moved, so
+    # that no removal by that list can leave the folder
+    listed = record.get("files")
+    odd = [name for name in listed if not _plain_name(name)] if isinstance(listed, list) else []
+    if odd:
+        raise RlvrlabError(f"--out {folder}: its {MARKER} lists {ascii(odd[0])}, which is not a plain file name in "
+                           "the folder, so rlvrlab will not remove or replace anything by that list; remove the "
+                           "folder yourself or give another one")
     return record
 
 
@@ -248,22 +261,28 @@ def _marker(folder: Path) -> Optional[dict]:
     return record if isinstance(record, dict) else None
 
 
-def _check_replaceable(folder: Path, previous: dict, force: bool) -> None:
-    """A previous import is replaced only on request, and only when it holds nothing but the files it wrote."""
-    was = f"{previous.get('source', '?')} ({previous.get('dtype', '?')})"
-    if not force:
-        raise RlvrlabError(f"--out {folder} holds an earlier import of {was}; add --force to replace it, or give "
-                           "another folder")
+def _own_files(folder: Path, previous: dict) -> list[str]:
+    """The files of the previous import at `folder` that --force replaces, the marker's own name included: each a
+    regular file (no link) directly in the folder, listed by its marker (whose names previous_import checked to be
+    plain file names). A folder that holds anything else is refused: rlvrlab replaces only what it wrote."""
     listed = previous.get("files")
     if not isinstance(listed, list):
         raise RlvrlabError(f"--out {folder} was imported by an older rlvrlab that did not list its files, so "
                            "--force cannot tell them from yours; remove the folder yourself or give another one")
-    foreign = sorted(p.name for p in folder.iterdir()
+    present = list(folder.iterdir())
+    foreign = sorted(p.name for p in present
                      if p.name not in {*listed, MARKER} or p.is_symlink() or not p.is_file())
     if foreign:
         raise RlvrlabError(f"--out {folder} holds {', '.join(foreign[:3])}{' ...' if len(foreign) > 3 else ''}, "
                            "which the earlier import did not write; --force replaces only an import's own files: "
                            "move them out first or give another folder")
+    return sorted(p.name for p in present)
+
+
+def _plain_name(name: object) -> bool:
+    """A file name with no folder part: not empty, not `.` or `..`, no separator, no NUL."""
+    return (isinstance(name, str) and name not in ("", ".", "..") and "/" not in name and os.sep not in name
+            and "\0" not in name)
 
 
 def _new_folder_beside(target: Path, purpose: str) -> Path:
@@ -277,10 +296,12 @@ def _new_folder_beside(target: Path, purpose: str) -> Path:
             continue
 
 
-def _put_in_place(partial: Path, target: Path, previous: Optional[dict]) -> None:
-    """Rename the complete folder `partial` to `target`. An empty or absent target is replaced by the rename itself;
-    a previous import is first renamed aside, then its own files are removed by name (and its folder, then empty)."""
-    if previous is None:
+def _put_in_place(partial: Path, target: Path, previous_files: Optional[list[str]]) -> None:
+    """Rename the complete folder `partial` to `target`. An empty or absent target is replaced by the rename itself.
+    A previous import (`previous_files`: its own files, from _own_files) is first renamed aside, the
+    new folder renamed into place, then the old files removed by name, relative to the folder set aside and never
+    following a link; a failure before the new folder is in place puts the old one back."""
+    if previous_files is None:
         try:
             os.replace(partial, target)
         except OSError as error:  # something was written into the target meanwhile: it stays as it is
@@ -294,8 +315,15 @@ def _put_in_place(partial: Path, target: Path, previous: Optional[dict]) -> None
     except BaseException:
         os.replace(old, target)
         raise
-    for name in [*previous["files"], MARKER]:
-        (old / name).unlink(missing_ok=True)
+    descriptor = os.open(old, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    try:
+        for name in previous_files:
+            try:
+                os.unlink(name, dir_fd=descriptor)  # a name inside `old` itself: unlink never follows a link
+            except FileNotFoundError:
+                pass
+    finally:
+        os.close(descriptor)
     try:
         old.rmdir()
     except OSError:  # written into while this import ran: kept
