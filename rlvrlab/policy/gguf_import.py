@@ -10,10 +10,11 @@ GGUF-loaded model, and saved. The folder holds `rlvrlab_import.json` (source fil
 written): a second import of the same file finds it and does nothing.
 
 Nothing rlvrlab did not write is ever deleted, and nothing outside the folder: every name a marker lists must be a
-plain file name (no folder part, not `.` or `..`), else the import is refused before anything moves. The model is written into a new hidden folder beside the target and
-renamed into place once complete (marker last). The target must be absent, empty, or a previous import; a
-previous import is replaced only with force=True (`--force`), and only when it holds nothing but the files its
-marker lists: the new folder is renamed into place first, then the old files are removed by name.
+plain file name (no folder part, not `.` or `..`), else the import is refused before anything moves. The model is
+written into a new hidden folder beside the target and renamed into place once complete (marker last). The target
+must be absent, empty, or a previous import; a previous import is replaced only with force=True (`--force`), and
+only when it holds nothing but the files its marker lists: the new folder is renamed into place first, then the old
+files are removed by name.
 
 Tokenizer: transformers' GGUF tokenizer converter reproduces only the GPT-2 byte-level pre-tokenizer. llama.cpp's
 `smollm` pre-tokenizer (= the original tokenizer.json) first splits every digit; without it a whitespace run
