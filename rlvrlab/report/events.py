@@ -30,6 +30,7 @@ from scipy import stats as sps
 
 from rlvrlab.errors import RlvrlabError
 from rlvrlab.report.collect import Group, metric_series
+from rlvrlab.report.escape import code, md
 from rlvrlab.report.stats import holm
 from rlvrlab.tracking import tags as T
 
@@ -207,20 +208,21 @@ def markdown(results: Sequence[EventResult]) -> str:
     """Per event: each group's rate with its exact interval and median step; then every comparison."""
     lines = []
     for r in results:
-        lines += [f"### Event `{r.event.text}`", "",
+        lines += [f"### Event {code(r.event.text)}", "",
                   "| group | runs | events | rate [95% exact] | median step |", "|---|---:|---:|---:|---:|"]
         for g in r.groups:
             n, k = len(g.runs), g.count
             low, high = clopper_pearson(k, n) if n else (float("nan"), float("nan"))
             median = f"{g.median_step:g}" if g.median_step is not None else "-"
             rate = k / n if n else float("nan")
-            lines.append(f"| {g.group} | {n} | {k} | {rate:.2f} [{low:.2f}, {high:.2f}] | {median} |")
+            lines.append(f"| {md(g.group)} | {n} | {k} | {rate:.2f} [{low:.2f}, {high:.2f}] | {median} |")
         if r.comparisons:
             counts = {g.group: f"{g.count}/{len(g.runs)}" for g in r.groups}
             lines += ["", "| comparison | events | test | p | Holm p |", "|---|---|---|---:|---:|"]
             for c in r.comparisons:
-                lines.append(f"| {c['group']} vs {c['baseline']} | {counts[c['group']]} vs {counts[c['baseline']]} | "
-                             f"{c['test']} | {c['p']:.3g} | {c['holm_p']:.3g} |")
+                pair = f"{md(c['group'])} vs {md(c['baseline'])}"
+                lines.append(f"| {pair} | {counts[c['group']]} vs {counts[c['baseline']]} | {c['test']} | "
+                             f"{c['p']:.3g} | {c['holm_p']:.3g} |")
         lines.append("")
     return "\n".join(lines)
 

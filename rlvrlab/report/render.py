@@ -6,7 +6,7 @@ import csv
 import io
 import json
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict
 from typing import Optional
 
@@ -14,6 +14,7 @@ import numpy as np
 
 from rlvrlab.report import stats
 from rlvrlab.report.collect import Group, Selection
+from rlvrlab.report.escape import md, tex
 from rlvrlab.report.events import EventResult
 from rlvrlab.report.table import Cell, Report, Row, best_groups
 
@@ -62,14 +63,16 @@ def _equivalent(margin: Optional[float]) -> str:
     return f"equivalent within ±{margin:g}"
 
 
-def _row_text(r: Row) -> list[str]:
+def _row_text(r: Row, esc: Callable[[str], str]) -> list[str]:
+    """A comparison's cells; esc: how a value from the runs is written (markdown or rich markup escaped)."""
     c = r.result
     star = "*" if r.significant else ""
     test = c.test + (" + sign-flip" if r.max_statistic else "")
     test += f" ({r.claim.note})" if r.claim is not None and r.claim.note else ""
+    test = esc(test)
     verdict = f" {_equivalent(r.margin)}" if r.equivalent else ""
-    return [r.name, r.metric, f"{c.delta:+.3f} [{c.low:+.3f}, {c.high:+.3f}]{star}{verdict}", test, f"{c.n_a}/{c.n_b}",
-            _p(c.p), _p(r.p_holm), _p(c.p_signflip), _mde(r.claim.mde if r.claim else None),
+    return [esc(r.name), esc(r.metric), f"{c.delta:+.3f} [{c.low:+.3f}, {c.high:+.3f}]{star}{verdict}", test,
+            f"{c.n_a}/{c.n_b}", _p(c.p), _p(r.p_holm), _p(c.p_signflip), _mde(r.claim.mde if r.claim else None),
             _num(c.prob_improvement, 2)]
 
 
@@ -143,8 +146,8 @@ def markdown(report: Report, interval: str = "bracket") -> str:
     out = []
     for section in report.sections:
         metrics = report.metrics[section]
-        out.append(f"### {_title(section)}\n")
-        out.append("| group | seeds | " + " | ".join(metrics) + " |")
+        out.append(f"### {md(_title(section))}\n")
+        out.append("| group | seeds | " + " | ".join(map(md, metrics)) + " |")
         out.append("|---|---:|" + "---:|" * len(metrics))
         for g in report.groups:
             row = []
@@ -152,48 +155,38 @@ def markdown(report: Report, interval: str = "bracket") -> str:
                 c = cells[(g.label, section, m)]
                 text = _cell_text(c, interval)
                 row.append(f"**{text}**" if best.get((section, m)) == g.label else text)
-            out.append(f"| {g.label} | {g.seeds_text} | " + " | ".join(row) + " |")
+            out.append(f"| {md(g.label)} | {md(g.seeds_text)} | " + " | ".join(row) + " |")
         out.append("")
         if report.baseline:
-            out.append(f"Δ vs **{report.baseline}** (95% interval; Holm-adjusted p; MDE at 80% power at the Holm "
+            out.append(f"Δ vs **{md(report.baseline)}** (95% interval; Holm-adjusted p; MDE at 80% power at the Holm "
                        "first-step level; * Holm p < 0.05 with ≥ 5 seeds per group, and for max-statistics the "
                        "sign-flip p < 0.05)\n")
-            out.append("| group | " + " | ".join(metrics) + " |")
+            out.append("| group | " + " | ".join(map(md, metrics)) + " |")
             out.append("|---|" + "---|" * len(metrics))
             for g in report.groups:
                 if g.label == report.baseline:
                     continue
-                out.append(f"| {g.label} | " + " | ".join(_delta_text(cells[(g.label, section, m)]) for m in metrics)
-                           + " |")
+                deltas = [_delta_text(cells[(g.label, section, m)]) for m in metrics]
+                out.append(f"| {md(g.label)} | " + " | ".join(deltas) + " |")
             out.append("")
         others = _other_rows(report, section)
         if others:
             out.append("Other comparisons (same Holm family)\n")
             out.append("| " + " | ".join(ROW_HEADER) + " |")
             out.append("|---|---|---|---|---:|---:|---:|---:|---:|---:|")
-            out += ["| " + " | ".join(_row_text(r)) + " |" for r in others]
+            out += ["| " + " | ".join(_row_text(r, md)) + " |" for r in others]
             out.append("")
         if report.target_halfwidth is not None:
             out.append(f"Seeds needed for a 95% half-width of {report.target_halfwidth:g} "
                        "(half-width now (seeds) → seeds needed)\n")
-            out.append("| group | " + " | ".join(metrics) + " |")
+            out.append("| group | " + " | ".join(map(md, metrics)) + " |")
             out.append("|---|" + "---|" * len(metrics))
             for g in report.groups:
-                out.append(f"| {g.label} | " + " | ".join(_needed_text(cells[(g.label, section, m)])
+                out.append(f"| {md(g.label)} | " + " | ".join(_needed_text(cells[(g.label, section, m)])
                                                            for m in metrics) + " |")
             out.append("")
-    out += [f"- {note}" for note in report.notes]
+    out += [f"- {md(note)}" for note in report.notes]
     return "\n".join(out) + "\n"
-
-
-_TEX_SPECIALS = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_",
-                 "{": r"\{", "}": r"\}", "~": r"\textasciitilde{}", "^": r"\textasciicircum{}",
-                 "<": r"\textless{}", ">": r"\textgreater{}", "|": r"\textbar{}", "\n": " ", "\r": " "}
-
-
-def _tex_escape(text: str) -> str:
-    """Every LaTeX special character as text, in one pass (a backslash's replacement is not escaped again)."""
-    return "".join(_TEX_SPECIALS.get(ch, ch) for ch in text)
 
 
 def latex(report: Report, interval: str = "bracket") -> str:
@@ -205,7 +198,7 @@ def latex(report: Report, interval: str = "bracket") -> str:
         out.append(f"% {_title(section)}")
         out.append("\\begin{tabular}{l r " + "c " * len(metrics) + "}")
         out.append("\\toprule")
-        out.append("Group & Seeds & " + " & ".join(_tex_escape(m) for m in metrics) + " \\\\")
+        out.append("Group & Seeds & " + " & ".join(tex(m) for m in metrics) + " \\\\")
         out.append("\\midrule")
         for g in report.groups:
             row = []
@@ -221,11 +214,11 @@ def latex(report: Report, interval: str = "bracket") -> str:
                     row.append(f"{mean} $\\pm$ {_num((c.bounds[1] - c.bounds[0]) / 2)}")
                 else:
                     row.append(f"{mean} {{\\scriptsize [{_num(c.bounds[0])}, {_num(c.bounds[1])}]}}")
-            out.append(f"{_tex_escape(g.label)} & {_tex_escape(g.seeds_text)} & " + " & ".join(row) + " \\\\")
+            out.append(f"{tex(g.label)} & {tex(g.seeds_text)} & " + " & ".join(row) + " \\\\")
         out.append("\\bottomrule")
         out.append("\\end{tabular}")
         out.append("")
-    out += [f"% {note}" for note in report.notes]
+    out += ["% " + " ".join(note.splitlines()) for note in report.notes]
     return "\n".join(out) + "\n"
 
 
@@ -338,40 +331,42 @@ def per_problem_csv(report: Report, values: Values, problems: dict[str, list[str
 
 
 def rich_tables(report: Report):
+    """The report as rich tables for the terminal; values from the runs are text, never rich markup."""
+    from rich.markup import escape
     from rich.table import Table
 
     cells, best = _lookup(report), best_groups(report)
     tables = []
     for section in report.sections:
         metrics = report.metrics[section]
-        table = Table(title=_title(section))
+        table = Table(title=escape(_title(section)))
         table.add_column("group")
         table.add_column("seeds", justify="right")
         for m in metrics:
-            table.add_column(m, justify="right")
+            table.add_column(escape(m), justify="right")
         for g in report.groups:
             row = []
             for m in metrics:
                 text = _cell_text(cells[(g.label, section, m)], "bracket")
                 row.append(f"[bold]{text}[/]" if best.get((section, m)) == g.label else text)
-            table.add_row(g.label, g.seeds_text, *row)
+            table.add_row(escape(g.label), escape(g.seeds_text), *row)
         tables.append(table)
         if report.baseline:
-            delta = Table(title=f"{_title(section)}: Δ vs {report.baseline}")
+            delta = Table(title=escape(f"{_title(section)}: Δ vs {report.baseline}"))
             delta.add_column("group")
             for m in metrics:
-                delta.add_column(m, justify="right")
+                delta.add_column(escape(m), justify="right")
             for g in report.groups:
                 if g.label != report.baseline:
-                    delta.add_row(g.label, *[_delta_text(cells[(g.label, section, m)]) for m in metrics])
+                    delta.add_row(escape(g.label), *[_delta_text(cells[(g.label, section, m)]) for m in metrics])
             tables.append(delta)
         others = _other_rows(report, section)
         if others:
-            table = Table(title=f"{_title(section)}: other comparisons")
+            table = Table(title=escape(f"{_title(section)}: other comparisons"))
             for name in ROW_HEADER:
                 table.add_column(name)
             for r in others:
-                table.add_row(*_row_text(r))
+                table.add_row(*_row_text(r, escape))
             tables.append(table)
     return tables
 

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Optional, Union
 
 from rlvrlab.errors import RlvrlabError
+from rlvrlab.report.escape import md
 from rlvrlab.report.render import comparison_record
 from rlvrlab.report.table import Report, Row
 
@@ -298,12 +299,12 @@ def markdown(verdicts: Verdicts) -> str:
                "verdict.")
     out.append("")
     for question in verdicts.questions:
-        out.append(f"**{question.title}: {question.verdict or 'none of the rules holds'}**"
-                   + _also(question))
+        out.append(f"**{md(question.title)}: {md(question.verdict or 'none of the rules holds')}**"
+                   + md(_also(question)))
         out.append("")
         out.append("| rule | holds | conditions |")
         out.append("|---|---|---|")
-        out += [f"| {r.verdict} | {'yes' if r.holds else 'no'} | {r.detail} |" for r in question.rules]
+        out += [f"| {md(r.verdict)} | {'yes' if r.holds else 'no'} | {md(r.detail)} |" for r in question.rules]
         out.append("")
     return "\n".join(out) + "\n"
 
