@@ -58,8 +58,10 @@ def step_of(folder: Path) -> int:
 
 
 def complete(run_folder: Path) -> list[Path]:
-    """The run's complete checkpoint folders (COMPLETE written last), oldest first."""
-    return sorted(p for p in (run_folder / CHECKPOINTS).glob("step_*") if (p / COMPLETE).exists())
+    """The run's complete checkpoint folders (COMPLETE written last), oldest first. A link named like one is not a
+    folder rlvrlab wrote: never listed, so never loaded or pruned (pruning removes the oldest of these)."""
+    return sorted(p for p in (run_folder / CHECKPOINTS).glob("step_*")
+                  if not p.is_symlink() and (p / COMPLETE).exists())
 
 
 def latest(run_folder: Path) -> Path | None:
