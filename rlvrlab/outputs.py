@@ -36,11 +36,43 @@ def check_dir(path: str | Path, what: str) -> Path:
     if not probe.is_dir():
         where = "is a file" if probe == folder else f"is under {probe}, which is a file"
         raise RlvrlabError(f"{what}: {folder} {where}, not a folder; give a folder path instead")
-    if not os.access(probe, os.W_OK | os.X_OK) or _read_only_fs(probe):
-        which = "folder" if probe == folder else f"nearest existing parent {probe}"
+    which = "folder" if probe == folder else f"nearest existing parent {probe}"
+    if not os.access(probe, os.W_OK | os.X_OK) or read_only_fs(probe):
         raise RlvrlabError(f"{what}: cannot write in {folder} (the {which} is read-only or not yours); give a "
                            "folder you can write in, or fix its permissions")
+    refused = _write_refused(probe)
+    if refused is not None and full_or_held(refused) == "full":
+        raise StorageError(f"{what}: cannot write in {folder}: no space left on its device; free space there, then "
+                           "run the command again", what=f"no space left on the device of {folder}")
+    if refused is not None:
+        reason = refused.strerror or type(refused).__name__
+        raise RlvrlabError(f"{what}: cannot write in {folder} (a file cannot be created in the {which}: {reason}); "
+                           "give a folder you can write in")
     return folder
+
+
+def _write_refused(folder: Path) -> OSError | None:
+    """Why a file cannot be created and written in the existing `folder`, tried for real (os.access says yes to root
+    in /proc, where a folder or file can never be made); None when it can. The probe is a file of a new unique name
+    that only this call removes; nothing else is created, so nothing is left behind or taken from another process."""
+    import tempfile
+
+    try:
+        fd, name = tempfile.mkstemp(prefix=".rlvrlab-probe-", dir=folder)
+    except OSError as error:
+        return error
+    try:
+        os.write(fd, b"\n")
+        os.fsync(fd)
+    except OSError as error:
+        return error
+    finally:
+        os.close(fd)
+        try:
+            os.unlink(name)
+        except OSError:
+            pass
+    return None
 
 
 # What rlvrlab writes below a folder it is given, at most: a run's checkpoint files
@@ -78,7 +110,7 @@ def check_file_target(path: str | Path, what: str) -> Path:
     return target
 
 
-def _read_only_fs(folder: Path) -> bool:
+def read_only_fs(folder: Path) -> bool:
     """True on a read-only mount (os.access says yes to root on one only sometimes)."""
     try:
         return bool(os.statvfs(folder).f_flag & os.ST_RDONLY)

@@ -393,7 +393,7 @@ def test_a_read_only_output_dir_fails_before_mlflow_is_opened(tmp_path: Path, mo
 
     folder = tmp_path / "mounted_ro"
     folder.mkdir()
-    monkeypatch.setattr(outputs, "_read_only_fs", lambda path: Path(path) == folder)
+    monkeypatch.setattr(outputs, "read_only_fs", lambda path: Path(path) == folder)
     with pytest.raises(RlvrlabError, match=f"cannot write in {folder}/runs .*nearest existing parent {folder} is "
                                            "read-only"):
         train(compose("toy", [f"output_dir={folder}/runs", "steps=2"]))
@@ -483,9 +483,9 @@ def test_sweep_status_creates_nothing_and_names_what_differs(tmp_path: Path) -> 
 
 
 def test_latex_specials_in_labels_are_escaped() -> None:
-    from rlvrlab.report.render import _tex_escape
+    from rlvrlab.report.escape import tex
 
-    text = _tex_escape(r"a\b_{c}%&$#~^<>|")
+    text = tex(r"a\b_{c}%&$#~^<>|")
     assert text == (r"a\textbackslash{}b\_\{c\}\%\&\$\#\textasciitilde{}\textasciicircum{}\textless{}"
                     r"\textgreater{}\textbar{}")
     assert text.count("{") - text.count(r"\{") == text.count("}") - text.count(r"\}")  # braces balance

@@ -7,6 +7,8 @@ is refused for several workers (it ignores SELECT ... FOR UPDATE: bench/sweep_st
 
 from __future__ import annotations
 
+import json
+import shlex
 import time
 from pathlib import Path
 from typing import Any, Optional
@@ -30,7 +32,10 @@ def open_storage(url: str):
 
         path = Path(url).expanduser()
         path.parent.mkdir(parents=True, exist_ok=True)
-        return optuna.storages.JournalStorage(JournalFileBackend(str(path)))
+        try:
+            return optuna.storages.JournalStorage(JournalFileBackend(str(path)))
+        except (UnicodeDecodeError, ValueError, KeyError, TypeError, AttributeError, IndexError) as error:
+            raise damaged_journal(path, error) from None
     for attempt in range(5):
         try:
             engine: dict[str, Any] = {"pool_pre_ping": True}
@@ -50,6 +55,30 @@ def open_storage(url: str):
             first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
             raise RlvrlabError(f"cannot open the Optuna storage {masked(url)}: {first}") from None
     raise AssertionError("unreachable")
+
+
+def damaged_journal(path: Path, error: BaseException) -> RlvrlabError:
+    """The one line for a journal Optuna cannot replay (bytes that are not UTF-8 text, a line that is not JSON, or
+    JSON that is not one of its records; a last line cut short by a crash Optuna skips itself): the first line that
+    is not a record, and the fix. The journal is not changed."""
+    where = ""
+    try:
+        with path.open("rb") as handle:
+            lines = handle.readlines()
+        for number, line in enumerate(lines, start=1):
+            try:
+                record = json.loads(line)
+            except ValueError:  # UnicodeDecodeError and JSONDecodeError alike
+                record = None
+            if not isinstance(record, dict) or "op_code" not in record:
+                where = f" at line {number}"
+                break
+    except OSError:
+        pass
+    aside = shlex.join(["mv", str(path), f"{path}.damaged"])
+    return RlvrlabError(f"the Optuna journal {path} is damaged{where} ({type(error).__name__}), so its studies "
+                        f"cannot be read; move it aside ({aside}) and run the sweep again to start the study anew "
+                        "(the runs of its seeds stay in MLflow), or pass --storage / output_dir= of another study")
 
 
 def masked(url: str) -> str:

@@ -143,7 +143,7 @@ def check_locations(spec: SweepSpec, storage: Optional[str], *, status_only: boo
     url = storage_url(base.output_dir, storage)
     if not status_only:
         outputs.check_dir(base.output_dir, f"output_dir={base.output_dir}")
-    check_reachable(store(base.output_dir, base.tracking.uri).uri)
+    check_reachable(store(base.output_dir, base.tracking.uri).uri, write=not status_only)  # --status only reads
     if "://" in url:
         return
     if status_only and not Path(url).expanduser().is_file():

@@ -24,7 +24,8 @@ from pathlib import Path
 
 from rlvrlab.errors import RlvrlabError, StorageError
 from rlvrlab.outputs import file_lock, full_or_held
-from rlvrlab.tracking.store import check_reachable
+from rlvrlab.tracking import tags as T
+from rlvrlab.tracking.store import StoreLost, check_reachable
 
 _BATCH = 1000  # MLflow's limit of metrics per log_batch call
 _FLUSH_SECONDS = 15.0  # metrics reach the store at least this often while a run is alive
@@ -35,7 +36,9 @@ def quiet_client(uri: str):
     """An MlflowClient whose store does not log its sqlite schema migrations at INFO. A sqlite store is opened
     (created and migrated, the first time) under a file lock next to it, `.mlflow.lock`: two processes starting
     on a fresh output_dir at once would otherwise both create its tables and one would fail. Each call on a sqlite
-    store waits while another process holds the file (`_patiently`)."""
+    store waits while another process holds the file (`_patiently`). Any store is looked at first
+    (`check_reachable`: a server that does not answer, a damaged sqlite file, a file store, an unknown scheme are one
+    line in seconds, not minutes of MLflow's retries and a traceback); a read-only store is fine to read."""
     import logging
     import os
 
@@ -47,8 +50,8 @@ def quiet_client(uri: str):
     # MLflow logs every failed sqlite statement at ERROR with its traceback, then raises it: callers get the error
     # (tried again while the store is held, one line when it is not to be had), the log was a second copy
     logging.getLogger("mlflow.store.db.utils").setLevel(logging.CRITICAL)
+    check_reachable(uri, write=False)  # commands that write looked with write=True before any work
     if not uri.startswith("sqlite:///"):
-        check_reachable(uri)  # a server that does not answer: one line in seconds, not minutes of MLflow's retries
         return MlflowClient(tracking_uri=uri)
     path = uri.removeprefix("sqlite:///")
 
@@ -67,12 +70,14 @@ STORE_LOCK = ".mlflow.lock"
 STORE_WAIT_SECONDS = 60.0  # how long one call on a sqlite store waits while another process holds it
 
 
-def _patiently(call, path: str):
+def _patiently(call, path: str, identity: tuple[int, int] | None = None):
     """call() on the sqlite store `path`, tried again while another process holds the file locked (each try waits
     too: sqlite 5 s to open a store, MLflow's sessions 20 s, or not at all when two transactions would wait for
     each other) for STORE_WAIT_SECONDS in all (RLVRLAB_STORE_WAIT_SECONDS sets another wait); then a one-line
     StorageError naming the file, as for a full disk at once. A try that failed on the lock rolled its transaction
-    back: trying again writes nothing twice."""
+    back: trying again writes nothing twice. identity: the file's (device, inode) when the store was opened; a call
+    that fails on a store no longer there, or replaced (sqlite: "attempt to write a readonly database", or a new
+    empty file with no tables), raises StoreLost."""
     import os
 
     wait = float(os.environ.get("RLVRLAB_STORE_WAIT_SECONDS", STORE_WAIT_SECONDS))
@@ -81,6 +86,8 @@ def _patiently(call, path: str):
         try:
             return call()
         except Exception as error:
+            if identity is not None and not isinstance(error, StorageError) and file_identity(path) != identity:
+                raise StoreLost(path) from None
             trouble = full_or_held(error)
             if trouble is None or isinstance(error, StorageError):
                 raise
@@ -100,7 +107,7 @@ class _Patient:
     the client's own."""
 
     def __init__(self, client, path: str):
-        self._client, self._path = client, path
+        self._client, self._path, self._identity = client, path, file_identity(path)
 
     def __getattr__(self, name: str):
         value = getattr(self._client, name)
@@ -109,9 +116,20 @@ class _Patient:
 
         @functools.wraps(value)
         def call(*args, **kwargs):
-            return _patiently(partial(value, *args, **kwargs), self._path)
+            return _patiently(partial(value, *args, **kwargs), self._path, self._identity)
 
         return call
+
+
+def file_identity(path: str) -> tuple[int, int] | None:
+    """(device, inode) of the file at `path`, None when there is none."""
+    import os
+
+    try:
+        found = os.stat(os.path.expanduser(path))
+    except OSError:
+        return None
+    return found.st_dev, found.st_ino
 
 
 # MLflow's experiment tag for what an experiment is for, and its value for model training. mlflow has no Python
@@ -300,9 +318,14 @@ class MlflowTracker:
         FAILED then, and the write's error is raised."""
         try:
             self.flush(wait=True)
-        except BaseException:
-            retry_locked(partial(self.client.set_terminated, self.run_id,
-                                 status="FAILED" if status == "FINISHED" else status))
+        except BaseException as error:
+            if status == "FINISHED":  # a FAILED run says why (best effort: the store may refuse this too)
+                status = "FAILED"
+                try:
+                    self.client.set_tag(self.run_id, T.FAIL_REASON, T.failure_reason(error))
+                except Exception:  # noqa: BLE001 - the flush's own error is raised below
+                    pass
+            retry_locked(partial(self.client.set_terminated, self.run_id, status=status))
             raise
         retry_locked(partial(self.client.set_terminated, self.run_id, status=status))
 

@@ -1,4 +1,5 @@
-"""Where runs are recorded: the MLflow tracking URI and artifact root for an output folder.
+"""Where runs are recorded: the MLflow tracking URI and artifact root for an output folder, and the one look at a
+store before a command uses it (`check_reachable`).
 
 Default: `sqlite:///<output_dir>/mlflow.db` with artifacts in `<output_dir>/mlartifacts`. With a tracking URI
 (a shared `mlflow server`, `http://host:5000`) the server decides where artifacts go.
@@ -7,10 +8,13 @@ Default: `sqlite:///<output_dir>/mlflow.db` with artifacts in `<output_dir>/mlar
 from __future__ import annotations
 
 import os
+import shlex
+from contextlib import closing
 from dataclasses import dataclass
 from pathlib import Path
 
-from rlvrlab.errors import RlvrlabError
+from rlvrlab import outputs
+from rlvrlab.errors import RlvrlabError, StorageError
 
 
 @dataclass(frozen=True)
@@ -42,19 +46,76 @@ def store(output_dir: str | Path, uri: str | None = None) -> Store:
     return Store(default_uri(folder), folder / "mlartifacts")
 
 
-# How long one look at an MLflow server may take before a command gives up on it. MLflow's own client retries an
-# unreachable server 7 times with backoff (MLFLOW_HTTP_REQUEST_MAX_RETRIES), each try up to 120 s: a train run
-# pointed at a closed port sat silent for 4 min 24 s here before a traceback.
+# How long one look at an MLflow server (or a database server's port) may take before a command gives up on it.
+# MLflow's own client retries an unreachable server 7 times with backoff (MLFLOW_HTTP_REQUEST_MAX_RETRIES), each try
+# up to 120 s: a train run pointed at a closed port sat silent for 4 min 24 s here before a traceback; its database
+# stores retry creating their engine 10 times (mlflow.store.db.utils.create_sqlalchemy_engine_with_retry), 112 s.
 REACH_SECONDS = 5.0
-_reached: set[str] = set()  # URIs that answered in this process: each is looked at once
+_reached: set[str] = set()  # server URIs that answered in this process: each is looked at once
+
+SERVER_SCHEMES = ("http", "https")
+DATABASE_PORTS = {"postgresql": 5432, "mysql": 3306, "mssql": 1433}  # the servers' default ports
+PASSED_SCHEMES = ("databricks", "databricks-uc", "uc")  # MLflow's hosted stores: MLflow's client answers for them
+SUPPORTED = ("sqlite:///PATH", "postgresql://", "mysql://", "mssql://", "http://", "https://")
+SQLITE_HEADER = b"SQLite format 3\x00"
+MLFLOW_TABLES = {"experiments", "alembic_version"}  # what every MLflow database has, whatever its schema version
+MIGRATE = "https://mlflow.org/docs/latest/self-hosting/migrate-from-file-store"
 
 
-def check_reachable(uri: str, timeout: float = REACH_SECONDS) -> None:
-    """An http(s) tracking URI answers an MLflow server's GET /health within `timeout` seconds (401/403: a server
-    behind authentication, which MLflow's client handles); else a one-line RlvrlabError. Other URIs (sqlite, a
-    local folder) pass."""
-    if not uri.startswith(("http://", "https://")) or uri in _reached:
+class StoreLost(StorageError):
+    """The sqlite store a process was writing was deleted or replaced under it: what it held is gone with it."""
+
+    def __init__(self, path: str):
+        what = (f"the MLflow store {path} was deleted or replaced while in use: the records it held, the run's among "
+                "them, are lost with it")
+        super().__init__(f"{what}; restore it from a backup, or record in a new one", what=what)
+        self.path = path
+
+
+def check_reachable(uri: str, timeout: float = REACH_SECONDS, *, write: bool = True) -> None:
+    """One look at a tracking URI before any work, so that a store that cannot be used is one line in seconds, not
+    minutes of MLflow's retries and then a traceback: an http(s) server answers GET /health (`_check_server`); a
+    database server's port (postgresql, mysql, mssql) accepts a TCP connection within `timeout` seconds; a sqlite
+    file is a usable MLflow database or absent (`check_sqlite`; write=False for commands that only read it); a
+    folder (`./mlruns`, `file://`) and an unknown scheme are refused. Else a one-line RlvrlabError."""
+    scheme = uri.split("://", 1)[0].split("+", 1)[0].lower() if "://" in uri else ""
+    if scheme == "sqlite":
+        check_sqlite(uri, write=write)
+    elif uri in _reached or scheme in PASSED_SCHEMES or uri.lower() in PASSED_SCHEMES:
         return
+    elif scheme in SERVER_SCHEMES:
+        _check_server(uri, timeout)
+    elif scheme in DATABASE_PORTS:
+        _check_port(uri, scheme, timeout)
+    elif scheme in ("", "file"):
+        folder = uri.removeprefix("file://") if scheme else uri
+        raise RlvrlabError(f"tracking.uri {uri}: MLflow's file store (a folder of runs) is in maintenance mode and "
+                           "rlvrlab does not record in it; use a sqlite store, tracking.uri=sqlite:///PATH/mlflow.db, "
+                           "or leave tracking.uri out for output_dir's own; runs already in the folder move over "
+                           f"with `mlflow migrate-filestore --source {folder} --target sqlite:///PATH/mlflow.db` "
+                           f"(MLflow >= 3.10, {MIGRATE})")
+    else:
+        raise RlvrlabError(f"tracking.uri {masked(uri)}: unknown scheme {scheme + '://'!r}; MLflow stores rlvrlab "
+                           f"records in: {', '.join(SUPPORTED)} (or leave tracking.uri out for output_dir's own "
+                           "sqlite store)")
+
+
+def masked(uri: str) -> str:
+    """`uri` with the password of its user:password@ part, if any, as ***."""
+    from urllib.parse import urlsplit
+
+    try:
+        parts = urlsplit(uri)
+        if parts.password is None:
+            return uri
+        return uri.replace(f":{parts.password}@", ":***@", 1)
+    except ValueError:
+        return uri
+
+
+def _check_server(uri: str, timeout: float) -> None:
+    """An MLflow server's GET /health answers within `timeout` seconds (401/403: a server behind authentication,
+    which MLflow's client handles)."""
     import urllib.error
     import urllib.request
 
@@ -66,13 +127,111 @@ def check_reachable(uri: str, timeout: float = REACH_SECONDS) -> None:
             answer.read(64)
     except urllib.error.HTTPError as error:
         if error.code not in (401, 403):
-            raise RlvrlabError(f"tracking.uri {uri}: GET {health} answered HTTP {error.code}, not an MLflow server's "
-                               f"OK; {fix}") from None
+            raise RlvrlabError(f"tracking.uri {masked(uri)}: GET {masked(health)} answered HTTP {error.code}, not an "
+                               f"MLflow server's OK; {fix}") from None
     except (urllib.error.URLError, OSError, ValueError) as error:
         reason = getattr(error, "reason", None) or error
-        raise RlvrlabError(f"tracking.uri {uri}: no MLflow server answered within {timeout:g} s ({reason}); "
+        raise RlvrlabError(f"tracking.uri {masked(uri)}: no MLflow server answered within {timeout:g} s ({reason}); "
                            f"{fix}") from None
     _reached.add(uri)
+
+
+def _check_port(uri: str, scheme: str, timeout: float) -> None:
+    """A database server's host:port (the scheme's default port when none is given) accepts a TCP connection within
+    `timeout` seconds. A URI without a host (a local socket, a host in the query) is left to the driver."""
+    import socket
+    from urllib.parse import urlsplit
+
+    try:
+        parts = urlsplit(uri)
+        host, port = parts.hostname, parts.port or DATABASE_PORTS[scheme]
+    except ValueError as error:  # a port that is not a number
+        raise RlvrlabError(f"tracking.uri {masked(uri)}: {error}; give {scheme}://USER@HOST:PORT/DATABASE") from None
+    if not host:
+        return
+    try:
+        socket.create_connection((host, port), timeout=timeout).close()
+    except OSError as error:
+        reason = error.strerror or type(error).__name__
+        raise RlvrlabError(f"tracking.uri {masked(uri)}: no {scheme} server answered at {host}:{port} within "
+                           f"{timeout:g} s ({reason}); start the database server, fix tracking.uri, or leave "
+                           "tracking.uri out to record in output_dir's own sqlite store") from None
+    _reached.add(uri)
+
+
+def sqlite_path(uri: str) -> str | None:
+    """The file of a sqlite URI (relative to the working folder when it is), None for an in-memory database."""
+    path = uri.split("://", 1)[1].removeprefix("/").split("?", 1)[0]
+    return None if path in ("", ":memory:") else path
+
+
+def check_sqlite(uri: str, *, write: bool = True) -> None:
+    """A sqlite store is usable: absent or empty (MLflow creates it), or a regular file that sqlite opens, not cut
+    short, holding MLflow's tables (or none yet), readable, and writable when `write` (its folder too: sqlite writes
+    a journal beside it). Cheap: one stat, 100 bytes and sqlite's table list, read-only; the file is not changed.
+    Else a one-line RlvrlabError naming the file and the fix."""
+    path = sqlite_path(uri)
+    if path is None:
+        return
+    where = Path(path).expanduser()
+    aside = (f"move it aside (mv {shlex.quote(str(where))} {shlex.quote(str(where) + '.damaged')}) or point "
+             "output_dir or tracking.uri elsewhere")
+    if where.is_dir():
+        raise RlvrlabError(f"the MLflow store {where} is a folder, not a sqlite database file; {aside}")
+    if where.exists() and not where.is_file():
+        raise RlvrlabError(f"the MLflow store {where} is not a regular file (a device, a pipe or a socket); {aside}")
+    if not where.exists():  # MLflow creates it (and its folders): that folder must take files
+        if write:
+            outputs.check_dir(where.parent, f"the MLflow store {where}")
+        return
+    if not os.access(where, os.R_OK):
+        raise RlvrlabError(f"the MLflow store {where} cannot be read (its permissions); make it readable (chmod u+r) "
+                           "or point output_dir or tracking.uri elsewhere")
+    problem = _not_mlflow(where)
+    if problem:
+        raise RlvrlabError(f"{where} is not an MLflow database ({problem}); {aside}")
+    if write and (not os.access(where, os.R_OK | os.W_OK) or not os.access(where.parent, os.W_OK | os.X_OK)
+                  or outputs.read_only_fs(where.parent)):
+        raise RlvrlabError(f"the MLflow store {where} is read-only (the file, its folder or their mount); make it "
+                           "writable (chmod u+w) or point output_dir or tracking.uri elsewhere")
+
+
+def _not_mlflow(path: Path) -> str | None:
+    """Why the non-empty file `path` is not an MLflow sqlite database, or None (an empty file or one with no tables
+    yet is one MLflow will create its tables in)."""
+    import sqlite3
+    from urllib.parse import quote
+
+    try:
+        size = path.stat().st_size
+        with path.open("rb") as handle:
+            header = handle.read(100)
+    except OSError as error:
+        return f"it cannot be read: {error.strerror or error}"
+    if size == 0:
+        return None
+    if not header.startswith(SQLITE_HEADER):
+        return "it does not start with sqlite's header"
+    if len(header) < 100:
+        return f"it is cut short: {size} bytes, less than sqlite's 100-byte header"
+    page = int.from_bytes(header[16:18], "big")
+    page = 65536 if page == 1 else page
+    pages = int.from_bytes(header[28:32], "big")
+    valid = header[92:96] == header[24:28]  # the page count is trusted only when sqlite wrote it (3.7.0 and later)
+    if valid and pages and size < page * pages and not Path(f"{path}-wal").exists():
+        return f"it is cut short: {size} of its {page * pages} bytes"
+    try:
+        with closing(sqlite3.connect(f"file:{quote(str(path.resolve()))}?mode=ro", uri=True, timeout=1)) as db:
+            tables = {row[0] for row in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    except sqlite3.DatabaseError as error:
+        text = str(error)
+        if "not a database" in text or "malformed" in text or "corrupt" in text:
+            return f"sqlite: {text}"
+        return None  # locked, or a journal to roll back: MLflow's own open waits or says so
+    missing = MLFLOW_TABLES - tables
+    if tables and missing:
+        return f"a sqlite database without MLflow's tables {', '.join(sorted(missing))}"
+    return None
 
 
 def _tls(uri: str):

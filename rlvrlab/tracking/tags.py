@@ -36,7 +36,7 @@ RETRY_OF = attr("retry_of")
 STORAGE = attr("storage")
 FINGERPRINT = attr("fingerprint")
 OBJECTIVE = attr("objective")
-FAIL_REASON = attr("fail_reason")
+FAIL_REASON = attr("fail_reason")  # why a run (training, trial or seed) ended FAILED: every FAILED run has it
 PRUNED = attr("pruned")
 BEST_TRIAL = attr("best_trial")
 BEST_PARAMS = attr("best_params")
@@ -80,3 +80,14 @@ TRUNCATED_PARAMS = attr("truncated_params")
 EVAL_METHOD = "eval_method"  # exact | toy | sampled: how the run's eval/ metrics were computed
 NONFINITE_STEP = "nonfinite_step"  # the step at which a FAILED run's loss, gradient or weights were not finite
 LEFT_REGIME_STEP = "left_regime_step"  # first evaluation at which the held-out group signal fell below the floor
+
+
+# MLflow's tag values hold 8000 characters (mlflow.utils.validation.MAX_TAG_VAL_LENGTH); a reason is one line
+FAIL_REASON_CHARS = 1000
+
+
+def failure_reason(error: BaseException) -> str:
+    """Why a run failed, for its FAIL_REASON tag: the exception's type and the first line of its message."""
+    text = str(error).strip()
+    first = text.splitlines()[0] if text else ""
+    return f"{type(error).__name__}: {first}"[:FAIL_REASON_CHARS] if first else type(error).__name__

@@ -18,7 +18,7 @@ from rlvrlab import outputs, rundir
 from rlvrlab.config.schema import RunConfig
 from rlvrlab.errors import RlvrlabError, StorageError
 from rlvrlab.tracking import tags as T
-from rlvrlab.tracking.store import store
+from rlvrlab.tracking.store import StoreLost, store
 from rlvrlab.train import checkpoint
 from rlvrlab.train.setup import Run
 
@@ -109,10 +109,37 @@ def record_extension(run: Run, notes: list[str], extended_from: int | None) -> N
         run.tracker.set_tags({T.STEPS_EXTENDED_FROM: ",".join(froms), T.STEPS: str(run.cfg.steps)})
 
 
+def _store_lost(error: BaseException | None) -> StoreLost | None:
+    """The StoreLost that `error` is or was raised while handling, if any."""
+    seen: set[int] = set()
+    while error is not None and id(error) not in seen:
+        if isinstance(error, StoreLost):
+            return error
+        seen.add(id(error))
+        error = error.__cause__ or error.__context__
+    return None
+
+
+def storage_trouble(error: BaseException) -> str | None:
+    """What stopped a run in its store: "lost" (its sqlite store was deleted or replaced while it trained), "full"
+    or "held" (rlvrlab.outputs.full_or_held); None for anything else."""
+    return "lost" if _store_lost(error) is not None else outputs.full_or_held(error)
+
+
 def stopped_by_storage(run: Run, error: Exception, trouble: str) -> StorageError:
-    """A full disk or a held store stopped the run: one line saying what, from where it continues and how. What is
-    stored stays: a checkpoint is COMPLETE only once the metrics of its steps are stored, and its files are checked
-    before a resume reads them."""
+    """A full disk, a held store or a store that vanished stopped the run: one line saying what, from where it
+    continues and how. What is stored stays: a checkpoint is COMPLETE only once the metrics of its steps are stored,
+    and its files are checked before a resume reads them. A store that vanished took the run's record with it: the
+    line says so and where the checkpoints are, which a resume can use only once the store is back."""
+    lost = _store_lost(error) if trouble == "lost" else None
+    if lost is not None:
+        last = checkpoint.latest(run.run_dir)
+        command = shlex.join(["rlvrlab", "train", "--resume", run.tracker.run_id, f"output_dir={run.cfg.output_dir}"])
+        then = (f"newest complete checkpoint step {checkpoint.step_of(last)}); `--resume` needs the run's record: "
+                f"put {lost.path} back (from a backup), then `{command}` continues it, or train it again"
+                if last else "no checkpoint was complete); train it again")
+        return StorageError(f"run {run.tracker.run_id} stopped: {lost.what}; its checkpoints and config.yaml are in "
+                            f"{run.run_dir} ({then}", what=lost.what)
     what = error.what if isinstance(error, StorageError) else (
         ("no space left on the device" if trouble == "full" else "the MLflow store is locked by another process")
         + f" ({type(error).__name__}: {str(error).strip().splitlines()[0] if str(error).strip() else ''})")
@@ -122,6 +149,15 @@ def stopped_by_storage(run: Run, error: Exception, trouble: str) -> StorageError
             if last else "train it again (no checkpoint was complete)")
     fix = "free space there" if trouble == "full" else "wait for the process holding it to end"
     return StorageError(f"run {run.tracker.run_id} stopped: {what}; {fix}, then {then}", what=what)
+
+
+def tag_failure(run: Run, error: BaseException) -> None:
+    """Tag a run that is about to end FAILED with why (failure_reason), whatever raised. Best effort: a store that
+    cannot take the tag (full, held) must not hide the error that failed the run, which is raised on."""
+    try:
+        run.tracker.set_tags({T.FAIL_REASON: T.failure_reason(error)})
+    except Exception:  # noqa: BLE001 - the run's own error matters more than its tag
+        pass
 
 
 @contextmanager

@@ -37,6 +37,8 @@ from rlvrlab.train.lifecycle import (
     resume_point,
     stderr_warning,
     stopped_by_storage,
+    storage_trouble,
+    tag_failure,
     toy_threads,
 )
 from rlvrlab.train.metrics import step_metrics
@@ -90,7 +92,7 @@ def train(cfg: RunConfig, *, resume: str | None = None, on_step: OnStep | None =
             try:
                 return _run_steps(run, cfg, folder, on_step, progress)
             except Exception as error:
-                trouble = outputs.full_or_held(error)
+                trouble = storage_trouble(error)  # a full disk, a held store, a store that vanished
                 if trouble is None:
                     raise
                 raise stopped_by_storage(run, error, trouble) from None
@@ -102,11 +104,13 @@ def train(cfg: RunConfig, *, resume: str | None = None, on_step: OnStep | None =
 def _run_steps(run: Run, cfg: RunConfig, folder: Path | None, on_step, progress) -> str:
     status = "FAILED"
     state = TrainState()
+    records_kept = False  # a resume that cannot read its checkpoint leaves the run's records as they were
     try:
         if folder is not None:
             try:
                 state = checkpoint.restore(run, folder)
             except Exception as error:  # a checkpoint written before checksums existed, damaged
+                records_kept = True
                 status = run.tracker.prior_status if hasattr(run.tracker, "prior_status") else "FAILED"
                 raise RlvrlabError(f"run {run.tracker.run_id}: checkpoint {folder} cannot be read "
                                    f"({type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}); "
@@ -145,6 +149,10 @@ def _run_steps(run: Run, cfg: RunConfig, folder: Path | None, on_step, progress)
         last = checkpoint.latest(run.run_dir)
         raise RunInterrupted(run.tracker.run_id, state.step,
                              checkpoint.step_of(last) if last else None) from None
+    except Exception as error:  # whatever raised: the FAILED run says why (rlvrlab.tracking.tags.FAIL_REASON)
+        if status == "FAILED" and not records_kept:
+            tag_failure(run, error)
+        raise
     finally:
         try:
             run.tracker.finish(status)  # flushes every step logged so far

@@ -162,20 +162,41 @@ def build(cfg: RunConfig, *, run_id: str | None = None, tags: Mapping[str, str] 
     policy = components.policy(cfg, problems, placement)
 
     output_dir = Path(cfg.output_dir).expanduser().resolve()
+    resumed = run_id is not None
     tracker, resolved = _tracker(cfg, output_dir, run_id, rank, tags or {})
-    run_id = _broadcast(tracker.run_id if rank == 0 else None)
-    run_folder = rundir.run_dir(output_dir, run_id)
-    if rank == 0:
-        run_folder.mkdir(parents=True, exist_ok=True)
-        outputs.write_replacing(rundir.config_file(run_folder), resolved if resolved is not None else to_yaml(cfg))
-    evaluation = _heldout(cfg, policy)
-    if rank == 0 and evaluation is not None:
-        tracker.set_tags({T.EVAL_METHOD: evaluation.method})
-    barrier("the end of the setup")  # every rank's engines are built before any rank starts sampling
-    return Run(cfg=cfg, problems=problems, policy=policy, verifier=components.reward_pool(cfg.dataset, world_size),
-               tracker=tracker, rank=rank, world_size=world_size, run_dir=run_folder,
-               algorithm=bind_algorithm(cfg.algorithm), heldout=evaluation,
-               shared_cache=_shared_cache(cfg, policy.update.module))
+    try:
+        run_id = _broadcast(tracker.run_id if rank == 0 else None)
+        run_folder = rundir.run_dir(output_dir, run_id)
+        if rank == 0:
+            run_folder.mkdir(parents=True, exist_ok=True)
+            outputs.write_replacing(rundir.config_file(run_folder), resolved if resolved is not None else to_yaml(cfg))
+        evaluation = _heldout(cfg, policy)
+        if rank == 0 and evaluation is not None:
+            tracker.set_tags({T.EVAL_METHOD: evaluation.method})
+        barrier("the end of the setup")  # every rank's engines are built before any rank starts sampling
+        return Run(cfg=cfg, problems=problems, policy=policy, verifier=components.reward_pool(cfg.dataset, world_size),
+                   tracker=tracker, rank=rank, world_size=world_size, run_dir=run_folder,
+                   algorithm=bind_algorithm(cfg.algorithm), heldout=evaluation,
+                   shared_cache=_shared_cache(cfg, policy.update.module))
+    except BaseException as error:
+        _end_unbuilt(tracker, error, resumed=resumed)
+        raise
+
+
+def _end_unbuilt(tracker: Tracker, error: BaseException, *, resumed: bool) -> None:
+    """A run whose setup failed once its record existed is not left RUNNING: a new run ends FAILED with its reason
+    (KILLED when it was stopped), a resumed one goes back to the status it had. Best effort: the setup's own error
+    is the one raised."""
+    try:
+        if resumed:
+            tracker.finish(getattr(tracker, "prior_status", "FAILED"))
+        elif isinstance(error, Exception):
+            tracker.set_tags({T.FAIL_REASON: T.failure_reason(error)})
+            tracker.finish("FAILED")
+        else:  # KeyboardInterrupt, SystemExit: a stop
+            tracker.finish("KILLED")
+    except Exception:  # noqa: BLE001 - the store may refuse this too
+        pass
 
 
 def share_prompt(cfg: RunConfig) -> bool:
