@@ -40,10 +40,12 @@ def memory_lines(cfg) -> str:
     """The memory estimate as YAML comments (rlvrlab.config.memory), or why there is none."""
     from rlvrlab.config import memory as mem
 
+    if cfg.model.tier == "toy":
+        return (f"# memory (toy tier, this machine's memory): ~{mem.toy_bytes(cfg) / mem.MIB:,.1f} MiB for its table "
+                "and a step's batch\n")
     arch = mem.architecture(cfg)
     if arch is None:
-        return ("# memory: no estimate (the toy tier, or model.path has no config.json here and "
-                "model.architecture is not given)\n")
+        return "# memory: no estimate (model.path has no config.json here and model.architecture is not given)\n"
     found = mem.estimate(cfg, arch, world_size=mem.planned_world_size(cfg),
                          device_bytes=int(cfg.trainer.device_memory_gib * mem.GIB))
     rows = "".join(f"#   {name:<31} {gib:9.2f} GiB\n" for name, gib in found.rows())

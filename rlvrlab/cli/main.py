@@ -9,6 +9,7 @@ from rich.console import Console
 from rlvrlab.cli.config import config_app
 from rlvrlab.cli.eval import eval_app
 from rlvrlab.cli.model import model_app
+from rlvrlab.cli.options import check_arguments
 from rlvrlab.cli.report import report
 from rlvrlab.cli.sweep import sweep
 from rlvrlab.cli.train import train
@@ -36,6 +37,7 @@ def main() -> None:
     traceback."""
     install_stop_handlers()  # `kill` stops a run as Ctrl-C does: MLflow run KILLED, checkpoints kept
     try:
+        check_arguments(sys.argv[1:])  # every argument UTF-8 text, before any command quotes one
         app()
     except RlvrlabError as error:
         if stop_requested() is not None:  # a second Ctrl-C must not cut the message short

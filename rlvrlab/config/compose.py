@@ -25,7 +25,7 @@ import yaml
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from rlvrlab.config.rules import show, unknown, validate
+from rlvrlab.config.rules import not_utf8, require_utf8, show, unknown, validate
 from rlvrlab.config.schema import RunConfig
 from rlvrlab.config.shipped import shipped_dir
 from rlvrlab.config.yamlfile import load as load_yaml
@@ -221,6 +221,7 @@ def _check(file: Path, experiment: Optional[Path], overrides: Sequence[str]) -> 
 
 def _experiment_file(experiment: Union[str, Path, None]) -> Path:
     text = str(experiment or "default")
+    require_utf8(text, "the experiment (file) name")
     if isinstance(experiment, Path) or text.endswith((".yaml", ".yml")) or os.sep in text:
         if Path(text).is_dir():
             raise ConfigError(folder_given("experiment file", Path(text)))
@@ -269,6 +270,10 @@ def _group_choices(defaults: Any, file: Path) -> dict[str, str]:
 
 def _split_override(text: str) -> tuple[str, str]:
     key, sep, raw = text.partition("=")
+    # before any message quotes it: a value that is not UTF-8 text could not even be printed
+    if not_utf8(key):
+        require_utf8(key, "the key of an override")
+    require_utf8(raw, key.strip())
     if not sep or not key.strip():
         raise ConfigError(f"override {text!r} is not key=value; write e.g. algorithm.tau=0.3 or algorithm=ucpo")
     return key.strip(), raw.strip()
@@ -279,7 +284,7 @@ def _parse_value(key: str, raw: str) -> Any:
     keeps the text as typed where YAML would read something else, so `dataset.template=Q: {prompt}` works."""
     text_field = FIELD_TYPES.get(key) in (str, Optional[str])
     try:
-        value = load_yaml(raw, f"{key}={raw}")
+        value = load_yaml(raw, f"{key}={_shortened(raw)}")
     except (yaml.YAMLError, ConfigError) as error:  # ConfigError: a key given twice, aliases without bound
         if text_field:
             return raw
@@ -326,6 +331,7 @@ def _assign(
 ) -> None:
     where = f" in {_display(source)}" if source else ""
     for key, value in leaves:
+        _require_utf8_leaf(key, value, where)
         if key not in FIELD_TYPES:
             raise _unknown_key(key, where)
         if key not in ENV_FIELDS and _reads_env(value):
@@ -337,6 +343,32 @@ def _assign(
         except OmegaConfBaseException as error:
             raise ConfigError(f"{key}={show(value)}{where}: expected {_type_name(FIELD_TYPES[key])}") from error
         layers[key] = layer
+
+
+def _require_utf8_leaf(key: str, value: Any, where: str) -> None:
+    """A key or text value of a file or override that is not UTF-8 text (a YAML "\\udcff" escape), refused before
+    a message quotes it; rlvrlab.config.rules checks the composed config's text again (interpolations included)."""
+    for text, what in _strings(key, value):
+        require_utf8(text, f"{what}{where}")
+
+
+def _strings(key: str, value: Any) -> Iterator[tuple[str, str]]:
+    if not_utf8(key):
+        yield key, "a key"
+        return
+    if isinstance(value, str):
+        yield value, key
+    elif isinstance(value, (list, tuple)):
+        for item in value:
+            yield from _strings(key, item)
+    elif isinstance(value, dict):
+        for name, item in value.items():
+            yield from _strings(key, name)
+            yield from _strings(key, item)
+
+
+def _shortened(text: str, keep: int = 60) -> str:
+    return text if len(text) <= keep else f"{text[:keep]}...({len(text)} characters)"
 
 
 def _reads_env(value: Any) -> bool:

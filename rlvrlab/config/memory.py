@@ -365,3 +365,56 @@ def check_fits(cfg: RunConfig, arch: Architecture, *, world_size: int, device_by
                           f"trainer.micro_batch_size or trainer.micro_batch_tokens{knob} (rlvrlab config show "
                           "--memory itemises it)")
     return found
+
+
+# ------------------------------------------------------------------------------------------------- the toy tier
+# Bytes per cell of the toy table (dataset.num_problems x model.toy_num_responses), on the CPU: the float32 logits,
+# their gradient, AdamW's two states, the rollout engine's and the reference's copies and the initial table (4 each),
+# the correct-set mask (1) and the float64 temporaries of the exact diagnostics every logged step (8 x 8). It errs
+# high: the point is to refuse a table that cannot exist (1e11 responses asked for terabytes), not to tune one.
+TOY_TABLE_BYTES_PER_CELL = 4 * 7 + 1 + 8 * 8
+# Bytes per cell of one step's sampling (rollout.prompts_per_step x model.toy_num_responses): the prompts' rows
+# in float64, their log-softmax, probabilities and the log-softmax as a Python list (rlvrlab.rollout.toy_engine)
+TOY_SAMPLING_BYTES_PER_CELL = 8 * 3 + 32
+TOY_BYTES_PER_RESPONSE = 512  # a sampled response's records (Generation, its row of the batch), per row per step
+
+
+def toy_bytes(cfg: RunConfig) -> int:
+    """What the toy tier holds in memory at its peak (see the constants above): its table, a step's sampling and
+    its sampled responses, and one micro-batch's logits in the update (float32 log-softmax and its gradient)."""
+    m, r = cfg.model, cfg.rollout
+    rows = r.prompts_per_step * r.group_size
+    micro = max(1, min(cfg.trainer.micro_batch_size, rows))
+    return (cfg.dataset.num_problems * m.toy_num_responses * TOY_TABLE_BYTES_PER_CELL
+            + r.prompts_per_step * m.toy_num_responses * TOY_SAMPLING_BYTES_PER_CELL
+            + rows * TOY_BYTES_PER_RESPONSE + micro * 2 * m.toy_num_responses * 4 * 4)
+
+
+def machine_memory_bytes() -> int | None:
+    """This machine's memory, or a smaller cgroup (container) limit on this process; None where neither is known."""
+    import os
+
+    try:
+        total = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (AttributeError, ValueError, OSError):
+        total = None
+    try:
+        limit_text = Path("/sys/fs/cgroup/memory.max").read_text().strip()
+        limit = int(limit_text) if limit_text.isdigit() else None
+    except (OSError, ValueError):
+        limit = None
+    known = [value for value in (total, limit) if value]
+    return min(known) if known else None
+
+
+def check_toy_fits(cfg: RunConfig, available: int | None = None) -> int:
+    """toy_bytes(cfg), or a one-line ConfigError when it exceeds `available` (default: machine_memory_bytes())."""
+    need = toy_bytes(cfg)
+    available = machine_memory_bytes() if available is None else available
+    if available is not None and need > available:
+        m, r = cfg.model, cfg.rollout
+        raise ConfigError(f"the toy tier needs ~{need / GIB:,.1f} GiB for its table (dataset.num_problems="
+                          f"{cfg.dataset.num_problems} x model.toy_num_responses={m.toy_num_responses}) and a step of "
+                          f"rollout.prompts_per_step={r.prompts_per_step} x rollout.group_size={r.group_size}, more "
+                          f"than this machine's {available / GIB:.1f} GiB of memory; lower one of them")
+    return need

@@ -6,9 +6,10 @@ meet (CROSS_FIELD_RULES). What is valid comes from the registries below: the alg
 and the synthetic tasks' (rlvrlab.data.tasks.TASKS: names, verifiers, levels, the toy task).
 """
 
+import dataclasses
 import difflib
 import math
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Collection, Iterator, Mapping
 from functools import reduce
 from typing import TYPE_CHECKING, Any
 
@@ -101,6 +102,7 @@ def validate(cfg: RunConfig, layers: Mapping[str, int] | None = None) -> None:
     ``layers`` maps a dotted key to the precedence layer that set it last (1 group file, 2 experiment body,
     3 command line; absent = schema default); without it every key counts as set by the user.
     """
+    _check_text(cfg)  # first: every later message may quote a value
     _check_choices(cfg, CHOICES)
     _check_ranges(cfg)
     _check_choices(cfg, _registry_choices())
@@ -130,11 +132,69 @@ def _check_choices(cfg: RunConfig, choices: Mapping[str, Collection[Any]]) -> No
             raise unknown(key, lookup(cfg, key), options)
 
 
+def not_utf8(text: str) -> str | None:
+    """None when `text` can be written as UTF-8; else where it cannot, quoted so that the message itself can be
+    printed: a lone surrogate such as '\\udcff' (what Python makes of a byte of argv or of a file name that is not
+    UTF-8) cannot be written to a UTF-8 terminal, log, YAML file or MLflow store."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as error:
+        around = text[max(0, error.start - 12): error.end + 12]
+        code = ord(text[error.start])
+        byte = f" (the byte 0x{code - 0xDC00:02x})" if 0xDC80 <= code <= 0xDCFF else ""  # surrogateescape's
+        return f"character {error.start + 1} of {ascii(around)}{byte} is not UTF-8 text"
+    return None
+
+
+def require_utf8(text: str, what: str) -> None:
+    """ConfigError naming `what` (a key, an argument) when `text` cannot be written as UTF-8 (not_utf8)."""
+    problem = not_utf8(text)
+    if problem is not None:
+        raise ConfigError(f"{what}: {problem}, as from a terminal or file in another encoding (Latin-1); retype it "
+                          "in UTF-8")
+
+
+def _texts(value: Any, key: str) -> Iterator[tuple[str, str]]:
+    """(key, text) of every string in `value`, keys of mappings included, descending into lists and mappings."""
+    if isinstance(value, str):
+        yield key, value
+    elif isinstance(value, (list, tuple)):
+        for index, item in enumerate(value):
+            yield from _texts(item, f"{key}[{index}]")
+    elif isinstance(value, dict):
+        for name, item in value.items():
+            yield from _texts(name, f"{key} (a key)")
+            yield from _texts(item, f"{key}.{name}" if isinstance(name, str) and not not_utf8(name) else key)
+
+
+def _check_text(cfg: RunConfig) -> None:
+    """Every text value of the config (names, paths, templates, few-shot pairs, ...) can be written as UTF-8, and
+    the experiment name is one MLflow accepts."""
+    for field in dataclasses.fields(cfg):
+        for key, text in _texts(dataclasses.asdict(cfg)[field.name], field.name):
+            require_utf8(text, key)
+    if len(cfg.experiment) > MAX_EXPERIMENT_NAME:
+        raise ConfigError(f"experiment is {len(cfg.experiment)} characters long, more than the {MAX_EXPERIMENT_NAME} "
+                          f"MLflow allows in an experiment name; give a shorter experiment=...")
+    if not cfg.experiment:
+        raise ConfigError("experiment is empty; MLflow needs an experiment name: give experiment=NAME")
+
+
+# mlflow.utils.validation.MAX_EXPERIMENT_NAME_LENGTH (MLflow 3.x; tests/faults/test_hostile_values.py compares);
+# not imported: composing a config never imports MLflow
+MAX_EXPERIMENT_NAME = 500
+
+
 def _check_ranges(cfg: RunConfig) -> None:
     for key, allowed in RANGES.items():
         value = lookup(cfg, key)
         if not allowed.contains(value):
-            raise ConfigError(f"{key}={show(value)} is out of range: it must be {allowed}")
+            raise ConfigError(f"{key}={_short(show(value))} is out of range: it must be {allowed}")
+
+
+def _short(text: str, keep: int = 40) -> str:
+    """A long number (a pasted 4000-digit integer) shortened for a one-line message."""
+    return text if len(text) <= keep else f"{text[:keep // 2]}...({len(text)} characters)"
 
 
 def _knob_readers() -> dict[str, tuple[str, tuple[Any, ...]]]:
@@ -418,7 +478,10 @@ def _architecture_is_complete(cfg: RunConfig) -> None:
 
 def _fits_the_devices(cfg: RunConfig) -> None:
     """The per-GPU memory estimate (rlvrlab.config.memory) of trainer.world_size GPUs of trainer.device_memory_gib
-    each; refused in one line when it exceeds them. Launch checks it again with the real ranks and devices."""
+    each; refused in one line when it exceeds them. Launch checks it again with the real ranks and devices. The toy
+    tier runs in this machine's memory: its table and batch are held to that (memory.check_toy_fits)."""
+    if cfg.model.tier == "toy":
+        memory.check_toy_fits(cfg)
     arch = memory.architecture(cfg)
     if arch is not None:
         memory.check_fits(cfg, arch, world_size=memory.planned_world_size(cfg),

@@ -5,6 +5,7 @@ earlier block without a word) and aliases that expand a document without bound (
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 import yaml
@@ -59,6 +60,12 @@ def load(text: str, where: str) -> Any:
                           "only the last and drop the other without a word: remove one or merge them") from None
     except RecursionError:
         raise ConfigError(f"{where}: its values nest too deeply to read; flatten them") from None
+    except ValueError as error:  # a scalar YAML resolves but cannot build: a 5000-digit integer, a 13th month
+        problem = str(error).split(";")[0].split(": use sys.")[0]
+        if "integer string conversion" in problem:
+            most = getattr(sys, "get_int_max_str_digits", lambda: 4300)()  # Python >= 3.11 limits int("...")
+            problem = f"a number of more than {most} digits, larger than any value takes"
+        raise ConfigError(f"{where}: cannot read it ({problem}); quote it if it is text, or fix it") from None
     finally:
         loader.dispose()
 
