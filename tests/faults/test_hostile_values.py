@@ -5,14 +5,11 @@ written; and every run that ends FAILED says why (its rlvrlab.fail_reason tag), 
 
 from __future__ import annotations
 
-import hashlib
 import math
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from battery import one_line_error, rlvrlab, snapshot
 
 from rlvrlab.config import compose, memory
 from rlvrlab.config.compose import FIELD_TYPES
@@ -22,42 +19,17 @@ from rlvrlab.errors import ConfigError, RlvrlabError
 from rlvrlab.outputs import check_dir
 from rlvrlab.tracking import tags as T
 
-TIMEOUT = 600  # against hangs only
 FF = b"\xff".decode("utf-8", "surrogateescape")  # '\udcff': what Python makes of the argv byte 0xff
 E9 = b"\xe9".decode("utf-8", "surrogateescape")  # Latin-1's e-acute
-
-
-def rlvrlab(*args: str, cwd: Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
-    """The CLI in a subprocess; a str argument holding surrogateescape'd characters reaches it as raw bytes
-    (subprocess encodes arguments with os.fsencode)."""
-    return subprocess.run([sys.executable, "-m", "rlvrlab.cli.main", *args], capture_output=True, text=True,
-                          errors="backslashreplace", cwd=cwd, timeout=TIMEOUT,
-                          env={**os.environ, "RLVRLAB_NO_PROGRESS": "1", **(env or {})})
-
-
-def one_line_error(result: subprocess.CompletedProcess, *fragments: str) -> str:
-    assert result.returncode == 1, (result.stdout, result.stderr)
-    assert "Traceback" not in result.stderr + result.stdout
-    lines = [line for line in result.stderr.strip().splitlines() if line.strip()]
-    assert len(lines) == 1 and lines[0].startswith("error: "), result.stderr
-    for fragment in fragments:
-        assert fragment in lines[0], lines[0]
-    return lines[0]
-
-
-def checksums(folder: Path) -> dict[str, str]:
-    """sha256 of every file under `folder` (and every folder, as ''), by relative path."""
-    return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest() if p.is_file() else ""
-            for p in sorted(folder.rglob("*"))}
 
 
 @pytest.fixture
 def untouched(tmp_path: Path):
     """The test's folder (the command's cwd, its output_dir below it): nothing in it may change."""
     (tmp_path / "existing.txt").write_text("kept\n")
-    before = checksums(tmp_path)
+    before = snapshot(tmp_path)
     yield tmp_path
-    assert checksums(tmp_path) == before
+    assert snapshot(tmp_path) == before
 
 
 def _out(folder: Path) -> str:
@@ -212,10 +184,10 @@ def test_an_output_dir_that_cannot_be_written_is_refused_at_the_start(untouched:
 
 def test_the_write_probe_leaves_nothing_behind(tmp_path: Path) -> None:
     (tmp_path / "kept").write_text("x")
-    before = checksums(tmp_path)
+    before = snapshot(tmp_path)
     assert check_dir(tmp_path, "output_dir") == tmp_path.resolve()
     assert check_dir(tmp_path / "new" / "deeper", "output_dir") == (tmp_path / "new" / "deeper").resolve()
-    assert checksums(tmp_path) == before  # no probe file left, no folder created
+    assert snapshot(tmp_path) == before  # no probe file left, no folder created
 
 
 # --- every FAILED run says why --------------------------------------------------------------------------------

@@ -8,28 +8,14 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from battery import one_line_error, rlvrlab, snapshot
 
 from rlvrlab import rundir
 from rlvrlab.errors import RlvrlabError
 from rlvrlab.policy.gguf_import import MARKER, import_model
-
-
-def _cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "rlvrlab.cli.main", *args], cwd=cwd, capture_output=True,
-                          text=True, timeout=300, env={**os.environ, "COLUMNS": "300", "RLVRLAB_NO_PROGRESS": "1"})
-
-
-def _one_line_error(result: subprocess.CompletedProcess, *fragments: str) -> None:
-    assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr
-    lines = [line for line in result.stderr.strip().splitlines() if line.strip()]
-    assert len(lines) == 1 and lines[0].startswith("error: "), result.stderr
-    for fragment in fragments:
-        assert fragment in lines[0], lines[0]
 
 
 def _earlier_import(folder: Path, files: list, written: tuple[str, ...] = ("config.json", "model.safetensors")) -> None:
@@ -39,12 +25,6 @@ def _earlier_import(folder: Path, files: list, written: tuple[str, ...] = ("conf
         (folder / name).write_text(f"old {name}\n")
     (folder / MARKER).write_text(json.dumps({"source": "old.gguf", "sha256": "0" * 64, "dtype": "float32",
                                              "files": files}))
-
-
-def _everything(root: Path) -> dict[str, bytes]:
-    """Every file under `root` (links as their targets' names), hidden folders included."""
-    return {str(p.relative_to(root)): (os.readlink(p).encode() if p.is_symlink() else p.read_bytes())
-            for p in sorted(root.rglob("*")) if p.is_file() or p.is_symlink()}
 
 
 HOSTILE_NAMES = ["../victim.txt", "ABSOLUTE", ".", "..", "", "sub/config.json", "con\0fig.json", 7, None]
@@ -63,14 +43,14 @@ def test_a_forced_import_refuses_a_marker_naming_anything_but_a_plain_file_in_it
     _earlier_import(out, ["config.json", "model.safetensors", name])
     gguf_file = tmp_path / "new.gguf"
     gguf_file.write_bytes(b"hashed, never converted: the marker is refused first")
-    before = _everything(tmp_path)
+    before = snapshot(tmp_path)
     if isinstance(name, str) and "\0" not in name:  # argv cannot carry a NUL or a non-string; the library call can
-        _one_line_error(_cli("model", "import", str(gguf_file), "--out", str(out), "--force", cwd=tmp_path),
+        one_line_error(rlvrlab("model", "import", str(gguf_file), "--out", str(out), "--force", cwd=tmp_path),
                         "not a plain file name", "will not remove or replace anything")
     with pytest.raises(RlvrlabError, match="not a plain file name in the folder"):
         import_model(str(gguf_file), out, dtype="float32", downloads=tmp_path / "downloads", stage=print,
                      force=True)
-    assert _everything(tmp_path) == before
+    assert snapshot(tmp_path) == before
 
 
 def test_a_forced_import_refuses_a_folder_whose_listed_file_is_a_link(tmp_path: Path) -> None:
@@ -83,10 +63,10 @@ def test_a_forced_import_refuses_a_folder_whose_listed_file_is_a_link(tmp_path: 
     (out / "tokenizer.json").symlink_to(victim)
     gguf_file = tmp_path / "new.gguf"
     gguf_file.write_bytes(b"x")
-    before = _everything(tmp_path)
-    _one_line_error(_cli("model", "import", str(gguf_file), "--out", str(out), "--force", cwd=tmp_path),
+    before = snapshot(tmp_path)
+    one_line_error(rlvrlab("model", "import", str(gguf_file), "--out", str(out), "--force", cwd=tmp_path),
                     "holds tokenizer.json, which the earlier import did not write")
-    assert _everything(tmp_path) == before
+    assert snapshot(tmp_path) == before
 
 
 def _fake_convert(gguf: Path, into: Path, *, dtype: str, stage) -> dict:
@@ -126,7 +106,7 @@ def test_a_failure_mid_replace_keeps_the_old_model(tmp_path: Path, monkeypatch, 
     _earlier_import(out, ["config.json", "model.safetensors"])
     gguf_file = tmp_path / "new.gguf"
     gguf_file.write_bytes(b"x")
-    before = _everything(tmp_path)
+    before = snapshot(tmp_path)
     if fail_at == "convert":
         def broken(gguf: Path, into: Path, **_) -> dict:
             (into / "config.json").write_text("half\n")
@@ -143,7 +123,7 @@ def test_a_failure_mid_replace_keeps_the_old_model(tmp_path: Path, monkeypatch, 
         monkeypatch.setattr(gi.os, "replace", replace)
     with pytest.raises((RlvrlabError, OSError)):
         import_model(str(gguf_file), out, dtype="bfloat16", downloads=tmp_path / "d", stage=print, force=True)
-    assert _everything(tmp_path) == before
+    assert snapshot(tmp_path) == before
     assert sorted(p.name for p in out.parent.iterdir()) == ["m"]
 
 

@@ -15,8 +15,8 @@ import time
 from pathlib import Path
 
 import pytest
+from battery import TIMEOUT, one_line_error, rlvrlab, snapshot
 
-TIMEOUT = 600  # against hangs of the subprocess only
 # A bound against a hang, not a speed assertion: the faults below that used to go silent for ~112 s of MLflow's
 # retries (a folder for mlflow.db, a database server that does not answer) must end well inside it. A toy command
 # starts in ~3 s here; the rest is headroom for a loaded machine.
@@ -33,38 +33,10 @@ objective: {metric: train/reward, direction: maximize, window: 1}
 """
 
 
-def rlvrlab(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "rlvrlab.cli.main", *args], capture_output=True, text=True,
-                          cwd=cwd, timeout=TIMEOUT, env={**os.environ, "RLVRLAB_NO_PROGRESS": "1",
-                                                         "OMP_NUM_THREADS": "1"})
-
-
-def one_line_error(result: subprocess.CompletedProcess, *fragments: str) -> str:
-    assert result.returncode == 1, (result.stdout, result.stderr)
-    assert "Traceback" not in result.stderr + result.stdout
-    lines = [line for line in result.stderr.strip().splitlines() if line.strip()]
-    assert len(lines) == 1 and lines[0].startswith("error: "), result.stderr
-    for fragment in fragments:
-        assert fragment in lines[0], lines[0]
-    return lines[0]
-
-
 def timed(*args: str, cwd: Path | None = None) -> tuple[subprocess.CompletedProcess, float]:
     start = time.monotonic()
     result = rlvrlab(*args, cwd=cwd)
     return result, time.monotonic() - start
-
-
-def snapshot(folder: Path) -> dict[str, str]:
-    """Every file and folder under `folder`: its sha256 (a folder: "dir"). Lock files are left out: a sweep takes
-    its journal's start lock (`optuna.journal.start.lock`, empty by design) before it reads the journal."""
-    found = {}
-    for path in sorted(folder.rglob("*")):
-        if path.name.endswith(".lock"):
-            continue
-        key = str(path.relative_to(folder))
-        found[key] = "dir" if path.is_dir() else hashlib.sha256(path.read_bytes()).hexdigest()
-    return found
 
 
 def closed_port() -> int:
