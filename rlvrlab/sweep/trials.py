@@ -241,6 +241,7 @@ def _seed_run(sweep: Sweep, client, trial, params: dict, seed: int, position: in
             reason = "the seed run's process ended without an MLflow run under its trial"
         if reason is not None:
             if run_id is not None and client.get_run(run_id).info.status == "RUNNING":  # killed: it could not
+                client.set_tag(run_id, T.FAIL_REASON, reason[:T.FAIL_REASON_CHARS])
                 client.set_terminated(run_id, status="FAILED")
             return _SeedFailed(run_id, reason)
         assert run_id is not None

@@ -178,8 +178,10 @@ def test_a_failing_child_fails_its_trial_with_the_reason_and_the_worker_goes_on(
         del os.environ["RLVRLAB_KILL_AFTER_STEP"]
     assert [o.state for o in report.outcomes] == ["FAIL", "FAIL"]  # the worker went on to the second trial
     assert all("killed by signal SIGKILL" in o.reason for o in report.outcomes)
-    # a child that could not close its own run: the worker ends it FAILED
-    assert {r.info.status for r in _role(_runs(here / "killed", "killed"), "seed")} == {"FAILED"}
+    # a child that could not close its own run: the worker ends it FAILED, with the reason
+    killed_seeds = _role(_runs(here / "killed", "killed"), "seed")
+    assert {r.info.status for r in killed_seeds} == {"FAILED"}
+    assert all("killed by signal SIGKILL" in r.data.tags[T.FAIL_REASON] for r in killed_seeds)
 
 
 def _descendants(pid: int) -> set[int]:
