@@ -102,15 +102,8 @@ def check_reachable(uri: str, timeout: float = REACH_SECONDS, *, write: bool = T
 
 def masked(uri: str) -> str:
     """`uri` with the password of its user:password@ part, if any, as ***."""
-    from urllib.parse import urlsplit
-
-    try:
-        parts = urlsplit(uri)
-        if parts.password is None:
-            return uri
-        return uri.replace(f":{parts.password}@", ":***@", 1)
-    except ValueError:
-        return uri
+    password = _password(uri)
+    return uri if password is None else uri.replace(f":{password}@", ":***@", 1)
 
 
 def _check_server(uri: str, timeout: float) -> None:
@@ -156,7 +149,67 @@ def _check_port(uri: str, scheme: str, timeout: float) -> None:
         raise RlvrlabError(f"tracking.uri {masked(uri)}: no {scheme} server answered at {host}:{port} within "
                            f"{timeout:g} s ({reason}); start the database server, fix tracking.uri, or leave "
                            "tracking.uri out to record in output_dir's own sqlite store") from None
+    _check_login(uri, scheme, f"{host}:{port}", timeout)
     _reached.add(uri)
+
+
+DRIVERS = {"postgresql": "pip install 'rlvrlab[postgres]'", "mysql": "pip install pymysql (and mysql+pymysql://)",
+           "mssql": "pip install pyodbc"}
+
+
+def _check_login(uri: str, scheme: str, where: str, timeout: float) -> None:
+    """The database server at `where` takes the URI's user, password and database: one connection through
+    SQLAlchemy, as MLflow's store makes it, within `timeout` seconds. A refused login (no such role or database, a
+    wrong password) otherwise went through MLflow's ~112 s of engine retries before its traceback."""
+    import threading
+
+    outcome: dict[str, BaseException] = {}
+
+    def connect() -> None:
+        try:
+            import sqlalchemy
+            from sqlalchemy.pool import NullPool
+
+            engine = sqlalchemy.create_engine(uri, poolclass=NullPool)
+            try:
+                with engine.connect():
+                    pass
+            finally:
+                engine.dispose()
+        except Exception as error:  # noqa: BLE001 - worded below, whatever the driver raised
+            outcome["error"] = error
+
+    thread = threading.Thread(target=connect, name="rlvrlab-store-login", daemon=True)
+    thread.start()
+    thread.join(timeout)
+    fix = "fix the user, password or database in tracking.uri, or leave tracking.uri out to record in output_dir's "
+    fix += "own sqlite store"
+    if thread.is_alive():
+        raise RlvrlabError(f"tracking.uri {masked(uri)}: the {scheme} server at {where} took the connection but did "
+                           f"not let a session in within {timeout:g} s; check the server, or {fix}")
+    error = outcome.get("error")
+    if error is None:
+        return
+    if isinstance(error, ImportError) or type(error).__name__ == "NoSuchModuleError":
+        raise RlvrlabError(f"tracking.uri {masked(uri)}: no driver for it here ({error}); "
+                           f"{DRIVERS.get(scheme, 'install the driver the URI names')}") from None
+    cause = getattr(error, "orig", None) or error  # SQLAlchemy wraps the driver's own error
+    lines = [line.strip() for line in str(cause).splitlines() if line.strip()]
+    reason = lines[0] if lines else type(cause).__name__
+    password = _password(uri)
+    if password:
+        reason = reason.replace(password, "***")
+    raise RlvrlabError(f"tracking.uri {masked(uri)}: the {scheme} server at {where} refused the session "
+                       f"({reason}); {fix}") from None
+
+
+def _password(uri: str) -> str | None:
+    from urllib.parse import urlsplit
+
+    try:
+        return urlsplit(uri).password
+    except ValueError:
+        return None
 
 
 def sqlite_path(uri: str) -> str | None:

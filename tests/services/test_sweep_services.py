@@ -210,6 +210,33 @@ def test_an_unreachable_storage_is_one_error_line(tmp_path: Path, url: str, show
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("change", ["role", "database", "password"])
+def test_a_database_store_that_refuses_the_session_is_one_line_in_seconds(postgres_url: str, tmp_path: Path,
+                                                                         change: str) -> None:
+    """Issue 44: a PostgreSQL tracking.uri whose server is up but refuses the session (no such role, no such
+    database, a role with a password given) is one `error:` line naming the server, its password masked, before any
+    work; MLflow's engine retries took ~112 s before a traceback. The bound is against a hang, not a speed
+    assertion."""
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(postgres_url)
+    uri = {"role": postgres_url.replace("postgres@", "nosuchrole@", 1),
+           "database": postgres_url.rsplit("/", 1)[0] + "/nosuchdb",
+           "password": f"postgresql://nosuchrole:s3cret@{parts.hostname}:{parts.port}/rlvrlab"}[change]
+    start = time.monotonic()
+    result = subprocess.run([sys.executable, "-m", "rlvrlab.cli.main", "train", "toy", "steps=1",
+                             f"output_dir={tmp_path / 'runs'}", f"tracking.uri={uri}"],
+                            capture_output=True, text=True, timeout=300, env={**os.environ, "RLVRLAB_NO_PROGRESS": "1"})
+    elapsed = time.monotonic() - start
+    lines = result.stderr.strip().splitlines()
+    assert result.returncode == 1 and len(lines) == 1 and lines[0].startswith("error:"), result.stderr
+    assert "refused the session" in lines[0] and "Traceback" not in result.stderr and "s3cret" not in result.stderr
+    assert ("nosuchrole" if change != "database" else "nosuchdb") in lines[0]
+    assert elapsed < 15, elapsed
+    assert not (tmp_path / "runs").exists()  # nothing was started
+
+
+@pytest.mark.slow
 @pytest.mark.heavy
 def test_slurm_launcher_workers_share_postgres_and_an_mlflow_server(postgres_url: str, tmp_path: Path) -> None:
     """`rlvrlab sweep --launcher slurm --workers 2` through submitit's local executor (the same pickled job path as
