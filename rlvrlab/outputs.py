@@ -51,6 +51,35 @@ def check_dir(path: str | Path, what: str) -> Path:
     return folder
 
 
+GITIGNORE = ".gitignore"
+# what a default output folder rlvrlab makes gets in it: `*` ignores the folder's every file, the .gitignore included
+GITIGNORE_TEXT = ("# written by rlvrlab when it created this output folder (output_dir's default): runs, checkpoints\n"
+                  "# and MLflow stores are not source; delete this file to put the folder under git\n*\n")
+
+
+def make_output_dir(folder: Path, *, default: bool) -> Path:
+    """`mkdir -p folder`; when this call creates `folder` itself and it is the default output folder (`default`:
+    output_dir was not given another value; `runs` of the working directory, often a git checkout), a `.gitignore`
+    of `*` goes in it, so that `git add -A` does not take in checkpoints and a growing mlflow.db (which, once
+    tracked, makes every later run from that checkout record git_dirty=true). A folder that already exists is left
+    as it is, its files untouched; so is one another process created first. Returns `folder`."""
+    folder = Path(folder)
+    if folder.is_dir():
+        return folder
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        folder.mkdir()
+    except FileExistsError:  # another process (a rank, a sweep worker) made it between the look and the mkdir
+        return folder
+    if default:
+        try:
+            with open(folder / GITIGNORE, "x", encoding="utf-8") as f:
+                f.write(GITIGNORE_TEXT)
+        except OSError:  # a marker, not a result: a folder that refuses it is still an output folder
+            pass
+    return folder
+
+
 def _write_refused(folder: Path) -> OSError | None:
     """Why a file cannot be created and written in the existing `folder`, tried for real (os.access says yes to root
     in /proc, where a folder or file can never be made); None when it can. The probe is a file of a new unique name

@@ -408,7 +408,8 @@ def _track(target: Target, datasets: list[Dataset], sampling: Sampling, summary:
            ks: list[int], n: int, seed: int, name: str, output_dir: Path, where, experiment: str) -> str:
     from rlvrlab.tracking.mlflow_tracker import MlflowTracker
 
-    output_dir.mkdir(parents=True, exist_ok=True)
+    # --output-dir's default (runs): a new one gets a .gitignore of `*`, as `rlvrlab train` gives it
+    outputs.make_output_dir(output_dir, default=output_dir == Path(EvalRequest.output_dir).resolve())
     tracker = MlflowTracker(where.uri, experiment, artifact_root=where.artifact_root, run_name=f"eval-{name}")
     params = {"n": n, "ks": ",".join(map(str, ks)), "seed": seed, "dataset": ",".join(d.cfg.name for d in datasets),
               **{f"sampling.{key}": value for key, value in vars(sampling).items()}}

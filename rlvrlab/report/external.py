@@ -4,6 +4,7 @@ key, into the same Selection the statistics read for rlvrlab's own runs (rlvrlab
 
 from __future__ import annotations
 
+import difflib
 import hashlib
 import json
 from collections import defaultdict
@@ -21,6 +22,7 @@ from rlvrlab.tracking.runs import client_for, experiment_runs, runs_by_id
 COMMIT_TAGS = ("mlflow.source.git.commit", T.GIT_SHA)
 WHERE = {"params": "param", "tags": "tag", None: "param or tag"}
 UNLOGGED = ("RUNNING", "SCHEDULED")  # still being written: neither a result nor a failure
+SHOWN_KEYS = 12  # params (and tags) named in the error for a key no run has (TRL logs ~220 params)
 
 
 @dataclass(frozen=True)
@@ -92,6 +94,10 @@ def select(uri: str, *, experiment: Optional[str], run_ids: Sequence[str], group
     if not finished:
         raise RlvrlabError(f"no finished runs in {source!r} at {uri}"
                            + (f" ({len(excluded)} unfinished or failed)" if excluded else ""))
+    for option, key in [*(("--group-by", k) for k in keys), ("--seed-key", seed_k)]:
+        if all(key.value(r) is None for r in finished):  # in no run: a misspelt key, not a run to fix
+            raise _no_such_key(option, key, finished,
+                               "the given runs" if run_ids else f"the finished runs of {source!r}")
     for r in finished:
         for key in [*keys, seed_k]:
             if key.value(r) is None:
@@ -140,6 +146,27 @@ def notes(selection: Selection) -> list[str]:
         lines.append(f"excluded: {len(ids)} run{'s' * (len(ids) > 1)} {status}, {what} ({', '.join(ids[:6])}"
                      f"{', ...' if len(ids) > 6 else ''}): not in the table")
     return lines
+
+
+def _no_such_key(option: str, key: Key, runs: Sequence, which: str) -> RlvrlabError:
+    """`--group-by 'lrr': the finished runs of 'trl' have no param or tag 'lrr'; did you mean 'lr'? ...`: the
+    suggestion from the params and tags those runs have (difflib, as for metrics and experiments), the same name in
+    the other place when `params.`/`tags.` chose the wrong one; MLflow's own `mlflow.*` tags are not offered."""
+    params = sorted({name for r in runs for name in r.data.params})
+    tags = sorted({name for r in runs for name in r.data.tags if not name.startswith("mlflow.")})
+    given = f"{key.where}.{key.name}" if key.where else key.name
+    if key.where is None:
+        places = [("", sorted({*params, *tags}))]
+    else:  # where it was asked for, then the other place
+        places = [(key.where + ".", {"params": params, "tags": tags}[key.where])]
+        places.append(("tags.", tags) if key.where == "params" else ("params.", params))
+    close = [prefix + name for prefix, names in places for name in difflib.get_close_matches(key.name, names, n=1)]
+    hint = f"did you mean {close[0]!r}? " if close else ""
+    shown = [*params[:SHOWN_KEYS], *(f"tags.{t}" for t in tags[:SHOWN_KEYS])]
+    more = len(params) + len(tags) - len(shown)
+    listing = ", ".join(shown) + (f" and {more} more" if more > 0 else "") if shown else "none"
+    return RlvrlabError(f"{option} {given!r}: {which} have no {WHERE[key.where]} "
+                        f"{key.name!r}; {hint}they have: {listing}")
 
 
 def _seed_run(run, key: Key) -> SeedRun:

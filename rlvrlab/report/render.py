@@ -41,8 +41,26 @@ def _cell_text(c: Cell, interval: str) -> str:
     return f"{_num(c.mean)} [{_num(low)}, {_num(high)}]"
 
 
-def _mde(x: Optional[float]) -> str:
-    return "∞" if x is not None and math.isinf(x) else _num(x)
+NO_SPREAD = "0 (no spread)"  # the MDE where every seed's difference is the same: se 0, any other Δ has p = 0
+
+
+def _mde(x: Optional[float], se: Optional[float] = None) -> str:
+    """An MDE as text: ∞ where the claim cannot be made; where the comparison's standard error is 0 (the seeds'
+    differences, all zero for instance, have no spread) the t-test's MDE is undefined (stats.mde: NaN), and a
+    bare "MDE=" would read as a missing number: it is 0 there, the limit as se -> 0 and what the t's p says (p = 0
+    for any other Δ, 1 for this one), with the reason; "—" where it is undefined for another reason (no df)."""
+    if x is None:
+        return ""
+    if math.isinf(x):
+        return "∞"
+    if math.isnan(x):
+        return NO_SPREAD if se == 0 else "—"
+    return _num(x)
+
+
+def _delta_se(c: Cell) -> Optional[float]:
+    """A cell's comparison standard error as far as the cell tells it: 0 when its interval has no width."""
+    return 0.0 if c.delta_low is not None and c.delta_low == c.delta_high else None
 
 
 def _delta_text(c: Cell) -> str:
@@ -55,7 +73,7 @@ def _delta_text(c: Cell) -> str:
     note = f" ({c.claim_note})" if c.claim_note else ""
     note += f" {_equivalent(c.equivalence_margin)}" if c.equivalent else ""
     return (f"{c.delta:+.3f} [{c.delta_low:+.3f}, {c.delta_high:+.3f}]{star} p={_p(c.p_holm)} "
-            f"MDE={_mde(c.mde_holm)} {kind}{note}")
+            f"MDE={_mde(c.mde_holm, _delta_se(c))} {kind}{note}")
 
 
 def _equivalent(margin: Optional[float]) -> str:
@@ -72,7 +90,7 @@ def _row_text(r: Row, esc: Callable[[str], str]) -> list[str]:
     test = esc(test)
     verdict = f" {_equivalent(r.margin)}" if r.equivalent else ""
     return [esc(r.name), esc(r.metric), f"{c.delta:+.3f} [{c.low:+.3f}, {c.high:+.3f}]{star}{verdict}", test,
-            f"{c.n_a}/{c.n_b}", _p(c.p), _p(r.p_holm), _p(c.p_signflip), _mde(r.claim.mde if r.claim else None),
+            f"{c.n_a}/{c.n_b}", _p(c.p), _p(r.p_holm), _p(c.p_signflip), _mde(r.claim.mde if r.claim else None, c.se),
             _num(c.prob_improvement, 2)]
 
 

@@ -162,6 +162,8 @@ def build(cfg: RunConfig, *, run_id: str | None = None, tags: Mapping[str, str] 
     policy = components.policy(cfg, problems, placement)
 
     output_dir = Path(cfg.output_dir).expanduser().resolve()
+    if rank == 0:  # a new default folder gets a .gitignore of `*` (an existing one is left as it is)
+        outputs.make_output_dir(output_dir, default=cfg.output_dir == RunConfig.output_dir)
     resumed = run_id is not None
     tracker, resolved = _tracker(cfg, output_dir, run_id, rank, tags or {})
     try:

@@ -183,10 +183,29 @@ def test_bad_selections_are_one_line_errors(store: dict) -> None:
     _one_line_error(_report("--study", "trl", "--group-by", "lr", "--tracking-uri", uri),
                     "--group-by groups the runs of --experiment NAME or --runs")
     _one_line_error(_report("--experiment", "trl", "--group-by", "tags.lr", "--tracking-uri", uri),
-                    "has no tag 'lr'", "mlflow.log_param")
+                    "--group-by 'tags.lr': the finished runs of 'trl' have no tag 'lr'; did you mean 'params.lr'?")
     _one_line_error(_report("--experiment", "trl", "--group-by", "trainer", "--tracking-uri", uri),
                     "both have seed 1", "--group-by")
     _one_line_error(_report("--experiment", "trl", "--group-by", "lr", "--seed-key", "trainer",
                             "--tracking-uri", uri), "trainer='trl', not an integer seed")
     _one_line_error(_report("--experiment", "trl", "--seed-key", "seed", "--tracking-uri", uri),
                     "--seed-key pairs runs grouped with --group-by")
+
+
+def test_a_key_no_run_has_gets_a_did_you_mean(store: dict) -> None:
+    """A --group-by or --seed-key key that none of the finished runs has is a misspelling until shown otherwise: the
+    error offers the closest param or tag (as for metrics and experiments) and names those the runs have; a key
+    only some runs lack keeps the error that names the run."""
+    uri = store["uri"]
+    _one_line_error(_report("--experiment", "trl", "--group-by", "lrr", "--tracking-uri", uri),
+                    "--group-by 'lrr': the finished runs of 'trl' have no param or tag 'lrr'; did you mean 'lr'?",
+                    "they have: lr, per_device_train_batch_size, seed, tags.trainer")
+    _one_line_error(_report("--experiment", "trl", "--group-by", "lr", "--seed-key", "sed", "--tracking-uri", uri),
+                    "--seed-key 'sed': the finished runs of 'trl' have no param or tag 'sed'; did you mean 'seed'?")
+    _one_line_error(_report("--experiment", "trl", "--group-by", "params.trainr", "--tracking-uri", uri),
+                    "have no param 'trainr'; did you mean 'tags.trainer'?")
+    _one_line_error(_report("--experiment", "trl", "--group-by", "lr", "--seed-key", "params.sead",
+                            "--tracking-uri", uri), "--seed-key 'params.sead'", "did you mean 'params.seed'?")
+    result = _report("--experiment", "trl", "--group-by", "zzzz", "--tracking-uri", uri)
+    _one_line_error(result, "have no param or tag 'zzzz'; they have:")
+    assert "did you mean" not in str(result.exception) and "mlflow.runName" not in str(result.exception)
