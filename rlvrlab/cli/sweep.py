@@ -38,12 +38,25 @@ GpusOpt = Annotated[Optional[int], typer.Option(
 SlurmOpt = Annotated[Optional[list[str]], typer.Option(
     "--slurm", help="KEY=VALUE over the file's slurm: block (partition, time, gpus_per_node, cpus_per_task, "
     "account, nodes, cluster); repeatable.", show_default=False)]
+SeedTimeoutOpt = Annotated[Optional[str], typer.Option(
+    "--seed-timeout", help="Seconds a seed run may take (launcher process, command sweeps): then its processes are "
+    "stopped and the seed fails. Default: the file's seed_timeout:.", show_default=False)]
+KeepGoingOpt = Annotated[bool, typer.Option(
+    "--keep-going", help="No fail-fast: run every seed even when the first failed seed runs fail the same way.")]
+RetryFailedOpt = Annotated[bool, typer.Option(
+    "--retry-failed", help="Re-run the failed (and timed-out) seeds of the study's failed trials; their finished "
+    "seeds are reused.")]
+AllowCodeChangeOpt = Annotated[bool, typer.Option(
+    "--allow-code-change", help="Continue a study whose code (the command's files, watch:, rlvrlab's source) "
+    "changed; new seed runs are tagged with the new rlvrlab.code_digest.")]
 
 
 def sweep(sweep_file: SweepArg, overrides: OverridesArg = None, workers: WorkersOpt = 1, storage: StorageOpt = None,
           name: NameOpt = None, seeds: SeedsOpt = None, status: StatusOpt = False, launcher: LauncherOpt = None,
           nproc: NprocOpt = None, gpus_per_run: GpusOpt = None, slurm: SlurmOpt = None,
-          oversubscribe: OversubscribeOpt = False) -> None:
+          oversubscribe: OversubscribeOpt = False, keep_going: KeepGoingOpt = False,
+          retry_failed: RetryFailedOpt = False, allow_code_change: AllowCodeChangeOpt = False,
+          seed_timeout: SeedTimeoutOpt = None) -> None:
     """Run (or continue) an Optuna study: each trial trains every seed and scores the objective from MLflow.
 
     [dim]rlvrlab sweep sweeps/ucpo_tau.yaml                      # toy tier, 5 seeds per value of tau
@@ -56,8 +69,11 @@ def sweep(sweep_file: SweepArg, overrides: OverridesArg = None, workers: Workers
         --storage postgresql://user:pw@db/optuna tracking.uri=http://mlflow:5000[/dim]
 
     Re-running the same command continues the study: finished trials are kept, trials of a worker that died
-    are re-run. KEY=VALUE overrides change the base config (and so the study's fingerprint).
+    are re-run, failed ones only with --retry-failed. KEY=VALUE overrides change the base config (and so the
+    study's fingerprint). Exit codes: 0 done, 1 usage or config error, 2 some trials failed, 3 stopped by
+    fail-fast, 130/143 stopped by Ctrl-C/SIGTERM (docs/sweeps.md).
     """
+    from rlvrlab.sweep.exits import SweepExit, outcome
     from rlvrlab.sweep.workers import run_sweep_file
 
     err = Console(stderr=True)
@@ -79,13 +95,32 @@ def sweep(sweep_file: SweepArg, overrides: OverridesArg = None, workers: Workers
         opened = run_sweep_file(sweep_file, overrides or [], seeds=seeds, study=name, launcher=launcher, nproc=nproc,
                                 gpus_per_run=gpus_per_run, slurm=slurm or [], storage=storage, workers=workers,
                                 status_only=status, on_progress=show, oversubscribe=oversubscribe,
-                                warn=lambda message: err.print(f"warning: {message}", style="yellow"))
+                                keep_going=keep_going, retry_failed=retry_failed, allow_code_change=allow_code_change,
+                                **({"seed_timeout": seed_timeout} if seed_timeout is not None else {}),
+                                warn=lambda message: err.print(f"warning: {message}", style="yellow", markup=False,
+                                                               highlight=False, soft_wrap=True))
+    except SweepExit as stopped:  # stopped by a signal: its own exit code (rlvrlab.sweep.exits)
+        progress.stop()
+        _exit_with(err, str(stopped), stopped.code)
     finally:
         progress.stop()
     console = Console(soft_wrap=True)
     if not console.is_terminal:  # a log file: wide enough for the table, not squeezed to 80 columns
         console = Console(soft_wrap=True, width=200)
     _print_summary(console, opened)
+    code, line = outcome(opened, status_only=status)
+    if code:
+        _exit_with(err, line or "", code)
+
+
+def _exit_with(err: Console, line: str, code: int) -> None:
+    """One `error:` line (as rlvrlab.cli.main prints a RlvrlabError), then exit with `code`."""
+    from rlvrlab.procs import ignore_further_signals, stop_requested
+
+    if stop_requested() is not None:  # on its way out after a stop: a late signal must not cut the line short
+        ignore_further_signals()
+    err.print(f"error: {line}", style="red", markup=False, highlight=False, soft_wrap=True)
+    raise typer.Exit(code)
 
 
 def _short(keys: list[str]) -> list[str]:
@@ -121,8 +156,10 @@ def _print_summary(console: Console, opened) -> None:
                 else "95% t-interval over seeds")
     table = Table(title=f"study {spec.name}: {objective.metric} (last {objective.window} steps), "
                         f"{objective.direction}, {seeds_text}; {interval}")
-    columns = ["trial", "state", *_short(keys), *([objective.aggregate] if bound else []), "mean", "95% CI", "±",
-               "seeds", *(["more seeds"] if adaptive else []), "note"]
+    attempts = any(row.attempt > 1 for row in summary.rows)  # a retried study: which attempt each trial is
+    columns = ["trial", "state", *(["attempt"] if attempts else []), *_short(keys),
+               *([objective.aggregate] if bound else []), "mean", "95% CI", "±", "seeds",
+               *(["more seeds"] if adaptive else []), "note"]
     for column in columns:
         table.add_column(column, justify="left" if column in ("state", "note") else "right", no_wrap=column != "note")
     sign = -1 if objective.direction == "maximize" else 1
@@ -132,9 +169,12 @@ def _print_summary(console: Console, opened) -> None:
     for row in rows:
         best = summary.best is not None and row.number == summary.best.number
         interval = f"[{row.low:.3f}, {row.high:.3f}]" if row.low is not None else ""
-        note = row.reason or (f"retry of trial {row.retry_of}" if row.retry_of is not None else "")
+        note = "; ".join(part for part in (
+            row.reason, f"retry of trial {row.retry_of}" if row.retry_of is not None else "",
+            "re-run by a later attempt" if row.retried and row.state == "FAIL" else "") if part)
         value = [] if not bound else ["" if row.value is None else f"{row.value:.3f}"]
-        table.add_row(str(row.number), row.state, *[format_value(row.params.get(k, "")) for k in keys], *value,
+        table.add_row(str(row.number), row.state, *([str(row.attempt)] if attempts else []),
+                      *[format_value(row.params.get(k, "")) for k in keys], *value,
                       "" if row.mean is None else f"{row.mean:.3f}", interval,
                       "" if row.halfwidth is None else f"{row.halfwidth:.3f}", str(row.seeds_done),
                       *([_more(row, adaptive.max)] if adaptive else []), note,

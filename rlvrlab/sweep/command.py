@@ -7,12 +7,15 @@ the command's provenance: the git commit of its working directory (`mlflow.sourc
 working directory with the worker's environment (CUDA_VISIBLE_DEVICES of its placement included) and
 MLFLOW_TRACKING_URI, MLFLOW_EXPERIMENT_ID and MLFLOW_RUN_ID set: `mlflow.start_run()` re-attaches to that run
 when MLFLOW_RUN_ID is set, and transformers' MLflowCallback (TRL) and verl's MLflow logger both call it. The
-process is run as a child `rlvrlab train` is (rlvrlab.sweep.launch.run_process: stops passed on, no orphan,
-stderr's tail kept).
+process is run as a child `rlvrlab train` is (rlvrlab.sweep.launch.run_process: its own process group under a
+supervisor, stops passed on, no orphan even of a SIGKILLed worker, the limits of rlvrlab.sweep.limits, stdout and
+stderr in a capped log file attached to the run, stderr's tail kept).
 
-A command that fails (non-zero exit, a signal) fails its seed: the run ends FAILED, with the last lines of the
-command's stderr as the reason. One that exits 0 and leaves its run RUNNING has it marked FINISHED; the objective
-is then read back from the run (rlvrlab.sweep.objective.objective_of), and a run without the metric fails too.
+After the command, rlvrlab sets the status it decided, whatever the command's script left: a command that fails
+(non-zero exit, a signal) or that a limit stopped fails its seed: the run ends FAILED, with the last lines of the
+command's stderr (or the limit) and the log's path as the reason. A seed stopped with the sweep ends KILLED. One
+that exits 0 and leaves its run RUNNING has it marked FINISHED; the objective is then read back from the run
+(rlvrlab.sweep.objective.objective_of), and a run without the metric, or with a non-finite value, fails too.
 """
 
 from __future__ import annotations
@@ -22,8 +25,11 @@ from pathlib import Path
 from typing import Any, Optional
 
 from rlvrlab.errors import RlvrlabError
+from rlvrlab.procs import raise_if_stop_requested, stop_requested
+from rlvrlab.sweep import launch
 from rlvrlab.sweep.launch import child_env, how_it_ended, last_lines, run_process
 from rlvrlab.sweep.objective import objective_of
+from rlvrlab.sweep.seedlog import log_path
 from rlvrlab.sweep.spec import format_value
 from rlvrlab.sweep.template import render
 from rlvrlab.tracking import tags as T
@@ -43,10 +49,12 @@ def command_env(tracking_uri: str, experiment_id: str, run_id: str) -> dict[str,
 
 
 def run_command_seed(sweep: Any, client: Any, number: int, params: dict[str, Any], seed: int,
-                     trial_run: str) -> tuple[str, Optional[float], Optional[str]]:
+                     trial_run: str, lineage: Optional[dict[str, str]] = None) -> tuple[str, Optional[float],
+                                                                               Optional[str]]:
     """One seed of trial `number` of a command sweep (sweep: an opened rlvrlab.sweep.study.Sweep): (its MLflow
-    run, its objective, None) or (its run, None, why it failed). A stop asked of the worker is raised as
-    KeyboardInterrupt once the command has ended (run_trial then closes the run KILLED)."""
+    run, its objective, None) or (its run, None, why it failed). lineage: the tags of its attempt (attempt, retry
+    of, code digest), on the run from its creation. A stop asked of the worker ends the run KILLED and is raised as
+    KeyboardInterrupt once the command's processes have ended."""
     spec = sweep.spec
     rendered = render(spec.command, spec.command_values(params, seed))
     folder = os.getcwd()
@@ -54,15 +62,28 @@ def run_command_seed(sweep: Any, client: Any, number: int, params: dict[str, Any
     tags = {T.PARENT: trial_run, T.ROLE: "seed", T.STUDY: spec.name, T.TRIAL: str(number), T.SEED: str(seed),
             T.CONFIG_HASH: spec.trial_hash(params), COMMAND: rendered[:MAX_TAG],
             T.GIT_SHA: commit or "unknown", T.GIT_DIRTY: "true" if dirty else "false",
-            **({GIT_COMMIT: commit} if commit else {})}
+            **({GIT_COMMIT: commit} if commit else {}), **(lineage or {})}
     run_id = client.create_run(sweep.experiment_id, run_name=f"trial {number} seed {seed}", tags=tags).info.run_id
-    returncode, tail = run_process(["/bin/sh", "-c", rendered],
-                                   command_env(sweep.mlflow_uri, sweep.experiment_id, run_id), cwd=folder)
+    log = log_path(sweep.output_dir, spec.name, number, seed)
+    try:
+        ended = run_process(["/bin/sh", "-c", rendered], command_env(sweep.mlflow_uri, sweep.experiment_id, run_id),
+                            cwd=folder, limits=spec.launcher.limits, log=log,
+                            first_metric=lambda: bool(client.get_run(run_id).data.metrics))
+    except BaseException:  # a second signal: the command's processes are gone; its run ends KILLED
+        launch.end_stopped(client, run_id, log, signalled=True)
+        raise
+    if stop_requested() is not None:  # stopped with the sweep: KILLED (re-run by a resumed study)
+        launch.end_stopped(client, run_id, log, signalled=ended.stopped == launch.STOP)
+        raise_if_stop_requested()
+    launch.attach_log(client, run_id, log)
     status = client.get_run(run_id).info.status
     reason = None
-    if returncode != 0:
-        shown = last_lines(tail)
-        reason = f"the command failed ({how_it_ended(returncode)})" + (f": {shown}" if shown else "")
+    if ended.stopped is not None:
+        reason = launch.limit_reason(ended, spec.launcher.limits, "the command", f"its MLflow run {run_id}",
+                                     sweep.mlflow_uri)
+    elif ended.returncode != 0:
+        shown = last_lines(ended.tail)
+        reason = f"the command failed ({how_it_ended(ended.returncode)})" + (f": {shown}" if shown else "")
     elif status not in ("RUNNING", "FINISHED"):
         reason = f"the command exited 0 but ended its MLflow run {status}"
     value = None
@@ -74,6 +95,7 @@ def run_command_seed(sweep: Any, client: Any, number: int, params: dict[str, Any
         except RlvrlabError as error:  # it ran, but logged no objective: the seed has no value
             reason = str(error)
     if reason is not None:
+        reason = f"{reason}; log: {log}"
         client.set_tag(run_id, T.FAIL_REASON, reason[:MAX_TAG])
         client.set_terminated(run_id, status="FAILED")
         return run_id, None, reason

@@ -12,6 +12,7 @@ direction it fits, the seeds it needs) and the trial's objective both read that 
 from __future__ import annotations
 
 import math
+import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import KW_ONLY, dataclass
 from typing import Any, Optional
@@ -68,7 +69,8 @@ def window_mean(values: Sequence[float], window: int) -> float:
 
 
 def objective_of(client: Any, run_id: str, metric: str, window: int) -> float:
-    """A seed run's objective: window_mean of `metric` over its logged steps (the last value logged at each step)."""
+    """A seed run's objective: window_mean of `metric` over its logged steps (the last value logged at each step).
+    A non-finite value (inf, -inf, nan) is refused: it would rank a trial (inf as the best) on no number."""
     history = client.get_metric_history(run_id, metric)
     if not history:
         logged = sorted(client.get_run(run_id).data.metrics)
@@ -76,8 +78,19 @@ def objective_of(client: Any, run_id: str, metric: str, window: int) -> float:
                            "(change objective.metric)")
     by_step: dict[int, float] = {}
     for point in sorted(history, key=lambda m: (m.step, m.timestamp)):
-        by_step[point.step] = point.value
-    return window_mean([by_step[step] for step in sorted(by_step)], window)
+        by_step[point.step] = _stored(point.value)
+    value = window_mean([by_step[step] for step in sorted(by_step)], window)
+    if not math.isfinite(value):
+        bad = next((s for s in sorted(by_step)[-window:] if not math.isfinite(by_step[s])), None)
+        raise RlvrlabError(f"run {run_id}'s objective {metric!r} is {value} (the mean of its last {window} logged "
+                           f"steps{f'; step {bad} logged {by_step[bad]}' if bad is not None else ''}): a non-finite "
+                           "objective ranks no trial, so the seed fails")
+    return value
+
+
+def _stored(value: float) -> float:
+    """A value as logged: MLflow's SQL stores keep inf and -inf as the largest finite floats (±1.8e308)."""
+    return math.copysign(math.inf, value) if abs(value) == sys.float_info.max else value
 
 
 def seed_summary(values: Mapping[int, float] | Sequence[float],

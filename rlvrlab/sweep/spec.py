@@ -52,6 +52,7 @@ from rlvrlab.config.rules import unknown
 from rlvrlab.config.shipped import shipped_dir
 from rlvrlab.config.yamlfile import load as load_yaml
 from rlvrlab.errors import ConfigError
+from rlvrlab.sweep import limits as seed_limits
 from rlvrlab.sweep.objective import AGGREGATES, DIRECTIONS, MEAN, Objective
 from rlvrlab.sweep.seeds import MIN_INITIAL, AdaptiveSeeds
 from rlvrlab.sweep.space import FIXED_KEYS, NOT_SCIENCE, VARIANT, Param, parse_space, parse_variants
@@ -60,7 +61,7 @@ from rlvrlab.sweep.template import SEED, STUDY, check_template, command_hash, pa
 SAMPLERS = ("grid", "tpe", "random")
 PRUNERS = ("none", "median", "hyperband")
 TOP_KEYS = ("name", "experiment", "command", "overrides", "variants", "sampler", "sampler_seed", "seeds", "space",
-            "objective", "budget", "pruner", "launcher", "slurm")
+            "objective", "budget", "pruner", "launcher", "slurm", *seed_limits.KEYS, "watch")  # watch: sweep/guard.py
 LAUNCHERS = ("inprocess", "process", "slurm")
 SLURM_KEYS = ("partition", "nodes", "gpus_per_node", "cpus_per_task", "time", "account", "cluster")
 SLURM_CLUSTERS = ("slurm", "local")  # local: submitit's local executor, the same job path on this machine
@@ -99,6 +100,7 @@ class Launcher:
     nproc: int = 1
     gpus_per_run: int = 0
     slurm: Slurm = dataclasses.field(default_factory=Slurm)
+    limits: seed_limits.Limits = dataclasses.field(default_factory=seed_limits.Limits)  # seed_timeout, ...
 
     @property
     def child(self) -> bool:
@@ -223,7 +225,8 @@ def sweep_file(name: str) -> Path:
 
 def load_sweep(name: str, overrides: Sequence[str] = (), *, seeds: Optional[int] = None,
                study: Optional[str] = None, launcher: Optional[str] = None, nproc: Optional[int] = None,
-               gpus_per_run: Optional[int] = None, slurm: Sequence[str] = ()) -> SweepSpec:
+               gpus_per_run: Optional[int] = None, slurm: Sequence[str] = (),
+               seed_timeout: Optional[float | str] = None) -> SweepSpec:
     """Parse and validate a sweep file (+ base-config overrides from the command line) and compose every grid
     point (or both ends of every range) so that a bad key or value fails here, not in trial 17.
     launcher, nproc, gpus_per_run, slurm (KEY=VALUE): the command line's, over the file's `launcher:`/`slurm:`."""
@@ -289,6 +292,8 @@ def load_sweep(name: str, overrides: Sequence[str] = (), *, seeds: Optional[int]
     sampler_seed = _integer(body.get("sampler_seed", 0), "sampler_seed", where)
     launch = _launcher(body.get("launcher"), body.get("slurm"), where, launcher, nproc, gpus_per_run, slurm,
                        command=command is not None)
+    launch = dataclasses.replace(launch, limits=seed_limits.parse_limits(  # not in the fingerprint, as launch
+        body, where, seed_timeout=seed_timeout, launcher=launch.type))
     spec = SweepSpec(sweep_name, path, experiment, tuple(all_overrides), space, sampler, sampler_seed, seed_list,
                      objective, trials, timeout, pruner, variants, adaptive, launch, command)
     if command is not None:

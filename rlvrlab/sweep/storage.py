@@ -13,6 +13,8 @@ import time
 from pathlib import Path
 from typing import Any, Optional
 
+from rlvrlab import outputs
+from rlvrlab.config.schema import RunConfig
 from rlvrlab.errors import RlvrlabError
 
 
@@ -31,7 +33,8 @@ def open_storage(url: str):
         from optuna.storages.journal import JournalFileBackend
 
         path = Path(url).expanduser()
-        path.parent.mkdir(parents=True, exist_ok=True)
+        # the default output_dir (runs): a new one gets a .gitignore of `*`, as `rlvrlab train` gives it
+        outputs.make_output_dir(path.parent, default=path.parent.resolve() == Path(RunConfig.output_dir).resolve())
         try:
             return optuna.storages.JournalStorage(JournalFileBackend(str(path)))
         except (UnicodeDecodeError, ValueError, KeyError, TypeError, AttributeError, IndexError) as error:

@@ -36,6 +36,8 @@ from rlvrlab.tracking import tags as T
 from rlvrlab.tracking.mlflow_tracker import experiment_id_for, quiet_client
 from rlvrlab.tracking.store import store
 
+ATTEMPT = T.ATTEMPT
+
 
 def make_sampler(spec: SweepSpec, seed: int):
     """seed: sampler_seed mixed with what differs between invocations and workers (see open_sweep)."""
@@ -70,6 +72,8 @@ class Sweep:
     artifact_root: Optional[Path]
     output_dir: Path
     steps: int
+    epoch: Optional[str] = None  # this invocation's fail-fast epoch (rlvrlab.sweep.failfast); "" or None: off
+    code_digest: Optional[str] = None  # the digest of the code its seed runs run (rlvrlab.sweep.guard)
 
     @property
     def study_run_id(self) -> str:
@@ -260,15 +264,28 @@ def budget_used(sweep: Sweep) -> bool:
     limit = sweep.spec.trials
     if limit is None:
         return False
-    return sum(1 for t in sweep.study.get_trials(deepcopy=False) if counts(t)) >= limit
+    trials = sweep.study.get_trials(deepcopy=False)
+    retried = superseded(trials)
+    return sum(1 for t in trials if counts(t, retried)) >= limit
 
 
-def counts(trial: Any) -> bool:
-    """The trial counts against budget.trials (and as done, once finished): all but waiting ones and dead-worker
-    failures."""
+def counts(trial: Any, retried: frozenset[int] = frozenset()) -> bool:
+    """The trial counts against budget.trials (and as done, once finished): all but waiting ones, dead-worker
+    failures and failed trials that a later attempt re-runs (`retried`: superseded(trials))."""
     if trial.state == TrialState.FAIL:
-        return trial.user_attrs.get(T.FAILURE) != "worker"
+        return trial.user_attrs.get(T.FAILURE) != "worker" and trial.number not in retried
     return trial.state != TrialState.WAITING
+
+
+def superseded(trials: list) -> frozenset[int]:
+    """Numbers of the trials that a later attempt re-runs (a dead worker's retry, --retry-failed): the chain each
+    retry records (Optuna's system attr retry_history)."""
+    return frozenset(n for t in trials for n in t.system_attrs.get("retry_history", ()))
+
+
+def attempt(trial: Any) -> int:
+    """1 for a first run of its params, 2 for its first retry, ..."""
+    return len(trial.system_attrs.get("retry_history", ())) + 1
 
 
 def mlflow_params(values: dict[str, Any]) -> list[Param]:

@@ -8,7 +8,7 @@ from typing import Any, Optional
 
 from rlvrlab.sweep.objective import seed_summary
 from rlvrlab.sweep.seeds import wanted
-from rlvrlab.sweep.study import Sweep, counts
+from rlvrlab.sweep.study import Sweep, attempt, counts, superseded
 from rlvrlab.tracking import tags as T
 
 
@@ -27,6 +27,9 @@ class TrialRow:
     halfwidth: Optional[float] = None  # of that interval
     more_seeds: Optional[int] = None  # adaptive seeds: seeds Stein's rule still asks for (beyond max too); None
     # while stage one runs or when its spread is not finite
+    attempt: int = 1  # 1: the first run of its params; 2: its first retry (a dead worker's, --retry-failed), ...
+    retried: bool = False  # a later attempt re-runs it (a failed trial then no longer counts as failed)
+    failure: str = ""  # why it failed: run | worker | pruned (rlvrlab.sweep.trials)
 
 
 @dataclass
@@ -41,7 +44,9 @@ def summarize(sweep: Sweep) -> StudySummary:
     from optuna.trial import TrialState
 
     rows = []
-    for t in sweep.study.get_trials(deepcopy=False):
+    trials = sweep.study.get_trials(deepcopy=False)
+    retried = superseded(trials)
+    for t in trials:
         values = {int(s): v for s, v in (t.user_attrs.get(T.VALUES) or {}).items()}  # seed -> value
         adaptive = sweep.spec.adaptive
         summary = seed_summary(values, adaptive) if values else {}
@@ -53,7 +58,8 @@ def summarize(sweep: Sweep) -> StudySummary:
             mean=summary.get("mean"), low=_finite(summary.get("low")), high=_finite(summary.get("high")),
             seeds_done=len(values), reason=t.user_attrs.get(T.FAIL_REASON, ""),
             retry_of=t.system_attrs.get("failed_trial"),
-            halfwidth=_finite(summary.get("halfwidth")), more_seeds=more,
+            halfwidth=_finite(summary.get("halfwidth")), more_seeds=more, attempt=attempt(t),
+            retried=t.number in retried, failure=t.user_attrs.get(T.FAILURE, ""),
         ))
     sign = 1 if sweep.spec.objective.direction == "maximize" else -1
     scored = [(sign * r.value, r) for r in rows if r.state == "COMPLETE" and r.value is not None]
@@ -65,8 +71,15 @@ def finished_trials(sweep: Sweep) -> int:
     """StudySummary.finished alone: what a progress display polls (no intervals over seeds computed)."""
     from optuna.trial import TrialState
 
-    return sum(1 for t in sweep.study.get_trials(deepcopy=False)
-               if counts(t) and t.state not in (TrialState.RUNNING, TrialState.WAITING))
+    trials = sweep.study.get_trials(deepcopy=False)
+    retried = superseded(trials)
+    return sum(1 for t in trials if counts(t, retried) and t.state not in (TrialState.RUNNING, TrialState.WAITING))
+
+
+def failed_rows(sweep: Sweep) -> list[TrialRow]:
+    """The study's failed trials that no later attempt re-runs (those --retry-failed would run again)."""
+    return [row for row in summarize(sweep).rows
+            if row.state == "FAIL" and row.failure != "worker" and not row.retried]
 
 
 def _finite(value: Optional[float]) -> Optional[float]:

@@ -8,7 +8,11 @@ rlvrlab.sweep.seeds), scored over its seeds and told to Optuna and MLflow (the s
 - Liveness (`rlvrlab.sweep.liveness`): a trial whose worker died is failed and re-enqueued; its finished seed runs
   are reused by the retry, so no seed is trained or counted twice.
 - A seed run that fails (non-finite loss, bad data) fails its trial with the reason; the sweep goes on, and a
-  re-run does not repeat it (it would fail the same way).
+  re-run does not repeat it (it would fail the same way) unless asked to (--retry-failed: rlvrlab.sweep.retry).
+- Fail-fast (`rlvrlab.sweep.failfast`): when the invocation's first failed seed runs fail the same way, every
+  worker stops before its next seed run; a trial cut short by it fails (it had a failed seed) or is re-enqueued.
+- Each trial and seed run is tagged with its attempt (rlvrlab.attempt: 1, then 2 for its first retry), the trial
+  it retries (rlvrlab.retry_of) and the digest of the code it ran (rlvrlab.code_digest: rlvrlab.sweep.guard).
 """
 
 from __future__ import annotations
@@ -28,13 +32,15 @@ from rlvrlab.config import compose, config_hash
 from rlvrlab.errors import RlvrlabError, StorageError
 from rlvrlab.outputs import full_or_held
 from rlvrlab.procs import raise_if_stop_requested, stop_at_safe_points
+from rlvrlab.sweep import failfast
 from rlvrlab.sweep.command import run_command_seed
-from rlvrlab.sweep.launch import run_seed_process
+from rlvrlab.sweep.guard import CODE_DIGEST, recorded_digest
+from rlvrlab.sweep.launch import run_seed_child
 from rlvrlab.sweep.liveness import Heartbeat, close_runs, fail_and_retry, recover_stale, trial_id
 from rlvrlab.sweep.objective import AGGREGATES, objective_of, seed_summary, window_mean
 from rlvrlab.sweep.seeds import seed_count
 from rlvrlab.sweep.spec import SweepSpec, format_value
-from rlvrlab.sweep.study import Sweep, budget_used, mlflow_params
+from rlvrlab.sweep.study import ATTEMPT, Sweep, budget_used, mlflow_params
 from rlvrlab.tracking import tags as T
 
 
@@ -56,6 +62,7 @@ class WorkerReport:
 class _SeedDone:
     run_id: str
     value: float  # its objective (objective_of)
+    reused: bool = False  # a finished run of an earlier attempt
 
 
 @dataclass(frozen=True)
@@ -75,9 +82,15 @@ def work(sweep: Sweep, *, deadline: Optional[float] = None, on_seed: Optional[On
 
 def _work(sweep: Sweep, deadline: Optional[float], on_seed: Optional[OnSeed], safe_point) -> WorkerReport:
     report = WorkerReport()
+    if sweep.epoch is None:  # a worker process: the invocation its parent armed fail-fast for
+        sweep.epoch = failfast.epoch_of(sweep.study)
+    if sweep.code_digest is None:
+        sweep.code_digest = recorded_digest(sweep.study)
     recover_stale(sweep)
     while deadline is None or time.time() < deadline:
         safe_point()
+        if failfast.stopped(sweep.study, sweep.epoch):
+            break
         trial = _next_trial(sweep)
         if trial is None and recover_stale(sweep):  # a worker died meanwhile: its trials are waiting again
             continue
@@ -104,6 +117,10 @@ class _Pruned(Exception):
     pass
 
 
+class _FailFast(Exception):
+    """Fail-fast stopped the sweep (this worker's seed run or another's): the trial runs no more seeds."""
+
+
 def run_trial(sweep: Sweep, trial, *, on_seed: Optional[OnSeed] = None) -> TrialOutcome:
     """Run every seed of one trial (reusing seed runs a dead worker finished), report to Optuna and MLflow."""
 
@@ -111,28 +128,34 @@ def run_trial(sweep: Sweep, trial, *, on_seed: Optional[OnSeed] = None) -> Trial
     spec, client = sweep.spec, sweep.client()
     heartbeat = Heartbeat(sweep.storage, trial_id(sweep, trial))
     trial_run = None
+    failures: dict[int, str] = {}
+    seeds = list(spec.seeds)
     try:
         params = {p.key: p.suggest(trial) for p in spec.space}
         chash = spec.trial_hash(params)
-        trial_run = _trial_run(sweep, client, trial, params, chash)
+        lineage = _lineage_tags(sweep, trial)
+        trial_run = _trial_run(sweep, client, trial, params, chash, lineage)
         trial.set_user_attr(T.MLFLOW_RUN_ID, trial_run)
         if os.environ.get("CUDA_VISIBLE_DEVICES") is not None:  # the worker's GPUs, which its seed runs see
             trial.set_user_attr(T.DEVICES, os.environ["CUDA_VISIBLE_DEVICES"])
         trial.set_user_attr(T.TRIAL_CONFIG_HASH, chash)
         values: dict[int, float] = {}
         run_ids: dict[int, str] = {}
-        failures: dict[int, str] = {}
-        seeds = list(spec.seeds)
         position = 0
         while position < len(seeds):  # adaptive seeds: stage one, then stage two (a third round adds none)
             for seed in seeds[position:]:
-                outcome = _seed_run(sweep, client, trial, params, seed, position, trial_run)
+                if failfast.stopped(sweep.study, sweep.epoch or ""):
+                    raise _FailFast()
+                outcome = _seed_run(sweep, client, trial, params, seed, position, trial_run, lineage)
                 if outcome.run_id:
                     run_ids[seed] = outcome.run_id
                 if isinstance(outcome, _SeedFailed):
                     failures[seed] = outcome.reason
                 else:
                     values[seed] = outcome.value
+                if not (isinstance(outcome, _SeedDone) and outcome.reused):
+                    failfast.record(sweep.study, sweep.epoch or "", trial.number, seed,
+                                    outcome.reason if isinstance(outcome, _SeedFailed) else None)
                 trial.set_user_attr(T.VALUES, {str(s): v for s, v in values.items()})
                 trial.set_user_attr(T.RUN_IDS, {str(s): r for s, r in run_ids.items()})
                 if on_seed is not None:
@@ -141,13 +164,7 @@ def run_trial(sweep: Sweep, trial, *, on_seed: Optional[OnSeed] = None) -> Trial
             if not failures:
                 seeds = list(spec.seed_list(len(seeds) + more_seeds(spec, values)))
         if failures:
-            seed, reason = next(iter(failures.items()))
-            message = f"{len(failures)}/{len(seeds)} seeds failed; seed {seed}: {reason}"
-            trial.set_user_attr(T.FAILURE, "run")
-            trial.set_user_attr(T.FAIL_REASON, message[:1000])
-            sweep.study.tell(trial, state=TrialState.FAIL)
-            _finish_trial_run(client, trial_run, "FAILED", {}, {T.FAIL_REASON: message[:5000]})
-            return TrialOutcome(trial.number, "FAIL", reason=message)
+            return _fail_trial(sweep, client, trial, trial_run, failures, len(seeds))
         summary = seed_summary(values, spec.adaptive)  # adaptive: Stein's interval, the one the objective uses
         value = AGGREGATES[spec.objective.aggregate].over(values, spec.adaptive)
         trial.set_user_attr(T.SUMMARY, summary)
@@ -157,6 +174,16 @@ def run_trial(sweep: Sweep, trial, *, on_seed: Optional[OnSeed] = None) -> Trial
             "objective/ci95_high": summary["high"], "objective/sd": summary["sd"], "objective/n_seeds": summary["n"]},
             {})
         return TrialOutcome(trial.number, "COMPLETE", value=value)
+    except _FailFast:
+        if failures:  # it failed already: it stays failed (--retry-failed re-runs it)
+            return _fail_trial(sweep, client, trial, trial_run, failures, len(seeds), cut=True)
+        reason = "stopped by fail-fast before its seeds were done; re-enqueued"
+        if trial_run is not None:
+            close_runs(client, trial_run, "KILLED")
+        sweep.storage.set_trial_user_attr(trial_id(sweep, trial), T.FAILURE, "worker")
+        sweep.storage.set_trial_user_attr(trial_id(sweep, trial), T.FAIL_REASON, reason)
+        fail_and_retry(sweep, trial_id(sweep, trial))
+        return TrialOutcome(trial.number, "FAIL", reason=reason)
     except _Pruned:
         trial.set_user_attr(T.FAILURE, "pruned")
         sweep.study.tell(trial, state=TrialState.PRUNED)
@@ -186,20 +213,40 @@ def run_trial(sweep: Sweep, trial, *, on_seed: Optional[OnSeed] = None) -> Trial
         heartbeat.stop()
 
 
-def _trial_run(sweep: Sweep, client, trial, params: dict, chash: str) -> str:
+def _fail_trial(sweep: Sweep, client, trial, trial_run: Optional[str], failures: dict[int, str], seeds: int,
+                cut: bool = False) -> TrialOutcome:
+    seed, reason = next(iter(failures.items()))
+    message = f"{len(failures)}/{seeds} seeds failed; seed {seed}: {reason}"
+    if cut:
+        message = f"{message}; the rest of its seeds not run (fail-fast)"
+    trial.set_user_attr(T.FAILURE, "run")
+    trial.set_user_attr(T.FAIL_REASON, message[:1000])
+    sweep.study.tell(trial, state=TrialState.FAIL)
+    _finish_trial_run(client, trial_run, "FAILED", {}, {T.FAIL_REASON: message[:5000]})
+    return TrialOutcome(trial.number, "FAIL", reason=message)
+
+
+def _lineage_tags(sweep: Sweep, trial) -> dict[str, str]:
+    """The attempt, the trial it retries and the code digest, tagged on its trial run and its new seed runs."""
+    system = sweep.storage.get_trial_system_attrs(trial_id(sweep, trial))
+    return {ATTEMPT: str(len(system.get("retry_history", ())) + 1),
+            **({T.RETRY_OF: str(system["failed_trial"])} if "failed_trial" in system else {}),
+            **({CODE_DIGEST: sweep.code_digest} if sweep.code_digest else {})}
+
+
+def _trial_run(sweep: Sweep, client, trial, params: dict, chash: str, lineage: dict[str, str]) -> str:
     if client.get_run(sweep.study_run_id).info.status != "RUNNING":  # a finished study given more budget
         client.update_run(sweep.study_run_id, status="RUNNING")
     run = client.create_run(sweep.experiment_id, run_name=f"trial {trial.number}",
                             tags={T.PARENT: sweep.study_run_id, T.ROLE: "trial",
                                   T.STUDY: sweep.spec.name, T.TRIAL: str(trial.number),
-                                  "config_hash": chash, T.RETRY_OF: str(sweep.storage.get_trial_system_attrs(
-                                      trial_id(sweep, trial)).get("failed_trial", ""))})
+                                  "config_hash": chash, T.RETRY_OF: "", **lineage})
     client.log_batch(run.info.run_id, params=mlflow_params(params))
     return run.info.run_id
 
 
 def _seed_run(sweep: Sweep, client, trial, params: dict, seed: int, position: int,
-              trial_run: str) -> _SeedDone | _SeedFailed:
+              trial_run: str, lineage: dict[str, str]) -> _SeedDone | _SeedFailed:
     """One seed's run and objective, or why it failed; a finished run of an earlier attempt is reused."""
     from rlvrlab.train.loop import RunStopped, train  # torch: only where a seed run trains
     from rlvrlab.train.metrics import step_metrics
@@ -210,9 +257,9 @@ def _seed_run(sweep: Sweep, client, trial, params: dict, seed: int, position: in
     if done is not None:
         client.set_tag(done, T.PARENT, trial_run)
         client.set_tag(done, T.TRIAL, str(trial.number))
-        return _SeedDone(done, objective_of(client, done, spec.objective.metric, spec.objective.window))
+        return _SeedDone(done, objective_of(client, done, spec.objective.metric, spec.objective.window), reused=True)
     if cfg is None:  # a command sweep: another trainer's command logs into the run made for it
-        ran, found, why = run_command_seed(sweep, client, trial.number, params, seed, trial_run)
+        ran, found, why = run_command_seed(sweep, client, trial.number, params, seed, trial_run, lineage)
         return _SeedDone(ran, found) if found is not None else _SeedFailed(ran, why or "no objective")
 
     metric, window, offset = spec.objective.metric, spec.objective.window, position * cfg.steps
@@ -233,21 +280,11 @@ def _seed_run(sweep: Sweep, client, trial, params: dict, seed: int, position: in
             raise Prune()
 
     tags = {T.PARENT: trial_run, T.ROLE: "seed", T.STUDY: spec.name,
-            T.TRIAL: str(trial.number)}
+            T.TRIAL: str(trial.number), **lineage}
     if spec.launcher.child:  # its own process (torchrun with several ranks): no per-step callback, no pruning
-        reason = run_seed_process(spec, spec.overrides_for(params, seed), tags)
-        run_id = _last_run_of(client, sweep, trial_run, seed)
-        if reason is None and run_id is None:
-            reason = "the seed run's process ended without an MLflow run under its trial"
-        if reason is not None:
-            if run_id is not None and client.get_run(run_id).info.status == "RUNNING":  # killed: it could not
-                client.set_tag(run_id, T.FAIL_REASON, reason[:T.FAIL_REASON_CHARS])
-                client.set_terminated(run_id, status="FAILED")
-            return _SeedFailed(run_id, reason)
-        assert run_id is not None
-        value = objective_of(client, run_id, metric, window)
-        client.set_tag(run_id, T.OBJECTIVE, format_value(value))
-        return _SeedDone(run_id, value)
+        child, found, why = run_seed_child(sweep, client, trial.number, seed, spec.overrides_for(params, seed), tags,
+                                           trial_run)  # its run FAILED with the reason, or KILLED on a stop
+        return _SeedDone(child, found) if child is not None and found is not None else _SeedFailed(child, why or "")
     try:
         run_id = train(cfg, on_step=report, tags=tags)
     except RunStopped:
@@ -261,7 +298,12 @@ def _seed_run(sweep: Sweep, client, trial, params: dict, seed: int, position: in
         if os.environ.get("RLVRLAB_DEBUG") == "1":
             raise
         return _SeedFailed(_last_run_of(client, sweep, trial_run, seed), f"{type(error).__name__}: {error}")
-    value = objective_of(client, run_id, metric, window)
+    try:
+        value = objective_of(client, run_id, metric, window)
+    except RlvrlabError as error:  # no objective, or a non-finite one: the seed run fails with why
+        client.set_tag(run_id, T.FAIL_REASON, str(error)[:T.FAIL_REASON_CHARS])
+        client.set_terminated(run_id, status="FAILED")
+        return _SeedFailed(run_id, str(error))
     client.set_tag(run_id, T.OBJECTIVE, format_value(value))
     return _SeedDone(run_id, value)
 

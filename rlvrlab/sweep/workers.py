@@ -3,7 +3,11 @@ storage, or (launcher slurm) by N worker jobs submitted with submitit, until the
 or its timeout passes. With --gpus-per-run k each worker of this machine owns k GPUs (rlvrlab.sweep.placement).
 
 Stops are safe: the first Ctrl-C or SIGTERM stops each worker at the end of its current step (its trial is
-re-enqueued, its MLflow runs end KILLED); a second stops them at once.
+re-enqueued, its MLflow runs end KILLED); a second stops them at once. The sweep then ends with exit code 130
+(Ctrl-C) or 143 (SIGTERM): rlvrlab.sweep.exits.
+
+Before any trial runs, an invocation checks the code its seed runs run (rlvrlab.sweep.guard), enqueues the retries
+of --retry-failed (rlvrlab.sweep.retry) and arms fail-fast for its workers (rlvrlab.sweep.failfast).
 """
 
 from __future__ import annotations
@@ -19,6 +23,8 @@ from typing import Optional
 from rlvrlab import outputs
 from rlvrlab.errors import RlvrlabError
 from rlvrlab.procs import signal_name, stop_at_safe_points, stop_requested
+from rlvrlab.sweep import failfast, guard
+from rlvrlab.sweep.exits import SweepExit, interrupted_code
 from rlvrlab.sweep.placement import assign, visible_devices
 from rlvrlab.sweep.spawned import WORKER_BYTES, WorkerPool, machine_limit
 from rlvrlab.sweep.spec import SweepSpec, load_sweep
@@ -36,24 +42,30 @@ def run_sweep_file(name: str, overrides: Sequence[str] = (), *, seeds: Optional[
                    study: Optional[str] = None, launcher: Optional[str] = None, nproc: Optional[int] = None,
                    gpus_per_run: Optional[int] = None, slurm: Sequence[str] = (), storage: Optional[str] = None,
                    workers: int = 1, status_only: bool = False, on_progress: Optional[OnProgress] = None,
-                   warn: Callable[[str], None] = lambda message: None, oversubscribe: bool = False) -> Sweep:
+                   warn: Callable[[str], None] = lambda message: None, oversubscribe: bool = False,
+                   keep_going: bool = False, retry_failed: bool = False, allow_code_change: bool = False,
+                   **load_options) -> Sweep:
     """`rlvrlab sweep` as one call: the sweep file read and checked (load_sweep, with the command line's choices
-    over the file's), then run_sweep."""
+    over the file's; load_options: more of load_sweep's keywords), then run_sweep."""
     spec = load_sweep(name, overrides, seeds=seeds, study=study, launcher=launcher, nproc=nproc,
-                      gpus_per_run=gpus_per_run, slurm=slurm)
+                      gpus_per_run=gpus_per_run, slurm=slurm, **load_options)
     return run_sweep(spec, storage, workers=workers, status_only=status_only, on_progress=on_progress, warn=warn,
-                     oversubscribe=oversubscribe)
+                     oversubscribe=oversubscribe, keep_going=keep_going, retry_failed=retry_failed,
+                     allow_code_change=allow_code_change)
 
 
 def run_sweep(spec: SweepSpec, storage: Optional[str] = None, *, workers: int = 1, status_only: bool = False,
               on_progress: Optional[OnProgress] = None, warn: Callable[[str], None] = lambda message: None,
-              devices: Optional[Sequence[str]] = None, oversubscribe: bool = False) -> Sweep:
+              devices: Optional[Sequence[str]] = None, oversubscribe: bool = False, keep_going: bool = False,
+              retry_failed: bool = False, allow_code_change: bool = False) -> Sweep:
     """Open (or create) the study and run it to its end; with status_only, open it and run nothing.
     workers: never more than the sweep's trials (a grid's points, a sampler's budget.trials) nor, once the study is
     open, than its trials not yet done; more than this machine holds (a core and spawned.WORKER_BYTES of available
     memory each) is refused before any worker starts, unless oversubscribe. Several workers are started before the
     study is opened, so that their imports overlap its opening; an error before they are given it ends them.
-    devices: the GPUs that spec.launcher.gpus_per_run places workers on (default: the ones this machine shows)."""
+    devices: the GPUs that spec.launcher.gpus_per_run places workers on (default: the ones this machine shows).
+    keep_going: no fail-fast; retry_failed: re-run the failed trials' failed seeds; allow_code_change: continue a
+    study whose code changed (rlvrlab.sweep.failfast, retry, guard). The exit code: rlvrlab.sweep.exits.outcome."""
     started = None
     try:  # ends the pool on any error before it is given the study (a no-op after that)
         if workers > 1 and (storage or "").startswith("sqlite"):
@@ -79,6 +91,14 @@ def run_sweep(spec: SweepSpec, storage: Optional[str] = None, *, workers: int = 
         opened = open_sweep(spec, storage, create=not status_only)
         if status_only:
             return opened
+        guard.check(opened, allow=allow_code_change, warn=warn)
+        if retry_failed:
+            from rlvrlab.sweep.retry import enqueue_failed
+
+            retried = enqueue_failed(opened)
+            if not retried:
+                warn(f"--retry-failed: study {spec.name!r} has no failed trial to re-run")
+        opened.epoch = failfast.arm(opened.study, not keep_going)
         left = _trials_left(opened)
         if started is not None and left is not None and left < len(started):  # a continued study
             if left > 1:
@@ -99,12 +119,16 @@ def run_sweep(spec: SweepSpec, storage: Optional[str] = None, *, workers: int = 
                 _run_workers(opened, started, orders, report, warn)
         except KeyboardInterrupt:  # Ctrl-C or SIGTERM; the interrupted trials are re-enqueued
             _study_run_status(opened, "KILLED")
-            raise RlvrlabError(f"sweep stopped by {signal_name(stop_requested() or signal.SIGINT)} before the study "
-                               f"was done; its MLflow study run {opened.study_run_id} ended KILLED; re-run the same "
-                               "command to continue it (interrupted trials are re-run)") from None
+            asked = stop_requested() or signal.SIGINT
+            raise SweepExit(f"sweep stopped by {signal_name(asked)} before the study was done; its MLflow study run "
+                            f"{opened.study_run_id} ended KILLED; re-run the same command to continue it (interrupted "
+                            "trials are re-run)", interrupted_code(asked)) from None
     finally:
         if started is not None:
             started.cancel()
+    stop = failfast.stopped(opened.study, opened.epoch or "")
+    if stop is not None:  # trials are left: its study run ends FAILED with the reason, until the next invocation
+        _study_run_status(opened, "FAILED", failfast.stop_line(stop))
     finish_study_run(opened)
     return opened
 
@@ -153,8 +177,11 @@ def check_locations(spec: SweepSpec, storage: Optional[str], *, status_only: boo
         outputs.check_file_target(url, f"--storage {url}" if storage else f"the journal file {url}")
 
 
-def _study_run_status(opened: Sweep, status: str) -> None:
-    """End the study's MLflow run (KILLED: the sweep was stopped) or mark it running again (continued)."""
+def _study_run_status(opened: Sweep, status: str, reason: str = "") -> None:
+    """End the study's MLflow run (KILLED: the sweep was stopped; FAILED: by fail-fast, with the reason) or mark it
+    running again (continued)."""
+    from rlvrlab.tracking import tags as T
+
     try:
         client = opened.client()
         run_id = opened.study_run_id
@@ -162,6 +189,8 @@ def _study_run_status(opened: Sweep, status: str) -> None:
             if client.get_run(run_id).info.status in ("KILLED", "FAILED"):  # a finished study stays FINISHED
                 client.update_run(run_id, status="RUNNING")
         else:
+            if reason:
+                client.set_tag(run_id, T.FAIL_REASON, reason[:T.FAIL_REASON_CHARS])
             client.set_terminated(run_id, status=status)
     except KeyError:  # a study whose creator died before opening its run: nothing to mark
         pass

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import shlex
 import shutil
+import signal
 import subprocess
 import sys
 from collections import Counter
@@ -201,7 +202,7 @@ def test_a_stopped_command_sweep_reuses_its_finished_seeds(here: Path) -> None:
                               timeout=600)
 
     stopped = sweep()
-    assert stopped.returncode == 1 and "sweep stopped by SIGTERM" in stopped.stderr, stopped.stderr
+    assert stopped.returncode == 128 + signal.SIGTERM and "sweep stopped by SIGTERM" in stopped.stderr, stopped.stderr
     assert Counter(r.info.status for r in _role(_runs(here), "seed")) == {"FINISHED": 1, "KILLED": 1}
     resumed = sweep()
     assert resumed.returncode == 0, resumed.stderr

@@ -78,3 +78,15 @@ def test_a_run_in_a_git_checkout_leaves_it_clean(tmp_path: Path) -> None:
     elsewhere = tmp_path / "given"
     _train(repo, f"output_dir={elsewhere}")  # another output_dir: not the default, no .gitignore
     assert (elsewhere / "mlflow.db").is_file() and not (elsewhere / GITIGNORE).exists()
+
+
+def test_a_sweep_that_creates_the_default_folder_writes_it_too(tmp_path: Path,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """`rlvrlab sweep` creates output_dir first, for its journal: the default one gets the .gitignore, another not."""
+    from rlvrlab.sweep.storage import open_storage, storage_url
+
+    monkeypatch.chdir(tmp_path)
+    open_storage(storage_url("runs", None))
+    assert (tmp_path / "runs" / GITIGNORE).read_text() == GITIGNORE_TEXT
+    open_storage(storage_url("elsewhere", None))
+    assert (tmp_path / "elsewhere" / "optuna.journal").exists() and not (tmp_path / "elsewhere" / GITIGNORE).exists()
