@@ -141,9 +141,9 @@ def _more(row, most: int) -> str:
 def _print_summary(console: Console, opened) -> None:
     from rlvrlab.sweep.objective import MEAN
     from rlvrlab.sweep.spec import format_value
-    from rlvrlab.sweep.storage import masked
     from rlvrlab.sweep.summary import summarize
     from rlvrlab.tracking.mlflow_tracker import ui_hint
+    from rlvrlab.tracking.store import masked
 
     spec, summary = opened.spec, summarize(opened)
     keys = [p.key for p in spec.space]

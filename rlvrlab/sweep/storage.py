@@ -16,6 +16,7 @@ from typing import Any, Optional
 from rlvrlab import outputs
 from rlvrlab.config.schema import RunConfig
 from rlvrlab.errors import RlvrlabError
+from rlvrlab.tracking.store import masked
 
 
 def storage_url(spec_output_dir: str, storage: Optional[str]) -> str:
@@ -82,14 +83,3 @@ def damaged_journal(path: Path, error: BaseException) -> RlvrlabError:
     return RlvrlabError(f"the Optuna journal {path} is damaged{where} ({type(error).__name__}), so its studies "
                         f"cannot be read; move it aside ({aside}) and run the sweep again to start the study anew "
                         "(the runs of its seeds stay in MLflow), or pass --storage / output_dir= of another study")
-
-
-def masked(url: str) -> str:
-    if "://" not in url:
-        return url
-    try:
-        from sqlalchemy.engine import make_url
-
-        return make_url(url).render_as_string(hide_password=True)
-    except Exception:
-        return url.split("://")[0] + "://..."

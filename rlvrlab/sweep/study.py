@@ -31,10 +31,10 @@ from rlvrlab.errors import RlvrlabError
 from rlvrlab.outputs import file_lock, shared_file_lock
 from rlvrlab.sweep.mismatch import mismatch_message
 from rlvrlab.sweep.spec import SweepSpec, format_value
-from rlvrlab.sweep.storage import masked, open_storage, storage_url
+from rlvrlab.sweep.storage import open_storage, storage_url
 from rlvrlab.tracking import tags as T
 from rlvrlab.tracking.mlflow_tracker import experiment_id_for, quiet_client
-from rlvrlab.tracking.store import store
+from rlvrlab.tracking.store import masked, store
 
 ATTEMPT = T.ATTEMPT
 
