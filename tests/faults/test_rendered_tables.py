@@ -5,13 +5,11 @@ rich markup into the terminal's tables), and the same values round-trip exactly 
 from __future__ import annotations
 
 import csv
-import os
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from battery import rlvrlab
 from markdown_it import MarkdownIt
 
 from rlvrlab.report.escape import code, md
@@ -94,11 +92,9 @@ def test_a_report_over_hostile_group_values(store: str, tmp_path: Path) -> None:
     renders as itself, no HTML, link or image passes, the terminal's tables show the labels (rich markup in them is
     text), and table.csv and per_seed.csv give back every value exactly."""
     out = tmp_path / "report"
-    result = subprocess.run(
-        [sys.executable, "-m", "rlvrlab.cli.main", "report", "--experiment", "hostile", "--group-by", "arm",
-         "--seed-key", "seed", "--tracking-uri", store, "--metric", "reward:mean:2", "--baseline", "arm=baseline",
-         "--no-eval", "--format", "md,csv", "--out", str(out)],
-        capture_output=True, text=True, timeout=300, env={**os.environ, "RLVRLAB_NO_PROGRESS": "1", "COLUMNS": "400"})
+    result = rlvrlab("report", "--experiment", "hostile", "--group-by", "arm", "--seed-key", "seed",
+                     "--tracking-uri", store, "--metric", "reward:mean:2", "--baseline", "arm=baseline", "--no-eval",
+                     "--format", "md,csv", "--out", str(out), env={"COLUMNS": "400"})
     assert result.returncode == 0, result.stderr
     assert "Traceback" not in result.stderr
     assert "arm=[/]rich [bold]markup" in result.stdout  # the terminal's table: rich markup in a label is text
