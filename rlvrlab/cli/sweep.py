@@ -11,6 +11,7 @@ from rich.table import Table
 
 from rlvrlab.cli.options import OverridesArg
 from rlvrlab.cli.progress import progress_display
+from rlvrlab.cli.train import AllowInitialModelChangeOpt, ProtocolOpt
 
 SweepArg = Annotated[str, typer.Argument(help="A sweep file (sweeps/NAME.yaml or a path).", show_default=False)]
 WorkersOpt = Annotated[int, typer.Option("--workers", min=1, help="Trials run in parallel processes on this machine "
@@ -56,7 +57,8 @@ def sweep(sweep_file: SweepArg, overrides: OverridesArg = None, workers: Workers
           nproc: NprocOpt = None, gpus_per_run: GpusOpt = None, slurm: SlurmOpt = None,
           oversubscribe: OversubscribeOpt = False, keep_going: KeepGoingOpt = False,
           retry_failed: RetryFailedOpt = False, allow_code_change: AllowCodeChangeOpt = False,
-          seed_timeout: SeedTimeoutOpt = None) -> None:
+          seed_timeout: SeedTimeoutOpt = None, protocol: ProtocolOpt = None,
+          allow_initial_model_change: AllowInitialModelChangeOpt = False) -> None:
     """Run (or continue) an Optuna study: each trial trains every seed and scores the objective from MLflow.
 
     [dim]rlvrlab sweep sweeps/ucpo_tau.yaml                      # toy tier, 5 seeds per value of tau
@@ -75,6 +77,9 @@ def sweep(sweep_file: SweepArg, overrides: OverridesArg = None, workers: Workers
     """
     from rlvrlab.sweep.exits import SweepExit, outcome
     from rlvrlab.sweep.workers import run_sweep_file
+    from rlvrlab.tracking.testbed import optional
+
+    testbed = optional(protocol, allow_initial_model_change)  # a bad protocol file: one line before anything runs
 
     err = Console(stderr=True)
     # rich's bar on a terminal, plain lines in a log file (rlvrlab.cli.progress); it moves once a seed run or trial:
@@ -96,6 +101,7 @@ def sweep(sweep_file: SweepArg, overrides: OverridesArg = None, workers: Workers
                                 gpus_per_run=gpus_per_run, slurm=slurm or [], storage=storage, workers=workers,
                                 status_only=status, on_progress=show, oversubscribe=oversubscribe,
                                 keep_going=keep_going, retry_failed=retry_failed, allow_code_change=allow_code_change,
+                                testbed=testbed,
                                 **({"seed_timeout": seed_timeout} if seed_timeout is not None else {}),
                                 warn=lambda message: err.print(f"warning: {message}", style="yellow", markup=False,
                                                                highlight=False, soft_wrap=True))

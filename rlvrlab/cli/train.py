@@ -29,21 +29,38 @@ TagOpt = Annotated[
                  "under their trial with mlflow.parentRunId=...).", show_default=False),
 ]
 
+# `rlvrlab train`, `sweep` and `eval pass-at-k`: a protocol's fixed initial model (rlvrlab.tracking.testbed)
+ProtocolOpt = Annotated[
+    Optional[Path],
+    typer.Option("--protocol", help="The study's protocol file (results/protocols/NAME.md): when its ```testbed "
+                 "block fixes the initial model's digest, a run starting from another model stops before it runs.",
+                 show_default=False),
+]
+AllowInitialModelChangeOpt = Annotated[
+    bool,
+    typer.Option("--allow-initial-model-change", help="Run even when the initial model differs from the one "
+                 "--protocol fixes (recorded on the run as rlvrlab.initial_model.override)."),
+]
+
 
 def train(experiment: ExperimentArg = None, overrides: OverridesArg = None, resume: ResumeOpt = None,
-          tag: TagOpt = None) -> None:
+          tag: TagOpt = None, protocol: ProtocolOpt = None,
+          allow_initial_model_change: AllowInitialModelChangeOpt = False) -> None:
     """Train a policy: rollouts -> verifier -> advantages -> policy update, recorded in MLflow.
 
     [dim]rlvrlab train                                   # the default experiment (tiny model, Countdown, GRPO)
     rlvrlab train toy algorithm=ucpo algorithm.tau=0.2 seed=1
     rlvrlab train algorithm=up_dapo model=real model.path=/models/SmolLM2-135M
-    rlvrlab train --resume 3f2a...                   # after a crash: continue from the last checkpoint[/dim]
+    rlvrlab train --resume 3f2a...                   # after a crash: continue from the last checkpoint
+    rlvrlab train pairs --protocol results/protocols/ucpo_pairs.md   # refuses another initial model[/dim]
     """
+    from rlvrlab.tracking.testbed import optional
     from rlvrlab.train.loop import NothingLeft, RunInterrupted, train as run_training
     from rlvrlab.train.setup import run_config
 
     experiment, overrides = split_experiment(experiment, overrides)
     tags = parse_tags(tag or [])
+    testbed = optional(protocol, allow_initial_model_change)  # a bad protocol file: one line before anything runs
     cfg = run_config(experiment, overrides, resume=resume)
     progress = _progress_bar(Console(stderr=True), cfg)  # shown from the first step: setup errors stay one line
     task = progress.add_task(f"train {cfg.algorithm.name} {cfg.model.tier}/{cfg.dataset.name} seed {cfg.seed}",
@@ -63,7 +80,7 @@ def train(experiment: ExperimentArg = None, overrides: OverridesArg = None, resu
                             status=f"reward {stats.reward:.3f} entropy {stats.entropy:.3f}")
 
     try:
-        run_id = run_training(cfg, resume=resume, progress=show, tags=tags,
+        run_id = run_training(cfg, resume=resume, progress=show, tags=tags, testbed=testbed,
                               warn=lambda message: Console(stderr=True, soft_wrap=True).print(
                                   f"warning: {message}", style="yellow", markup=False, highlight=False))
     except RunInterrupted as stopped:  # Ctrl-C or SIGTERM

@@ -27,7 +27,10 @@ from rlvrlab.data.problems import Problem
 from rlvrlab.errors import RlvrlabError
 from rlvrlab.eval.run import aggregate, check_ks, evaluate, mlflow_metrics, open_sampler, write_outputs
 from rlvrlab.tracking import tags as T
+from rlvrlab.tracking.identity import InitialModel, environment_tags
+from rlvrlab.tracking.provenance import git_state
 from rlvrlab.tracking.store import check_reachable, store
+from rlvrlab.tracking.testbed import Testbed
 
 SPLITS = ("auto", "train", "eval", "all")
 
@@ -60,6 +63,7 @@ class EvalRequest:
     batch_prompts: Optional[int] = None
     out: Optional[Path] = None
     experiment: Optional[str] = None
+    testbed: Optional[Testbed] = None  # --protocol: the initial model its test bed fixes (rlvrlab.tracking.testbed)
 
 
 @dataclass
@@ -303,12 +307,45 @@ def _evaluate_one(target: Target, request: EvalRequest, ks: list[int], progress:
     experiment = request.experiment or (f"{source.cfg.experiment}-eval" if source is not None else "eval")
     where = store(request.output_dir, source.cfg.tracking.uri if source is not None else None)
     check_reachable(where.uri)  # before any sampling: its records go there at the end
+    identity = _identity(target, sampling, request.testbed, where.uri)  # a test bed's refusal: before any sampling
     summary, files, records = _sample_and_score(target, datasets, pools, sampling, ks=ks, n=request.n,
                                                 seed=request.seed, out=out, progress=progress)
     run_id = _track(target, datasets, sampling, summary, files, ks=ks, n=request.n, seed=request.seed, name=name,
-                    output_dir=Path(request.output_dir).expanduser().resolve(), where=where, experiment=experiment)
+                    output_dir=Path(request.output_dir).expanduser().resolve(), where=where, experiment=experiment,
+                    identity=identity)
     return EvalOutcome(name, summary, ks, request.n, files, run_id, where.uri, experiment, records,
                        config_hash(source.cfg) if source is not None else "")
+
+
+def _identity(target: Target, sampling: Sampling, testbed: Optional[Testbed], uri: str) -> dict[str, str]:
+    """The tags that say what an evaluation run evaluated and where: the digest of the weights it evaluates (loaded
+    as a run loads them, in the sampling dtype: rlvrlab.components.folder_model) and their source (run:<id>@step<N>
+    for a training run's checkpoint), the environment, and the commit and dirty flag of the code, as training runs
+    carry them. Under a protocol's test bed (--protocol) a --model folder must be the protocol's initial model, and a
+    checkpoint must come from a training run that started from it (its INITIAL_MODEL tag): else one line, or, with
+    --allow-initial-model-change, the override tags."""
+    source = target.source
+    evaluated: InitialModel = components.folder_model(
+        target.folder, components.torch_dtype(sampling.dtype),
+        f"run:{source.run_id}@step{source.step}" if source is not None else None)
+    allowed: dict[str, str] = {}
+    if testbed is not None and source is None:
+        allowed = testbed.check(evaluated.sha256, f"--model {target.folder}")
+    elif testbed is not None and source is not None:
+        from rlvrlab.tracking.runs import client_for
+
+        try:
+            started = client_for(uri).get_run(source.run_id).data.tags.get(T.INITIAL_MODEL)
+        except Exception:  # noqa: BLE001 - not in this store: nothing recorded to check
+            started = None
+        if started is None and testbed.sha256 is not None and not testbed.allow_change:
+            raise RlvrlabError(f"run {source.run_id} records no initial-model digest (trained before runs recorded "
+                               f"one, or in another store), so protocol {testbed.protocol}'s test bed "
+                               f"{testbed.sha256[:12]} cannot be checked; pass --allow-initial-model-change to "
+                               "evaluate it anyway (recorded on the evaluation run)")
+        allowed = testbed.check(started or "", f"the initial model of run {source.run_id}")
+    sha, dirty, _ = git_state()
+    return {**evaluated.tags(), **allowed, **environment_tags(), T.GIT_SHA: sha, T.GIT_DIRTY: str(dirty).lower()}
 
 
 def _sample_and_score(target: Target, datasets: list[Dataset], pools: list, sampling: Sampling, *, ks: list[int],
@@ -405,7 +442,8 @@ def _rendered(d: Dataset, tokenizer, context: Optional[int], new_tokens: int) ->
 
 
 def _track(target: Target, datasets: list[Dataset], sampling: Sampling, summary: dict, files: list[Path], *,
-           ks: list[int], n: int, seed: int, name: str, output_dir: Path, where, experiment: str) -> str:
+           ks: list[int], n: int, seed: int, name: str, output_dir: Path, where, experiment: str,
+           identity: dict[str, str]) -> str:
     from rlvrlab.tracking.mlflow_tracker import MlflowTracker
 
     # --output-dir's default (runs): a new one gets a .gitignore of `*`, as `rlvrlab train` gives it
@@ -418,7 +456,7 @@ def _track(target: Target, datasets: list[Dataset], sampling: Sampling, summary:
                        f"dataset.{d.cfg.name}.verifier": d.cfg.verifier,
                        f"dataset.{d.cfg.name}.path": d.cfg.path or "synthetic"})
     tracker.log_params(params)
-    tags = {T.KIND: "eval", T.MODEL_PATH: str(target.folder), T.EVAL_SEED: str(seed),
+    tags = {**identity, T.KIND: "eval", T.MODEL_PATH: str(target.folder), T.EVAL_SEED: str(seed),
             T.DATASETS: ",".join(d.cfg.name for d in datasets)}
     for d in datasets:
         tags[f"{T.DATASET_SHA256}.{d.cfg.name}"] = d.sha256

@@ -27,7 +27,7 @@ import random
 import shutil
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +36,7 @@ from rlvrlab.data.problems import Problem, ResponsesFn
 # Bump when anything below changes what a folder contains (tokenizer, model or warm start recipe):
 # it is part of the cache key, so stale folders are never reused.
 CODE_VERSION = "tiny-v1"
+DIGEST_FILE = "digest.json"  # the built model's digest (rlvrlab.tracking.identity.state_digest), checked at each load
 
 EOS_TOKEN = "<|im_end|>"
 PAD_TOKEN = "<|endoftext|>"
@@ -273,7 +274,8 @@ def cache_key(
     seed: int,
     solutions_fn: ResponsesFn,
 ) -> str:
-    """The hex digest naming a tiny-model folder: everything that determines its contents."""
+    """The hex digest naming a tiny-model folder: everything that determines its contents, the software and CPU that
+    build it included (build_environment)."""
     fn = solutions_fn  # its name and what it returns for these problems are both in the key
     payload = {
         "version": CODE_VERSION,
@@ -287,8 +289,33 @@ def cache_key(
         "problems": [[p.prompt, p.answer] for p in problems],
         # what the warm start fine-tunes on, not only the function's name: a changed recipe is a new folder
         "targets": hashlib.sha256(json.dumps([list(fn(p)) for p in problems]).encode()).hexdigest(),
+        "environment": build_environment(),
     }
     return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()
+
+
+def build_environment() -> dict[str, str]:
+    """What besides the recipe can change the bytes of a build (part of cache_key): the torch, transformers and
+    tokenizers versions (initialisation, kernels, BPE training), the CPU architecture and the SIMD kernels torch
+    dispatches to (torch.backends.cpu.get_cpu_capability(); the build runs on the CPU even on a GPU machine).
+    Not the thread count: the warm start trains on one thread (warm_start's threads=1) and the random init does not
+    depend on it; a build with 1 and with 2 threads gives the same digest, also when the warm start itself trains
+    on 2 (tests/reproducibility/test_initial_model.py::test_warm_start_digest_does_not_depend_on_threads;
+    pairs test bed, 600 steps, measured 2026-12-07)."""
+    import platform
+    from importlib.metadata import PackageNotFoundError, version
+
+    import torch
+
+    def installed(name: str) -> str:
+        try:
+            return version(name)
+        except PackageNotFoundError:
+            return "absent"
+
+    return {"torch": torch.__version__, "transformers": installed("transformers"),
+            "tokenizers": installed("tokenizers"), "machine": platform.machine(),
+            "cpu_capability": str(torch.backends.cpu.get_cpu_capability())}
 
 
 def tiny_model_folder(
@@ -301,11 +328,17 @@ def tiny_model_folder(
     seed: int,
     cache_root: Path,
     solutions_fn: ResponsesFn,
+    digest: Callable[[Path], str] | None = None,
+    warn: Callable[[str], None] | None = None,
 ) -> Path:
     """The cached, warm-started tiny model for these settings: built on the first call, reused after.
 
     The folder is cache_root/"tiny"/<first 20 hex digits of `cache_key`>. It is built in a temporary folder
     next to it and renamed into place, so a crash never leaves a half-written folder under the final name.
+
+    digest: folder -> the digest of its weights (rlvrlab.components passes rlvrlab.tracking.identity's, over the
+    model as a run loads it). The build writes it to DIGEST_FILE; a cached folder whose weights no longer have that
+    digest (or which has none) is not used: `warn` says so in one line (default: stderr) and it is built again.
     """
     key = cache_key(
         layers=layers,
@@ -319,7 +352,11 @@ def tiny_model_folder(
     parent = Path(cache_root) / "tiny"
     final = parent / key[:20]
     if (final / "config.json").is_file():
-        return final
+        problem = _digest_problem(final, digest)
+        if problem is None:
+            return final
+        (warn or _stderr)(f"the cached tiny model {final} {problem}; building it again")
+        _set_aside(final)
     parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{key[:20]}-", dir=parent))
     try:
@@ -341,6 +378,8 @@ def tiny_model_folder(
             "warmstart": stats,
         }
         (tmp / "rlvrlab_tiny.json").write_text(json.dumps(info, indent=2) + "\n")
+        if digest is not None:
+            (tmp / DIGEST_FILE).write_text(json.dumps({"sha256": digest(tmp)}) + "\n")
         try:
             os.rename(tmp, final)
         except OSError:
@@ -351,3 +390,38 @@ def tiny_model_folder(
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return final
+
+
+def _digest_problem(folder: Path, digest: Callable[[Path], str] | None) -> str | None:
+    """Why the cached `folder` cannot be used (its weights do not have the digest its build recorded, or it
+    recorded none), or None when it can (or there is no digest to check)."""
+    if digest is None:
+        return None
+    try:
+        recorded = json.loads((folder / DIGEST_FILE).read_text())["sha256"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return f"has no readable {DIGEST_FILE}"
+    try:
+        actual = digest(folder)
+    except Exception as error:  # noqa: BLE001 - weights that cannot even be loaded are rebuilt too
+        return f"cannot be loaded ({type(error).__name__})"
+    if actual == recorded:
+        return None
+    return f"has weights of digest {actual[:12]}, not the {recorded[:12]} it was built with"
+
+
+def _set_aside(folder: Path) -> None:
+    """Move a bad cached folder out of the way (renamed, then removed), so that a concurrent reader never sees half
+    of it deleted under its final name."""
+    aside = Path(tempfile.mkdtemp(prefix=f".{folder.name}-bad-", dir=folder.parent))
+    try:
+        os.rename(folder, aside / folder.name)
+    except OSError:  # another process set it aside (or rebuilt it) first
+        pass
+    shutil.rmtree(aside, ignore_errors=True)
+
+
+def _stderr(message: str) -> None:
+    import sys
+
+    print(f"warning: {message}", file=sys.stderr, flush=True)

@@ -45,7 +45,8 @@ STOP, TIMEOUT, FIRST_METRIC = "stop", "timeout", "first_metric"  # Ended.stopped
 def train_command(spec: SweepSpec, overrides: Sequence[str], tags: dict[str, str]) -> list[str]:
     """`rlvrlab train` of one seed run, as argv (no shell): through torchrun with launcher.nproc ranks when > 1."""
     train = ["-m", "rlvrlab.cli.main", "train", *([spec.experiment] if spec.experiment else []), *overrides,
-             *(f"--tag={key}={value}" for key, value in tags.items())]
+             *(f"--tag={key}={value}" for key, value in tags.items()),
+             *(spec.testbed.options() if spec.testbed is not None else [])]
     if spec.launcher.nproc == 1:
         return [sys.executable, *train]
     # --standalone: a rendezvous on localhost with a free port of its own, so that runs of several workers on one

@@ -57,6 +57,7 @@ from rlvrlab.sweep.objective import AGGREGATES, DIRECTIONS, MEAN, Objective
 from rlvrlab.sweep.seeds import MIN_INITIAL, AdaptiveSeeds
 from rlvrlab.sweep.space import FIXED_KEYS, NOT_SCIENCE, VARIANT, Param, parse_space, parse_variants
 from rlvrlab.sweep.template import SEED, STUDY, check_template, command_hash, parse_command, variant_values
+from rlvrlab.tracking.testbed import Testbed
 
 SAMPLERS = ("grid", "tpe", "random")
 PRUNERS = ("none", "median", "hyperband")
@@ -126,6 +127,7 @@ class SweepSpec:
     adaptive: Optional[AdaptiveSeeds] = None  # seeds: {initial, max, halfwidth}; then seeds = 0..initial-1
     launcher: Launcher = dataclasses.field(default_factory=Launcher)  # not in the fingerprint: how, not what
     command: Optional[str] = None  # a command sweep's template (rlvrlab.sweep.template); then experiment is None
+    testbed: Optional[Testbed] = None  # --protocol: each seed run's initial model is checked; not in the fingerprint
 
     @property
     def max_seeds(self) -> int:

@@ -286,7 +286,7 @@ def _seed_run(sweep: Sweep, client, trial, params: dict, seed: int, position: in
                                            trial_run)  # its run FAILED with the reason, or KILLED on a stop
         return _SeedDone(child, found) if child is not None and found is not None else _SeedFailed(child, why or "")
     try:
-        run_id = train(cfg, on_step=report, tags=tags)
+        run_id = train(cfg, on_step=report, tags=tags, testbed=spec.testbed)
     except RunStopped:
         raise
     except Exception as error:

@@ -12,6 +12,7 @@ of --retry-failed (rlvrlab.sweep.retry) and arms fail-fast for its workers (rlvr
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import signal
 import time
@@ -31,6 +32,7 @@ from rlvrlab.sweep.spec import SweepSpec, load_sweep
 from rlvrlab.sweep.study import Sweep, finish_study_run, open_sweep
 from rlvrlab.sweep.summary import finished_trials, summarize
 from rlvrlab.sweep.trials import work
+from rlvrlab.tracking.testbed import Testbed
 
 STOP_GRACE_SECONDS = 600  # how long a stopping sweep waits for each worker to finish its step
 
@@ -44,11 +46,17 @@ def run_sweep_file(name: str, overrides: Sequence[str] = (), *, seeds: Optional[
                    workers: int = 1, status_only: bool = False, on_progress: Optional[OnProgress] = None,
                    warn: Callable[[str], None] = lambda message: None, oversubscribe: bool = False,
                    keep_going: bool = False, retry_failed: bool = False, allow_code_change: bool = False,
-                   **load_options) -> Sweep:
+                   testbed: Optional[Testbed] = None, **load_options) -> Sweep:
     """`rlvrlab sweep` as one call: the sweep file read and checked (load_sweep, with the command line's choices
-    over the file's; load_options: more of load_sweep's keywords), then run_sweep."""
+    over the file's; load_options: more of load_sweep's keywords), then run_sweep. testbed: --protocol's fixed
+    initial model, which every seed run checks (in the worker or in its child `rlvrlab train`)."""
     spec = load_sweep(name, overrides, seeds=seeds, study=study, launcher=launcher, nproc=nproc,
                       gpus_per_run=gpus_per_run, slurm=slurm, **load_options)
+    if testbed is not None and testbed.sha256 is not None and spec.command is not None:
+        raise RlvrlabError(f"--protocol {testbed.protocol} fixes an initial model, which only rlvrlab's own training "
+                           "runs can check; a command sweep's command trains another model: drop --protocol")
+    if testbed is not None:
+        spec = dataclasses.replace(spec, testbed=testbed)
     return run_sweep(spec, storage, workers=workers, status_only=status_only, on_progress=on_progress, warn=warn,
                      oversubscribe=oversubscribe, keep_going=keep_going, retry_failed=retry_failed,
                      allow_code_change=allow_code_change)

@@ -69,6 +69,16 @@ SOURCE_RUN = attr("source_run")
 CHECKPOINT_STEP = attr("checkpoint_step")
 EVAL_LINK = attr("eval.")  # + eval run id, set on the evaluated training run
 
+# every training and evaluation run (rlvrlab.tracking.identity): the weights it starts from (an evaluation: the
+# weights it evaluates) and the environment it ran in
+INITIAL_MODEL = attr("initial_model.sha256")  # state_digest of the initial weights, after any warm start or import
+# where they came from: warm_start:<cache folder>, import:<gguf sha256>, hf:<folder>@<revision>, toy:<init>,
+# run:<run id>@step<N> (an evaluated checkpoint)
+INITIAL_MODEL_SOURCE = attr("initial_model.source")
+INITIAL_MODEL_OVERRIDE = attr("initial_model.override")  # "true": --allow-initial-model-change overrode a protocol
+INITIAL_MODEL_EXPECTED = attr("initial_model.expected")  # ... whose fixed digest (```testbed) was this one
+ENV_PREFIX = attr("env.")  # + each key of rlvrlab.tracking.identity.environment(): python, torch, threads, ...
+
 # resumed training runs (rlvrlab.train.loop): the steps a run had before each `--resume steps=N` extended it, and the
 # steps it has now (its `steps` param is the one it started with)
 STEPS_EXTENDED_FROM = attr("resume.steps_extended_from")

@@ -22,6 +22,7 @@ from rlvrlab.errors import RlvrlabError
 from rlvrlab.procs import raise_if_stop_requested, stop_at_safe_points
 from rlvrlab.tracking import tags as T
 from rlvrlab.tracking.store import check_reachable, store
+from rlvrlab.tracking.testbed import Testbed
 from rlvrlab.train import checkpoint
 from rlvrlab.train.batch import RolloutBatch, TrainerLogp
 from rlvrlab.train.checkpoint import TrainState
@@ -56,9 +57,12 @@ OnStep = Callable[[int, RolloutBatch, Run, "StepStats | None"], None]
 
 
 def train(cfg: RunConfig, *, resume: str | None = None, on_step: OnStep | None = None, progress=None,
-          tags: dict[str, str] | None = None, warn: Callable[[str], None] | None = None) -> str:
+          tags: dict[str, str] | None = None, warn: Callable[[str], None] | None = None,
+          testbed: Testbed | None = None) -> str:
     """Run cfg.steps steps (or continue run `resume` from its newest intact checkpoint); returns the MLflow run id.
     tags: extra MLflow tags for a new run (sweeps nest seed runs under their trial with mlflow.parentRunId).
+    testbed: a protocol's fixed initial model (--protocol), checked before the run is created (rlvrlab.tracking.
+    testbed).
     warn: where a one-line warning goes (a damaged checkpoint skipped); default stderr.
     One process trains a run at a time (rlvrlab.outputs.RunLock); a resumed run's records change only once its
     lock is held and its checkpoint is known to be intact."""
@@ -84,7 +88,7 @@ def train(cfg: RunConfig, *, resume: str | None = None, on_step: OnStep | None =
             raise
     try:
         with stop_at_safe_points(), toy_threads(cfg):  # the first Ctrl-C or SIGTERM: between steps (rlvrlab.procs)
-            run = build(cfg, run_id=resume, tags=tags)
+            run = build(cfg, run_id=resume, tags=tags, testbed=testbed)
             if rank == 0 and lock is None:
                 lock = outputs.RunLock(run.run_dir, run.tracker.run_id).acquire()
             if resume:

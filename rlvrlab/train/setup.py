@@ -24,8 +24,10 @@ from rlvrlab.rewards.pool import RewardPool
 from rlvrlab.rollout.base import RolloutEngine
 from rlvrlab.tracking import tags as T
 from rlvrlab.tracking.base import NullTracker, Tracker
+from rlvrlab.tracking.identity import environment_tags
 from rlvrlab.tracking.provenance import provenance, record_run
 from rlvrlab.tracking.store import store
+from rlvrlab.tracking.testbed import Testbed
 from rlvrlab.train import heldout
 from rlvrlab.train.batch import can_share_prompt, shared_cache_ratio
 from rlvrlab.train.heldout import HeldOut
@@ -136,9 +138,13 @@ class Run:
         return self.policy.tokenizer
 
 
-def build(cfg: RunConfig, *, run_id: str | None = None, tags: Mapping[str, str] | None = None) -> Run:
+def build(cfg: RunConfig, *, run_id: str | None = None, tags: Mapping[str, str] | None = None,
+          testbed: Testbed | None = None) -> Run:
     """Wire a run. run_id: continue that MLflow run (resume) instead of creating one. tags: extra MLflow tags of a
-    new run (a sweep nests its seed runs with mlflow.parentRunId).
+    new run (a sweep nests its seed runs with mlflow.parentRunId). A new run is also tagged with its initial model's
+    digest and source and the environment (rlvrlab.tracking.identity); testbed: a protocol's fixed initial model,
+    checked once the policy is built and before any run is created or resumed (a one-line error when it differs;
+    an allowed difference is tagged).
 
     Order (rlvrlab.update.dist): this rank's device and the full process group first, then the rollout engine
     (vLLM joins the group through its external launcher), then the update engine, then a barrier."""
@@ -160,12 +166,15 @@ def build(cfg: RunConfig, *, run_id: str | None = None, tags: Mapping[str, str] 
                            "the torch engine trains in one process")
     problems = load_split(cfg.dataset, cfg.model)  # dataset.split: train (default), eval or all
     policy = components.policy(cfg, problems, placement)
+    assert policy.initial is not None  # every tier's policy digests its initial weights (rlvrlab.components)
+    allowed = testbed.check(policy.initial.sha256) if testbed is not None else {}
+    tags = {**(tags or {}), **policy.initial.tags(), **allowed, **environment_tags()}
 
     output_dir = Path(cfg.output_dir).expanduser().resolve()
     if rank == 0:  # a new default folder gets a .gitignore of `*` (an existing one is left as it is)
         outputs.make_output_dir(output_dir, default=cfg.output_dir == RunConfig.output_dir)
     resumed = run_id is not None
-    tracker, resolved = _tracker(cfg, output_dir, run_id, rank, tags or {})
+    tracker, resolved = _tracker(cfg, output_dir, run_id, rank, tags)
     try:
         run_id = _broadcast(tracker.run_id if rank == 0 else None)
         run_folder = rundir.run_dir(output_dir, run_id)
