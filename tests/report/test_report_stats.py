@@ -128,14 +128,14 @@ def test_seed_interval_covers_95_percent(seeds: int) -> None:
 @pytest.mark.parametrize("sd_seed,sd_problem,sd_resid", [(0.03, 0.2, 0.1), (0.1, 0.1, 0.1)],
                          ids=["problems-dominate", "balanced"])
 def test_evaluation_interval_covers_95_percent(seeds, problems, sd_seed, sd_problem, sd_resid) -> None:
-    """A crossed seeds x problems design: both the training seeds and the benchmark's problems are draws. Coverage
-    0.950-0.974 (4,000 draws; the upper end at 3 seeds, where the floored seed term over-covers: stats.intervals)."""
+    """A crossed seeds x problems design: both the training seeds and the benchmark's problems are draws. Unconditional
+    coverage 0.949-0.959 (4,000 draws; K̂ = MS_S, no floor: stats.intervals)."""
     rng = np.random.default_rng(seeds * 1000 + problems)
     draws = 4000
     x = 0.4 + rng.normal(0, sd_seed, (draws, seeds, 1)) + rng.normal(0, sd_problem, (draws, 1, problems)) + \
         rng.normal(0, sd_resid, (draws, seeds, problems))
     low, high = stats.crossed_moments(x).bounds()
-    assert 0.93 <= _covers(low, high, 0.4) <= 0.98
+    assert 0.94 <= _covers(low, high, 0.4) <= 0.97
     one = stats.crossed_interval(x[0])
     assert (one.low, one.high) == pytest.approx((low[0], high[0]), abs=1e-12)
 

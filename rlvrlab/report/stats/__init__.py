@@ -17,6 +17,7 @@ from rlvrlab.report.stats.comparisons import (
     MAX_EXACT_FLIPS,
     MIN_SEEDS_SIGNIFICANCE,
     POWER,
+    TIE_TOLERANCE,
     Claim,
     Comparison,
     claim,
@@ -39,7 +40,6 @@ from rlvrlab.report.stats.diversity import distinct_combinations, expected_disti
 from rlvrlab.report.stats.intervals import (
     LEVEL,
     MIN_SEEDS,
-    SEED_COMPONENT_FLOOR,
     Interval,
     MeanSquares,
     Moments,
@@ -48,7 +48,6 @@ from rlvrlab.report.stats.intervals import (
     crossed_var_df,
     curve_band,
     difference_term,
-    floored_seed_term,
     interval,
     mean_squares,
     satterthwaite,
@@ -73,10 +72,10 @@ from rlvrlab.report.stats.stein import (
 
 __all__ = [
     "ALPHA", "LEVEL", "MAX_EXACT_FLIPS", "MIN_SEEDS", "MIN_SEEDS_SIGNIFICANCE", "PAIRED_STEIN", "POWER",
-    "SEED_COMPONENT_FLOOR", "STEIN",
+    "STEIN", "TIE_TOLERANCE",
     "Claim", "Comparison", "Interval", "MeanSquares", "Moments", "claim", "compare", "crossed_interval",
     "crossed_moments", "crossed_var_df", "curve_band", "difference_term", "distinct_combinations", "equivalence_p",
-    "expected_distinct", "floored_seed_term", "holm", "holm_level", "interval", "mde", "mean_squares",
+    "expected_distinct", "holm", "holm_level", "interval", "mde", "mean_squares",
     "paired_crossed", "paired_stein", "paired_stein_moments", "paired_t",
     "probability_of_improvement", "rarefied_distinct", "satterthwaite", "scipy_stats", "seed_scores",
     "seeds_for_halfwidth", "seeds_for_halfwidth_crossed", "selected", "signflip_p", "signflip_seeds", "stage_one_size",
