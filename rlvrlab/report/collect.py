@@ -15,6 +15,7 @@ import numpy as np
 
 from rlvrlab.config.rules import unknown
 from rlvrlab.errors import RlvrlabError
+from rlvrlab.tracking import tags as T
 from rlvrlab.tracking.runs import client_for, is_training_run, linked_evaluations, runs_by_id, seed_of
 
 if TYPE_CHECKING:
@@ -24,6 +25,11 @@ if TYPE_CHECKING:
 NOT_LABELS = ("seed", "output_dir", "experiment")
 NOT_LABEL_PREFIXES = ("tracking.",)
 COMMAND = "rlvrlab.command"  # on a command study's seed runs (rlvrlab.sweep.command.COMMAND)
+# what a run started from and where it ran (rlvrlab.tracking.tags): the SHA-256 of its initial weights, their source,
+# "true" where a protocol's digest was overridden (the digest it expected), one tag per environment key
+INITIAL_MODEL, INITIAL_MODEL_SOURCE = T.INITIAL_MODEL, T.INITIAL_MODEL_SOURCE
+INITIAL_MODEL_OVERRIDE, INITIAL_MODEL_EXPECTED = T.INITIAL_MODEL_OVERRIDE, T.INITIAL_MODEL_EXPECTED
+ENVIRONMENT = T.ENV_PREFIX  # + key: python, torch, transformers, numpy, device, cpu_capability, threads, ...
 
 
 @dataclass
@@ -35,6 +41,19 @@ class SeedRun:
     status: str
     git_dirty: bool = False  # the run was trained from a tree with uncommitted changes (its git_dirty tag)
     dirty_known: bool = True  # a git_dirty tag says whether the tree was clean (MLflow's own git tag does not)
+    initial_model: Optional[str] = None  # SHA-256 of the weights it started from (None: no digest tag)
+    initial_model_source: Optional[str] = None  # where they came from, as tagged
+    initial_model_expected: Optional[str] = None  # a protocol's digest this run overrode (its override tag)
+    environment: dict[str, str] = field(default_factory=dict)  # its rlvrlab.env.* tags, key -> value
+
+
+def identity(tags: dict[str, str]) -> dict:
+    """A run's recorded identity from its tags, as SeedRun (and EvalRun) keyword arguments: its initial model's
+    digest and source, the digest a protocol expected where the run overrode it, and its environment."""
+    overridden = tags.get(INITIAL_MODEL_OVERRIDE) == "true"
+    return {"initial_model": tags.get(INITIAL_MODEL) or None, "initial_model_source": tags.get(INITIAL_MODEL_SOURCE),
+            "initial_model_expected": (tags.get(INITIAL_MODEL_EXPECTED) or "unknown") if overridden else None,
+            "environment": {k[len(ENVIRONMENT):]: v for k, v in sorted(tags.items()) if k.startswith(ENVIRONMENT)}}
 
 
 @dataclass
@@ -118,7 +137,8 @@ def select(uri: str, *, experiment: Optional[str] = None, study: Optional[str] =
         tags = r.data.tags
         by_hash[tags["config_hash"]].append(SeedRun(r.info.run_id, seed_of(r),
                                                     dict(r.data.params), tags.get("git_sha", "unknown"),
-                                                    r.info.status, tags.get("git_dirty", "false") == "true"))
+                                                    r.info.status, tags.get("git_dirty", "false") == "true",
+                                                    **identity(tags)))
     failed: dict[str, set[int]] = defaultdict(set)
     failed_runs: dict[str, dict[int, SeedRun]] = defaultdict(dict)
     for r in all_runs:
@@ -126,7 +146,7 @@ def select(uri: str, *, experiment: Optional[str] = None, study: Optional[str] =
             failed[r.data.tags["config_hash"]].add(seed_of(r))
             failed_runs[r.data.tags["config_hash"]][seed_of(r)] = SeedRun(
                 r.info.run_id, seed_of(r), dict(r.data.params), r.data.tags.get("git_sha", "unknown"), "FAILED",
-                r.data.tags.get("git_dirty", "false") == "true")
+                r.data.tags.get("git_dirty", "false") == "true", **identity(r.data.tags))
     every = [Group(h, sorted(by_hash.get(h, []), key=lambda m: m.seed),
                    failed=sorted(failed[h] - {m.seed for m in by_hash.get(h, [])}))
              for h in [*by_hash, *(h for h in failed if h not in by_hash)]]
@@ -291,12 +311,38 @@ def curves(client, group: Group, metric: str) -> tuple[np.ndarray, np.ndarray]:
 
 # -------------------------------------------------------------------------------------------------- evaluations
 @dataclass
+class EvalRun:
+    """An evaluation run a report used: its commit, whether its tree was dirty (None: no git_dirty tag), the
+    digest of the weights it evaluated and its environment (their tags, as on training runs)."""
+
+    run_id: str
+    git_sha: str
+    git_dirty: Optional[bool]
+    initial_model: Optional[str] = None
+    initial_model_source: Optional[str] = None
+    initial_model_expected: Optional[str] = None
+    environment: dict[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, run: Run) -> EvalRun:
+        tags = run.data.tags
+        sha = tags.get("git_sha") or tags.get("mlflow.source.git.commit") or "unknown"
+        dirty = tags["git_dirty"] == "true" if "git_dirty" in tags else None
+        return cls(run.info.run_id, sha, dirty, **identity(tags))
+
+    def as_dict(self) -> dict:
+        """sources.json's entry for it."""
+        return {"run_id": self.run_id, "git_sha": self.git_sha, "git_dirty": self.git_dirty,
+                "initial_model": self.initial_model}
+
+
+@dataclass
 class EvalRecords:
     """Per group and dataset: problem ids and a [S, P] matrix per statistic (seeds in the group's order)."""
 
     datasets: dict[str, list[str]]  # dataset -> problem ids (common to every group)
     matrices: dict[tuple[str, str, str], np.ndarray]  # (group label, dataset, statistic) -> [S, P]
-    eval_runs: dict[str, list[str]]  # group label -> eval run ids used
+    eval_runs: dict[str, list[EvalRun]]  # group label -> the eval runs used (seeds in the group's order)
     statistics: list[str]  # avg@n, pass@k..., maj@k..., diversity, distinct@k..., rarefied@m (with form counts)
     # dataset -> group label -> [seed][problem]: the records themselves (rlvrlab.report.passk_curve's curves)
     records: dict[str, dict[str, list[list[dict]]]] = field(default_factory=dict)
@@ -352,7 +398,7 @@ def eval_records(client, selection: Selection, *, rarefy: int = 4) -> Optional[E
     statistics += derived
     records = {dataset: {g.label: [[per_run[r.run_id][(dataset, pid)] for pid in ids] for r in g.runs]
                          for g in selection.groups} for dataset, ids in datasets.items()}
-    return EvalRecords(dict(datasets), matrices, {g.label: [found[r.run_id].info.run_id for r in g.runs]
+    return EvalRecords(dict(datasets), matrices, {g.label: [EvalRun.of(found[r.run_id]) for r in g.runs]
                                                   for g in selection.groups}, statistics, records)
 
 

@@ -13,9 +13,10 @@ from typing import Optional
 import numpy as np
 
 from rlvrlab.report import stats
-from rlvrlab.report.collect import Group, Selection
+from rlvrlab.report.collect import EvalRun, Group, Selection
 from rlvrlab.report.escape import md, tex
 from rlvrlab.report.events import EventResult
+from rlvrlab.report.provenance import environments, initial_models, portable, portable_text
 from rlvrlab.report.table import Cell, Report, Row, best_groups
 
 
@@ -142,21 +143,59 @@ def _initial_model(params: dict[str, str]) -> str:
 
 def initial_model_note(groups: Sequence[Group]) -> str:
     """The footer line on what every interval is conditional on: the initial model, which varies with the seed
-    only when a tiny run's warm start seed is the run's own (model.warm_start_seed null)."""
+    only when a tiny run's warm start seed is the run's own (model.warm_start_seed null); then the digests of the
+    initial weights where the runs recorded them (digest_note)."""
     by_kind: dict[str, list[str]] = {}
     for g in groups:
         for kind in dict.fromkeys(_initial_model(r.params) for r in g.runs):
             by_kind.setdefault(kind, []).append(g.label)
+    digests = digest_note(groups)
     if len(by_kind) == 1:
         kind = next(iter(by_kind))
         if kind == UNRECORDED:
-            return f"initial model: {kind}"
+            return f"initial model: {kind}{digests}"
         if kind.startswith("fixed"):
-            return f"{kind}: {CONDITIONAL}"
-        return f"initial model: {kind}" + ("" if kind.startswith("warm start") else f": {CONDITIONAL}")
+            return f"{kind}: {CONDITIONAL}{digests}"
+        return f"initial model: {kind}" + ("" if kind.startswith("warm start") else f": {CONDITIONAL}") + digests
     parts = "; ".join(f"{kind} ({', '.join(labels)})" for kind, labels in by_kind.items())
     fixed = any(not kind.startswith("warm start") and kind != UNRECORDED for kind in by_kind)
-    return f"initial model: {parts}" + (f"; where it is fixed, {CONDITIONAL}" if fixed else "")
+    return f"initial model: {parts}" + (f"; where it is fixed, {CONDITIONAL}" if fixed else "") + digests
+
+
+SHOWN_HEX = 12  # the digest prefix a footer shows (sources.json has the full SHA-256)
+
+
+def digest_note(groups: Sequence[Group]) -> str:
+    """The initial-model digests of the runs (rlvrlab.initial_model.sha256 tags), as the footer's last clause: the
+    one digest of all runs; or per group, saying plainly where one group mixes several though its configuration
+    names one initial model (its intervals then also vary over initial models); "" where no run recorded one."""
+    runs = [r for g in groups for r in g.runs]
+    recorded = [r for r in runs if r.initial_model]
+    if not recorded:
+        return ""
+    untagged = f"; no digest recorded for {len(runs) - len(recorded)} of {len(runs)} runs" \
+        if len(recorded) < len(runs) else ""
+    distinct = [d for d in dict.fromkeys(r.initial_model for r in recorded) if d]
+    if len(distinct) == 1:
+        return f"; initial-model sha256 {distinct[0][:SHOWN_HEX]} ({len(recorded)} runs){untagged}"
+    own: dict[str, list[str]] = {g.label: [d for d in dict.fromkeys(r.initial_model for r in g.runs) if d]
+                                 for g in groups}
+    parts, mixed = [], []
+    for g in groups:
+        digests = own[g.label]
+        shown = ", ".join(d[:SHOWN_HEX] for d in digests[:4]) + (", ..." if len(digests) > 4 else "")
+        parts.append(f"{g.label}: {shown or 'not recorded'}" if len(digests) < 2
+                     else f"{g.label}: {len(digests)} digests ({shown})")
+        if len(digests) > 1 and any(_initial_model(r.params) != "warm start seed = run seed (varies with seed)"
+                                    for r in g.runs):
+            mixed.append(g.label)
+    text = f"; initial-model sha256 by group: {'; '.join(parts)}"
+    if all(len(digests) < 2 for digests in own.values()):
+        text = f"; DIFFERENT INITIAL MODELS across groups (--allow-mixed), sha256 by group: {'; '.join(parts)}"
+    if mixed:
+        text += (f"; SEVERAL INITIAL MODELS MIXED within {', '.join(mixed)}: its intervals also vary over initial "
+                 "models")
+    return text + untagged
 
 
 def markdown(report: Report, interval: str = "bracket") -> str:
@@ -389,29 +428,37 @@ def rich_tables(report: Report):
     return tables
 
 
-def sources(selection: Selection, report: Report, command: list[str], eval_runs: dict[str, list[str]],
+def sources(selection: Selection, report: Report, command: list[str], eval_runs: dict[str, list[EvalRun]],
             outputs: list[str], provenance: Optional[dict] = None, protocol: Optional[dict] = None,
             events: Optional[list] = None) -> str:
-    """Everything a table rests on: runs per group (ids, seeds, git SHAs), evaluations, excluded runs, settings."""
+    """Everything a table rests on: runs per group (ids, seeds, git SHAs, initial-model digests), evaluations (ids,
+    commits), the distinct initial models and environments of the runs, excluded runs, settings. No absolute path
+    of the machine that wrote it (rlvrlab.report.provenance.portable): a reader's checkout reads it the same."""
     from rlvrlab.tracking.provenance import git_state
 
     sha, dirty, _ = git_state()
+    every = selection.all_groups or selection.groups
     body = {
-        "command": command, "tracking_uri": selection.uri, "source": selection.experiment, "study": selection.study,
+        "command": [portable(arg) for arg in command], "tracking_uri": portable(selection.uri),
+        "source": selection.experiment, "study": selection.study,
         "statistics": "Student-t seed intervals; crossed seeds x problems intervals for evaluations; paired t / "
                       "Welch comparisons (adaptive-seed studies: Stein two-stage intervals, paired Stein), "
                       "sign-flip p, Holm, MDE at the Holm level, the claim rule "
                       "(rlvrlab/report/stats/)",
         "baseline": report.baseline, "rlvrlab_git_sha": sha, "rlvrlab_git_dirty": dirty, "outputs": outputs,
         "provenance": provenance or {},
-        "protocol": protocol,  # the protocol file's commits and whether the study counts as pre-registered
+        "protocol": protocol and {**protocol, "path": portable(protocol["path"])},  # its commits; pre-registered?
+        "initial_models": initial_models(every),  # the distinct digests of the runs' initial weights
+        "environment": environments(every, eval_runs),  # the distinct environments the runs ran in
         "events": events or [],
-        "groups": [{"label": g.label, "config_hash": g.config_hash, "values": g.values,
-                    "runs": [{"run_id": r.run_id, "seed": r.seed, "git_sha": r.git_sha, "git_dirty": r.git_dirty}
-                             for r in g.runs],
-                    "failed_runs": [{"run_id": r.run_id, "seed": r.seed, "git_sha": r.git_sha} for r in g.failed_runs],
-                    "eval_runs": eval_runs.get(g.label, [])} for g in selection.groups],
+        "groups": [{"label": g.label, "config_hash": g.config_hash,
+                    "values": {k: portable(v) if isinstance(v, str) else v for k, v in g.values.items()},
+                    "runs": [{"run_id": r.run_id, "seed": r.seed, "git_sha": r.git_sha, "git_dirty": r.git_dirty,
+                              "initial_model": r.initial_model} for r in g.runs],
+                    "failed_runs": [{"run_id": r.run_id, "seed": r.seed, "git_sha": r.git_sha,
+                                     "initial_model": r.initial_model} for r in g.failed_runs],
+                    "eval_runs": [e.as_dict() for e in eval_runs.get(g.label, [])]} for g in selection.groups],
         "excluded_runs": [{"run_id": run_id, "why": why} for run_id, why in selection.excluded],
-        "notes": report.notes,
+        "notes": [portable_text(note) for note in report.notes],
     }
     return json.dumps(body, indent=2) + "\n"

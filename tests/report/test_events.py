@@ -97,3 +97,30 @@ def test_a_protocol_counts_as_pre_registered_only_when_committed_before_the_firs
     assert protocol(loose, (registered,), started).reason == "the file is not committed"
     with pytest.raises(RlvrlabError, match="--protocol"):
         protocol(repo / "missing.md", (registered,), started)
+
+
+def test_a_dated_appendix_after_the_runs_keeps_a_protocol_pre_registered(tmp_path) -> None:
+    """A later `## Appendix (date)` (e.g. the rules as a ```verdict block) changes no rule: the registration is the
+    text above it. An edit above it, committed or not, still unregisters the study."""
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    for args in (("init", "-q"), ("config", "user.email", "t@t"), ("config", "user.name", "t")):
+        _git(repo, *args)
+    path = repo / "protocol.md"
+    path.write_text("# question\n\nrule: reproduced if p < 0.05\n")
+    _git(repo, "add", "protocol.md")
+    _git(repo, "commit", "-qm", "protocol")
+    registered = _git(repo, "rev-parse", "HEAD")
+    time.sleep(1.1)
+    started = int(time.time() * 1000) + 1000
+    time.sleep(2.2)
+    path.write_text(path.read_text() + "\n## Appendix (2026-12-07): machine-read verdict rules\n\n```verdict\n```\n")
+    assert protocol(path, (registered,), started).pre_registered  # uncommitted appendix
+    _git(repo, "commit", "-qam", "appendix")
+    record = protocol(path, (registered,), started)
+    assert record.pre_registered and record.last_commit == registered and record.reason == ""
+    path.write_text(path.read_text().replace("p < 0.05", "p < 0.10"))
+    assert protocol(path, (registered,), started).reason == "the file has uncommitted changes"
+    _git(repo, "commit", "-qam", "rule edited")
+    late = protocol(path, (_git(repo, "rev-parse", "HEAD"),), started)
+    assert not late.pre_registered and "not before the first run started" in late.reason

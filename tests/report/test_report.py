@@ -105,7 +105,7 @@ def test_report_of_a_toy_sweep(toy_study: Path) -> None:
     assert "| ucpo tau=1.0 staleness=1 | 3 |" in md and "Δ vs **ucpo tau=0.0 staleness=0**" in md
     assert "paired" in md and "MDE=" in md and "no comparison is marked" in md and "provenance:" in md
     assert "- initial model: the toy table of model.toy_init (no seed): intervals are conditional on that one " \
-           "initial model\n" in md
+           "initial model; initial-model sha256 " in md
     comparisons = list(csv.DictReader((out / "comparisons.csv").open()))
     assert len(comparisons) == 3 and all(r["test"] == "paired t" and r["p_signflip"] for r in comparisons)
     tex = (out / "table.tex").read_text()
@@ -315,7 +315,7 @@ def test_report_of_tiny_runs_with_evaluations(tmp_path: Path) -> None:
     assert float(ucpo["pass@1"]["mean"]) == pytest.approx(float(ucpo["avg@n"]["mean"]), abs=1e-12)
     sources = json.loads((out / "sources.json").read_text())
     assert all(len(g["eval_runs"]) == 3 for g in sources["groups"])
-    assert "- fixed warm start seed 0: intervals are conditional on that one initial model\n" in \
+    assert "- fixed warm start seed 0: intervals are conditional on that one initial model; initial-model sha256 " in \
         (out / "table.md").read_text()
     # pass@k means are means over seeds of means over problems of each eval run's records
     client = collect.client_for(f"sqlite:///{runs / 'mlflow.db'}")
