@@ -54,7 +54,9 @@ def report(
                                               "trained from a tree with uncommitted changes (the table says so).")]
     = False,
     allow_mixed: Annotated[bool, typer.Option("--allow-mixed", help="Write into results/ although the runs come "
-                                              "from more than one commit (the table says so).")] = False,
+                                              "from more than one commit, and compare groups started from "
+                                              "different initial models (refused anywhere without it; the table "
+                                              "says so).")] = False,
     evaluations: Annotated[bool, typer.Option("--eval/--no-eval", help="Include the runs' `rlvrlab eval "
                                               "pass-at-k` records (when they have any).")] = True,
     eval_stats: Annotated[Optional[str], typer.Option("--eval-stats", help="Evaluation columns, e.g. "
@@ -91,6 +93,11 @@ def report(
                                                        "NAME=M per column, comma-separated; they join the Holm "
                                                        "family, and a row reads 'equivalent within ±M' when its "
                                                        "Holm p < 0.05.", show_default=False)] = None,
+    reanalyse: Annotated[Optional[Path], typer.Option("--reanalyse", help="Re-compute the tables of this results "
+                                                      "folder from its recorded values (per_seed.csv, per_problem.csv"
+                                                      ") and options (sources.json), without the runs; with --out "
+                                                      "(default: the folder itself) and --protocol only.",
+                                                      show_default=False)] = None,
     output_dir: Annotated[Path, typer.Option("--output-dir", help="The runs' output_dir (for the default MLflow "
                                              "store).")] = Path("runs"),
 ) -> None:
@@ -102,7 +109,8 @@ def report(
     rlvrlab report --experiment default --baseline grpo --metric train/reward,loss/grad_norm:max:60
     rlvrlab report --study up_stability --compare "up_dapo:dapo eps_high=inf" --target-halfwidth 0.02
     rlvrlab report --runs 3f2a...,9c1b... --no-eval --format md
-    rlvrlab report --experiment trl --group-by learning_rate --metric reward --tracking-uri URI[/dim]
+    rlvrlab report --experiment trl --group-by learning_rate --metric reward --tracking-uri URI
+    rlvrlab report --reanalyse results/up_pairs[/dim]
     """
     from rlvrlab.report import render
     from rlvrlab.report.command import ReportRequest, make_report
@@ -114,7 +122,7 @@ def report(
         formats=formats, out=out, interval=interval, heatmap_keys=heatmap_keys, plots=plots, smooth=smooth,
         only_changed=only_changed, tracking_uri=tracking_uri, output_dir=output_dir, events=tuple(event or ()),
         protocol=protocol, equivalence=equivalence, group_by=group_by, seed_key=seed_key,
-        command=("rlvrlab", "report", *sys.argv[2:])))
+        command=("rlvrlab", "report", *sys.argv[2:]), reanalyse=reanalyse))
     console = Console(soft_wrap=True)
     if not console.is_terminal:
         console = Console(soft_wrap=True, width=200)

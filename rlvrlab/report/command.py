@@ -4,13 +4,13 @@ computed from (per_seed.csv, per_problem.csv), PNG plots and sources.json."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Optional
 
 from rlvrlab import outputs
 from rlvrlab.errors import RlvrlabError
-from rlvrlab.report import collect, external, plots as plotting, provenance, render, verdict
+from rlvrlab.report import collect, external, plots as plotting, provenance, reanalyse as reanalysis, render, verdict
 from rlvrlab.report.events import analyse, as_dict as event_dicts, markdown as event_markdown, parse_event
 from rlvrlab.report.table import (
     REDUCTIONS,
@@ -22,6 +22,7 @@ from rlvrlab.report.table import (
     parse_metrics,
     parse_pairs,
     stage_one_of,
+    values_from_runs,
 )
 from rlvrlab.tracking import tags as T
 from rlvrlab.tracking.store import default_uri
@@ -62,6 +63,7 @@ class ReportRequest:
     group_by: Optional[str] = None  # KEY,KEY: group any runs by params or tags (rlvrlab.report.external)
     seed_key: Optional[str] = None  # with group_by: the param or tag holding each run's seed (default "seed")
     command: tuple[str, ...] = ("rlvrlab", "report")  # recorded in sources.json
+    reanalyse: Optional[Path] = None  # a results folder: its tables re-computed from its values (report.reanalyse)
 
 
 @dataclass
@@ -76,6 +78,8 @@ def make_report(request: ReportRequest) -> ReportOutcome:
     """Everything `rlvrlab report` does but printing; one-line RlvrlabErrors before anything is written."""
     from rlvrlab.tracking.provenance import git_state
 
+    if request.reanalyse is not None:
+        return _reanalyse(request)
     git_state()  # the checkout's state as the report starts (cached): its own outputs under results/ are not the code
     r = request
     formats, interval, reduce, target_halfwidth = r.formats, r.interval, r.reduce, r.target_halfwidth
@@ -134,13 +138,15 @@ def make_report(request: ReportRequest) -> ReportOutcome:
     if r.protocol is not None:
         registered = provenance.protocol(r.protocol, origin.commits, provenance.first_run_start(client, selection))
         result.notes.append(registered.note())
-        verdicts = verdict.evaluate(r.protocol, rules, result)
     event_results = []
     if events:
         base = find_baseline(selection.all_groups, baseline)
         labels = {g.label for g in selection.all_groups}
         event_pairs = [(pair.a, pair.b) for pair in pairs if pair.a in labels and pair.b in labels]
         event_results = analyse(client, selection.all_groups, events, base.label if base else None, event_pairs)
+    if r.protocol is not None:  # a block about another folder is listed, not evaluated (rlvrlab.report.verdict)
+        verdicts = verdict.evaluate(r.protocol, rules, result, folder=folder, root=provenance.results_dir().parent,
+                                    events=event_dicts(event_results) if event_results else ())
 
     folder.mkdir(parents=True, exist_ok=True)
     written: list[Path] = []
@@ -157,7 +163,7 @@ def make_report(request: ReportRequest) -> ReportOutcome:
         outputs.write_replacing(path, render.comparisons_csv(result))
         written.append(path)
     if "csv" in chosen:  # the numbers behind every cell and comparison, for a reader to recompute them
-        values = _values(client, selection, specs, evals, stats_columns)
+        values = values_from_runs(client, selection.groups, specs, evals, stats_columns)
         path = folder / "per_seed.csv"
         outputs.write_replacing(path, render.per_seed_csv(result, values, event_results))
         written.append(path)
@@ -192,6 +198,24 @@ def make_report(request: ReportRequest) -> ReportOutcome:
 
 
 
+# with --reanalyse, the options that still mean something (the rest are recorded in the folder's sources.json)
+REANALYSE_OPTIONS = ("reanalyse", "out", "protocol", "command")
+OPTION_NAMES = {"metric": "--metric", "formats": "--format", "evaluations": "--eval/--no-eval", "events": "--event",
+                "heatmap_keys": "--heatmap", "plots": "--plots/--no-plots", "only_changed": "--only-changed/--all-keys"}
+
+
+def _reanalyse(r: ReportRequest) -> ReportOutcome:
+    """`--reanalyse FOLDER [--out DIR] [--protocol FILE]`: the folder's tables from its recorded values and options."""
+    given = [f.name for f in fields(r) if f.name not in REANALYSE_OPTIONS and getattr(r, f.name) != f.default]
+    if given:
+        option = OPTION_NAMES.get(given[0], "--" + given[0].replace("_", "-"))
+        raise RlvrlabError(f"--reanalyse takes the options recorded in {r.reanalyse}/sources.json (and --out, "
+                           f"--protocol); drop {option}, or run rlvrlab report on the runs to change it")
+    assert r.reanalyse is not None  # make_report calls this with --reanalyse only
+    done = reanalysis.reanalyse(r.reanalyse, out=r.out, protocol=r.protocol, command=r.command)
+    return ReportOutcome(done.result, done.folder, done.written, done.verdicts)
+
+
 def _select(r: ReportRequest, uri: str, run_ids: list[str]) -> collect.Selection:
     """The runs: by configuration (rlvrlab's runs), or by --group-by keys (any runs; rlvrlab.report.external)."""
     if sum(bool(x) for x in (r.experiment, r.study, run_ids)) != 1:
@@ -207,20 +231,6 @@ def _select(r: ReportRequest, uri: str, run_ids: list[str]) -> collect.Selection
                            "grouped by their configuration: drop --group-by or use --experiment")
     return external.select(uri, experiment=r.experiment, run_ids=run_ids, group_by=r.group_by,
                            seed_key=r.seed_key or "seed")
-
-
-def _values(client, selection, specs: list, evals, eval_stats: list[str]) -> render.Values:
-    """The arrays table.build feeds the statistics, read the same way (collect.final_values with the spec's
-    reduction and window; the evaluation matrices): per (section, metric), group label -> [S] or [S, P]."""
-    values: render.Values = {}
-    for spec in specs:
-        values[("train", spec.label)] = {g.label: collect.final_values(client, g, spec.name, spec.last, spec.reduce)
-                                         for g in selection.groups}
-    if evals is not None:
-        for dataset in evals.datasets:
-            for stat in eval_stats:
-                values[(dataset, stat)] = {g.label: evals.matrices[(g.label, dataset, stat)] for g in selection.groups}
-    return values
 
 
 def _study_params(client, selection) -> dict[str, str]:

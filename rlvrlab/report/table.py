@@ -1,7 +1,9 @@
 """The numbers of a report: one Cell per (group, section, metric) with its interval, and one Row per comparison,
 all comparisons of one report in one Holm family. Sections: "train" (training metrics, one value per seed) and
 one per evaluation dataset (per seed and problem). The statistics are in rlvrlab.report.stats. An adaptive-seed
-study's training metrics take Stein's two-stage interval and paired test (stats.stein; _stein says which groups)."""
+study's training metrics take Stein's two-stage interval and paired test (stats.stein; _stein says which groups).
+build reads the values from MLflow (values_from_runs) and analyses them (analyse); what is asked (metrics,
+comparisons, margins) is parsed in rlvrlab.report.columns, imported here for its callers."""
 
 from __future__ import annotations
 
@@ -15,116 +17,17 @@ import numpy as np
 from rlvrlab.errors import RlvrlabError
 from rlvrlab.report import stats
 from rlvrlab.report.collect import EvalRecords, Group, Selection, final_values
-
-REDUCTIONS = ("mean", "max", "min", "auc")  # auc: area under the curve / its step span (rlvrlab.report.collect)
-EXTREMES = ("max", "min")  # reductions whose per-run value is a maximum or minimum over the window
-
-
-def max_statistic(spec: MetricSpec) -> bool:
-    """A training metric whose per-run value is an extreme over its window (`--metric NAME:max` or `:min`): skewed (one
-    spike decides a run's value), so a claim on it also needs the exact sign-flip p (stats.claim). A per-step maximum
-    reduced with mean (`loss/ratio_max`) is a mean of the window's steps and is not one."""
-    return spec.reduce in EXTREMES
-
-
-@dataclass(frozen=True)
-class MetricSpec:
-    """A training metric with its per-run reduction over the run's last `last` logged steps."""
-
-    name: str
-    reduce: str
-    last: int
-    label: str  # the column name: the name as given (`loss/grad_norm:max:60` or `train/reward`)
-
-
-def parse_metrics(entries: Sequence[str], *, reduce: str, last: int) -> list[MetricSpec]:
-    """`NAME[:REDUCE[:LAST]]`, comma-separated or repeated; REDUCE and LAST default to --reduce and --last."""
-    specs = []
-    for entry in entries:
-        for text in (t.strip() for t in entry.split(",")):
-            if not text:
-                continue
-            name, *rest = text.split(":")
-            how = rest[0] if rest else reduce
-            if how not in REDUCTIONS or len(rest) > 2 or (len(rest) == 2 and not rest[1].isdigit()) or \
-                    (len(rest) == 2 and int(rest[1]) < 1):
-                raise RlvrlabError(f"--metric {text!r}: write NAME[:REDUCE[:LAST]] with REDUCE one of "
-                                   f"{', '.join(REDUCTIONS)} and LAST a step count >= 1, e.g. loss/grad_norm:max:60")
-            specs.append(MetricSpec(name, how, int(rest[1]) if len(rest) == 2 else last, text))
-    labels = [s.label for s in specs]
-    if len(set(labels)) != len(labels):
-        raise RlvrlabError(f"--metric lists {next(x for x in labels if labels.count(x) > 1)!r} twice; give it once")
-    return specs
-
-
-@dataclass(frozen=True)
-class Pair:
-    """A comparison asked for: a - b. a == BEST: the best group by mean (among all groups but b), labelled selected
-    and adjusted over the number of candidates."""
-
-    a: str
-    b: str
-    metrics: tuple[str, ...] = ()  # the columns (metric labels, eval stats) it is tested on; () = every column
-
-
-BEST = "best"
-
-
-def parse_pairs(entries: Sequence[str]) -> list[Pair]:
-    """`A:B` (group labels or algorithm names), comma-separated or repeated; `best:B` for the selected best cell.
-    `A:B[m1|m2]` tests the pair on those columns only (metric labels as given to --metric, eval stats such as
-    pass@1), so that a report's Holm family is exactly a protocol's list of comparisons."""
-    pairs = []
-    for entry in entries:
-        for text in (t.strip() for t in entry.split(",")):
-            if not text:
-                continue
-            metrics: tuple[str, ...] = ()
-            if text.endswith("]") and "[" in text:
-                text, _, listed = text[:-1].rpartition("[")
-                metrics = tuple(m.strip() for m in listed.split("|") if m.strip())
-                if not metrics:
-                    raise RlvrlabError(f"--compare {text}[]: name the columns to test it on, e.g. "
-                                       "\"up_dapo:dapo[train/reward|pass@1]\", or leave out the brackets for all")
-            a, sep, b = text.partition(":")
-            if not sep or not a.strip() or not b.strip():
-                raise RlvrlabError(f"--compare {text!r}: write A:B with two group labels (or algorithm names), e.g. "
-                                   "--compare \"up_dapo:dapo eps_high=inf\", or best:B")
-            pairs.append(Pair(a.strip(), b.strip(), metrics))
-    return pairs
-
-
-@dataclass(frozen=True)
-class Equivalence:
-    """`--equivalence`: the margin M of the TOST (stats.equivalence_p) per column, in the metric's own units."""
-
-    default: Optional[float] = None  # every column not named
-    by_label: tuple[tuple[str, float], ...] = ()  # (metric label or eval stat, margin)
-
-    def margin(self, label: str) -> Optional[float]:
-        return dict(self.by_label).get(label, self.default)
-
-
-def parse_equivalence(text: Optional[str]) -> Optional[Equivalence]:
-    """`M` (every column), `NAME=M,...` (those columns only), or both (`0.02,pass@1=0.05`); M a float > 0."""
-    if text is None:
-        return None
-    default, named = None, {}
-    for entry in (t.strip() for t in text.split(",")):
-        name, sep, value = entry.rpartition("=")
-        try:
-            margin = float(value)
-        except ValueError:
-            margin = math.nan
-        if not entry or not margin > 0 or not math.isfinite(margin) or (sep and not name.strip()) or \
-                (not sep and default is not None) or name.strip() in named:
-            raise RlvrlabError(f"--equivalence {text!r}: give a margin > 0 in the metric's units (every column) or "
-                               "NAME=MARGIN (one column), comma-separated, e.g. 0.02 or train/reward=0.02,pass@1=0.05")
-        if sep:
-            named[name.strip()] = margin
-        else:
-            default = margin
-    return Equivalence(default, tuple(named.items()))
+from rlvrlab.report.columns import (
+    BEST as BEST,
+    REDUCTIONS as REDUCTIONS,
+    Equivalence as Equivalence,
+    MetricSpec as MetricSpec,
+    Pair as Pair,
+    max_statistic as max_statistic,
+    parse_equivalence as parse_equivalence,
+    parse_metrics as parse_metrics,
+    parse_pairs as parse_pairs,
+)
 
 
 @dataclass
@@ -266,10 +169,31 @@ def build(client, selection: Selection, *, metrics: Sequence[MetricSpec], evals:
           target_halfwidth: Optional[float] = None, equivalence: Optional[Equivalence] = None,
           stage_one: Optional[int] = None) -> Report:
     """stage_one: n0 of an adaptive-seed study (stats.stage_one_size of its `seeds.adaptive` param), None otherwise."""
-    groups = selection.groups
-    base = find_baseline(groups, baseline)
-    columns_given = [m.label for m in metrics] + (list(eval_stats) if evals is not None else [])
-    for pair in pairs:  # fail before any work
+    columns = list(eval_stats) if evals is not None else []
+    check_columns([m.label for m in metrics] + columns, selection.groups, baseline, pairs, equivalence)  # first
+    return analyse(selection, values_from_runs(client, selection.groups, metrics, evals, columns), metrics=metrics,
+                   eval_stats=columns, baseline=baseline, pairs=pairs, target_halfwidth=target_halfwidth,
+                   equivalence=equivalence, stage_one=stage_one)
+
+
+def values_from_runs(client, groups: Sequence[Group], metrics: Sequence[MetricSpec], evals: Optional[EvalRecords],
+                     eval_stats: Sequence[str]) -> dict[tuple[str, str], dict[str, np.ndarray]]:
+    """The arrays the statistics are fed: (section, metric) -> group label -> [S] (each seed run's reduced value,
+    collect.final_values) or [S, P] (an evaluation's seeds x problems), training metrics first, in group seed order."""
+    data = {("train", m.label): {g.label: final_values(client, g, m.name, m.last, m.reduce) for g in groups}
+            for m in metrics}
+    matrices = evals.matrices if evals is not None else {}
+    for dataset in evals.datasets if evals is not None else ():
+        data.update({(dataset, stat): {g.label: matrices[(g.label, dataset, stat)] for g in groups}
+                     for stat in eval_stats})
+    return data
+
+
+def check_columns(columns_given: list[str], groups: list[Group], baseline: Optional[str], pairs: Sequence[Pair],
+                  equivalence: Optional[Equivalence]) -> None:
+    """--baseline, --compare and --equivalence name groups and columns of this report (one-line errors)."""
+    find_baseline(groups, baseline)
+    for pair in pairs:
         find_group(groups, pair.b, "--compare")
         if pair.a != BEST:
             find_group(groups, pair.a, "--compare")
@@ -281,20 +205,21 @@ def build(client, selection: Selection, *, metrics: Sequence[MetricSpec], evals:
         if label not in columns_given:
             raise RlvrlabError(f"--equivalence {label}=...: {label!r} is not a column of this report; columns: "
                                f"{', '.join(columns_given)}")
-    data: dict[tuple[str, str], dict[str, np.ndarray]] = {}  # (section, metric) -> group label -> [S] or [S, P]
-    sections, columns = [], {}
+
+
+def analyse(selection: Selection, data: dict[tuple[str, str], dict[str, np.ndarray]], *,
+            metrics: Sequence[MetricSpec], eval_stats: Sequence[str], baseline: Optional[str],
+            pairs: Sequence[Pair] = (), target_halfwidth: Optional[float] = None,
+            equivalence: Optional[Equivalence] = None, stage_one: Optional[int] = None) -> Report:
+    """The report of given values (values_from_runs, or a folder's per-seed values: rlvrlab.report.reanalyse): cells,
+    comparisons in one Holm family, notes. eval_stats: the columns of each evaluation section (after "train")."""
+    groups = selection.groups
+    check_columns([m.label for m in metrics] + list(eval_stats), groups, baseline, pairs, equivalence)
+    base = find_baseline(groups, baseline)
+    sections = ["train"] if metrics else []
+    sections += list(dict.fromkeys(section for section, _ in data if section != "train"))
+    columns = {section: [m.label for m in metrics] if section == "train" else list(eval_stats) for section in sections}
     extremes = {m.label for m in metrics if max_statistic(m)}
-    if metrics:
-        sections.append("train")
-        columns["train"] = [m.label for m in metrics]
-        for m in metrics:
-            data[("train", m.label)] = {g.label: final_values(client, g, m.name, m.last, m.reduce) for g in groups}
-    if evals is not None:
-        for dataset in evals.datasets:
-            sections.append(dataset)
-            columns[dataset] = list(eval_stats)
-            for stat in eval_stats:
-                data[(dataset, stat)] = {g.label: evals.matrices[(g.label, dataset, stat)] for g in groups}
     higher = {label: not lower_is_better(label) for cols in columns.values() for label in cols}
 
     cells: dict[tuple[str, str, str], Cell] = {}
@@ -440,7 +365,7 @@ def _notes(report: Report, metrics: Sequence[MetricSpec], selection: Selection) 
                          f"{report.stage_one}" + _stein_note(report, selection))
     if any(s != "train" for s in report.sections):
         notes.append("evaluation metrics: 95% interval of a crossed seeds x problems design (variance components "
-                     "from the two-way ANOVA, the seed component at least the residual's share of a seed mean, t "
+                     "from the two-way ANOVA: the seed term MS_S, unbiased, and the problem term max(MS_P - MS_E, 0); t "
                      "quantile on Satterthwaite df with the seed term on S-1; docs/report.md); the CSV also has the "
                      "seed-only t-interval" + ("; not adjusted for the adaptive seed count (N was chosen from "
                                                "stage one)" if report.stage_one is not None else ""))
