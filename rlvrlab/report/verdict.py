@@ -19,33 +19,48 @@ A condition is a comparison of the report (`A vs B` as comparisons.csv names it,
 one of its columns (`metric`, and `section` where the column is in several), and `where`: predicates
 `FIELD OP VALUE` on that row of comparisons.csv, all of which must hold; `all:` / `any:` combine conditions and
 nest. Every rule is evaluated (the table shows which hold); the verdict is the first that holds. Mistakes are
-one-line RlvrlabErrors naming the rule and the fix."""
+one-line RlvrlabErrors naming the rule and the fix.
+
+A block may name the results folder its question is about (`folder: results/up_pairs`, from the repository root;
+it is then evaluated there only), a condition may read another folder's committed comparisons.csv (`folder:`,
+e.g. a negative control written as its own report), and a condition on a recorded event names `event: NAME`
+instead of a metric: the exact McNemar comparison that sources.json "events" records for `A vs B` (p, p_holm
+over the event family, count_a/count_b the runs that met it, count_diff = count_a - count_b, rate_a/rate_b, n_a,
+n_b). p_holm_all is Holm (1979) over every comparison the folder records, comparisons.csv rows and event
+comparisons together (a protocol whose family spans both). `evaluate_folder` evaluates a committed folder
+(comparisons.csv and sources.json) without MLflow; `evaluate_records` evaluates rows as `render.comparison_record`
+gives them or as comparisons.csv holds them."""
 
 from __future__ import annotations
 
+import csv
+import json
 import math
 import re
-from dataclasses import dataclass
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field as dataclass_field
 from pathlib import Path
 from typing import Optional, Union
 
 from rlvrlab.errors import RlvrlabError
+from rlvrlab.report import stats
 from rlvrlab.report.escape import md
 from rlvrlab.report.render import comparison_record
-from rlvrlab.report.table import Report, Row
+from rlvrlab.report.table import Report
 
 FENCE = re.compile(r"^```verdict\s*$")
 PRECEDENCE = "first"  # the only precedence: the first rule (in the listed order) that holds is the verdict
 NUMERIC = ("delta", "low", "high", "se", "df", "p", "p_family", "p_holm", "p_signflip", "mde", "holm_level",
            "mde_holm", "prob_improvement", "n_a", "n_b", "selected_from", "equivalence_margin", "p_equivalence",
-           "p_equivalence_holm")
+           "p_equivalence_holm", "p_holm_all")
+EVENT = ("p", "p_holm", "p_holm_all", "count_a", "count_b", "count_diff", "rate_a", "rate_b", "n_a", "n_b")
 BOOLEAN = ("significant", "equivalent", "paired", "max_statistic")
 ALIASES = {"ci_low": "low", "ci_high": "high"}  # the 95% interval of Δ
 OPERATORS = {"<": lambda a, b: a < b, "<=": lambda a, b: a <= b, ">": lambda a, b: a > b,
              ">=": lambda a, b: a >= b, "==": lambda a, b: a == b, "!=": lambda a, b: a != b}
 PREDICATE = re.compile(r"^\s*([a-z_]+)\s*(<=|>=|==|!=|<|>)\s*(\S+)\s*$")
-TOP_KEYS, RULE_KEYS, LEAF_KEYS = {"question", "precedence", "rules"}, {"verdict", "all", "any"}, \
-    {"comparison", "metric", "section", "where"}
+TOP_KEYS, RULE_KEYS, LEAF_KEYS = {"question", "precedence", "rules", "folder"}, {"verdict", "all", "any"}, \
+    {"comparison", "metric", "event", "section", "where", "folder"}
 NO_RULES = "the protocol states no machine-readable verdict rules (a ```verdict block, docs/report.md)"
 
 
@@ -61,9 +76,11 @@ class Predicate:
 @dataclass(frozen=True)
 class Leaf:
     comparison: str
-    metric: str
+    metric: str  # the column, or for an event condition the event's name
     section: Optional[str]
     where: tuple[Predicate, ...]
+    event: bool = False  # a recorded event comparison (sources.json "events"), not a comparisons.csv row
+    folder: Optional[str] = None  # another folder's committed records (from the repository root)
 
 
 @dataclass(frozen=True)
@@ -82,6 +99,7 @@ class Rule:
 class Question:
     title: str
     rules: tuple[Rule, ...]
+    folder: Optional[str] = None  # the results folder the question is about (None: any report it is run on)
 
 
 @dataclass(frozen=True)
@@ -106,6 +124,16 @@ class QuestionOutcome:
 class Verdicts:
     protocol: str
     questions: tuple[QuestionOutcome, ...]  # () when the protocol states no rules
+    elsewhere: tuple[tuple[str, str], ...] = ()  # (title, folder) of the questions about other folders
+
+
+@dataclass(frozen=True)
+class Records:
+    """What conditions are tested on: comparisons.csv rows as values, and the recorded event comparisons."""
+    rows: tuple[dict, ...]
+    events: tuple[dict, ...] = ()  # sources.json "events" (events.as_dict)
+    name: str = "this report"
+    holm_all: dict = dataclass_field(default_factory=dict, compare=False)  # (kind, index) -> Holm p over both
 
 
 # ------------------------------------------------------------------------------------------------------ parsing
@@ -150,7 +178,9 @@ def _question(block: str, where: str, index: int, count: int) -> Question:
     if not isinstance(rules, list) or not rules:
         raise RlvrlabError(f"{where}: rules: must list the rules in order of precedence, each with verdict: NAME")
     title = str(spec.get("question") or (f"verdict {index + 1}" if count > 1 else "verdict"))
-    return Question(title, tuple(_rule(rule, where, number) for number, rule in enumerate(rules, 1)))
+    folder = spec.get("folder")
+    return Question(title, tuple(_rule(rule, where, number) for number, rule in enumerate(rules, 1)),
+                    None if folder is None else str(folder).strip().rstrip("/"))
 
 
 def _rule(rule: object, where: str, number: int) -> Rule:
@@ -186,18 +216,31 @@ def _condition(item: object, here: str) -> Union[Leaf, Combined]:
     if unknown:
         raise RlvrlabError(f"{here}: unknown key {unknown[0]!r} in a condition; a condition has comparison, metric, "
                            "where (and section where the column is in several)")
-    missing = [k for k in ("comparison", "metric", "where") if not item.get(k)]
+    if item.get("metric") and item.get("event"):
+        raise RlvrlabError(f"{here}: give metric: (a comparisons.csv column) or event: (a recorded event), not both")
+    missing = [k for k in ("comparison", "metric", "where") if not item.get(k) and not (k == "metric" and
+                                                                                      item.get("event"))]
     if missing:
         raise RlvrlabError(f"{here}: a condition needs {missing[0]}: (comparison: A vs B, metric: M, where: "
                            "FIELD OP VALUE)")
     where = item["where"] if isinstance(item["where"], list) else [item["where"]]
-    section = item.get("section")
-    return Leaf(str(item["comparison"]).strip(), str(item["metric"]).strip(),
-                None if section is None else str(section), tuple(_predicate(str(w), here) for w in where))
+    section, folder, event = item.get("section"), item.get("folder"), bool(item.get("event"))
+    return Leaf(str(item["comparison"]).strip(), str(item["event" if event else "metric"]).strip(),
+                None if section is None else str(section), tuple(_predicate(str(w), here, event) for w in where),
+                event, None if folder is None else str(folder).strip().rstrip("/"))
 
 
-def _predicate(text: str, here: str) -> Predicate:
+def _predicate(text: str, here: str, event: bool = False) -> Predicate:
     match = PREDICATE.match(text)
+    if event:
+        if match is None or match.group(1) not in EVENT:
+            raise RlvrlabError(f"{here}: {text!r}: an event condition tests FIELD OP VALUE with FIELD one of "
+                               f"{', '.join(EVENT)}, e.g. count_diff <= 0")
+        name, op, value = match.groups()
+        try:
+            return Predicate(name, name, op, float(value), text.strip())
+        except ValueError:
+            raise RlvrlabError(f"{here}: {text!r}: {value!r} is not a number") from None
     fields = ", ".join((*NUMERIC, *ALIASES, *BOOLEAN))
     if match is None:
         raise RlvrlabError(f"{here}: {text!r} is not FIELD OP VALUE (OP one of < <= > >= == !=), e.g. "
@@ -218,30 +261,90 @@ def _predicate(text: str, here: str) -> Predicate:
 
 
 # --------------------------------------------------------------------------------------------------- evaluation
-def evaluate(protocol: Path, questions: tuple[Question, ...], report: Report) -> Verdicts:
-    """Every rule of every block on the report's comparisons; one-line errors for a comparison, column or field
-    the report does not have."""
-    outcomes = []
+def evaluate(protocol: Path, questions: tuple[Question, ...], report: Report, *, folder: Optional[Path] = None,
+             events: Sequence[dict] = (), root: Optional[Path] = None) -> Verdicts:
+    """Every rule of every block on the report's comparisons (and its events, in sources.json's form); one-line
+    errors for a comparison, column or field the report does not have. `folder`: where the report is written; a
+    block that names another folder (or any folder, when `folder` is not given) is listed, not evaluated."""
+    rows = tuple(comparison_record(r) for r in report.rows)
+    return _evaluate(protocol, questions, Records(rows, tuple(events)), folder, root)
+
+
+def evaluate_records(protocol: Path, questions: tuple[Question, ...], records: Iterable[dict],
+                     events: Sequence[dict] = (), *, folder: Optional[Path] = None,
+                     root: Optional[Path] = None) -> Verdicts:
+    """The same on comparisons.csv rows: the dicts render.comparison_record gives, or the rows of comparisons.csv
+    (read_comparisons turns its strings back into numbers and booleans)."""
+    return _evaluate(protocol, questions, Records(tuple(records), tuple(events)), folder, root)
+
+
+def evaluate_folder(protocol: Path, questions: tuple[Question, ...], folder: Path,
+                    root: Optional[Path] = None) -> Verdicts:
+    """The blocks about a committed results folder, from its comparisons.csv and sources.json alone (no MLflow)."""
+    return _evaluate(protocol, questions, read_folder(Path(folder)), Path(folder), root)
+
+
+def read_comparisons(path: Path) -> tuple[dict, ...]:
+    """comparisons.csv as comparison_record's values: numbers as floats, booleans as bools, empty cells as ""."""
+    with open(path, newline="") as handle:
+        return tuple({k: _value(k, v) for k, v in row.items()} for row in csv.DictReader(handle))
+
+
+def read_folder(folder: Path) -> Records:
+    """A results folder's records: comparisons.csv and the event comparisons of sources.json."""
+    if not (folder / "comparisons.csv").is_file():
+        raise RlvrlabError(f"{folder}: no comparisons.csv; name a folder written by rlvrlab report")
+    sidecar = folder / "sources.json"
+    events = json.loads(sidecar.read_text()).get("events") or () if sidecar.is_file() else ()
+    return Records(read_comparisons(folder / "comparisons.csv"), tuple(events), str(folder))
+
+
+def _value(key: str, text: str) -> object:
+    if text == "" or key not in (*NUMERIC, *BOOLEAN):
+        return text
+    if key in BOOLEAN:
+        return text == "True"
+    return float(text)
+
+
+def _evaluate(protocol: Path, questions: tuple[Question, ...], records: Records, folder: Optional[Path],
+              root: Optional[Path]) -> Verdicts:
+    base = Path.cwd() if root is None else Path(root)
+    cache: dict[str, Records] = {}
+
+    def source(leaf: Leaf) -> Records:
+        if leaf.folder is None:
+            return records
+        if leaf.folder not in cache:
+            cache[leaf.folder] = read_folder(base / leaf.folder)
+        return cache[leaf.folder]
+
+    outcomes, elsewhere = [], []
     for question in questions:
+        if question.folder is not None and (folder is None or
+                                            (base / question.folder).resolve() != Path(folder).resolve()):
+            elsewhere.append((question.title, question.folder))
+            continue
         rules = []
         for number, rule in enumerate(question.rules, 1):
             here = f"--protocol {protocol}, rule {number} ({rule.verdict!r})"
             if rule.condition is None:
                 rules.append(RuleOutcome(rule.verdict, True, "always (no condition)"))
                 continue
-            holds, detail = _holds(rule.condition, report, here)
+            holds, detail = _holds(rule.condition, source, here)
             rules.append(RuleOutcome(rule.verdict, holds, detail))
         outcomes.append(QuestionOutcome(question.title, tuple(rules)))
-    return Verdicts(str(protocol), tuple(outcomes))
+    return Verdicts(str(protocol), tuple(outcomes), tuple(elsewhere))
 
 
-def _holds(condition: Union[Leaf, Combined], report: Report, here: str) -> tuple[bool, str]:
+def _holds(condition: Union[Leaf, Combined], source, here: str) -> tuple[bool, str]:
     if isinstance(condition, Combined):
-        parts = [_holds(item, report, here) for item in condition.items]
+        parts = [_holds(item, source, here) for item in condition.items]
         holds = all(h for h, _ in parts) if condition.mode == "all" else any(h for h, _ in parts)
         inner = "; ".join(d for _, d in parts)
         return holds, inner if len(parts) == 1 else f"{condition.mode} of ({inner})"
-    record = comparison_record(_row(condition, report, here))
+    records = source(condition)
+    record = _event(condition, records, here) if condition.event else _row(condition, records, here)
     shown = []
     holds = True
     for predicate in condition.where:
@@ -256,45 +359,90 @@ def _holds(condition: Union[Leaf, Combined], report: Report, here: str) -> tuple
         text = str(value).lower() if isinstance(value, bool) else ("nan" if math.isnan(float(value))
                                                                     else f"{float(value):.4g}")
         shown.append(f"{predicate.name} = {text} {predicate.op} {_target(predicate.value)} {'✓' if ok else '✗'}")
-    return holds, f"{condition.comparison} · {condition.metric}: {', '.join(shown)}"
+    where = f" ({condition.folder})" if condition.folder else ""
+    return holds, f"{condition.comparison} · {condition.metric}{where}: {', '.join(shown)}"
 
 
 def _target(value: Union[float, bool]) -> str:
     return str(value).lower() if isinstance(value, bool) else f"{value:g}"
 
 
-def _names(row: Row) -> set[str]:
+def _names(record: dict) -> set[str]:
     """What a condition may call a row: `A vs B`, or for a selected cell its full name and `best vs B`."""
-    return {row.name, f"best vs {row.b}"} if row.selected_from else {row.name}
+    a, b, selected = record["a"], record["b"], record.get("selected_from") or ""
+    if selected == "":
+        return {f"{a} vs {b}"}
+    return {f"{a} vs {b} (selected: best of {int(float(selected))})", f"best vs {b}"}
 
 
-def _row(leaf: Leaf, report: Report, here: str) -> Row:
-    named = [r for r in report.rows if leaf.comparison in _names(r)]
+def _holm_all(records: Records) -> dict:
+    """Holm (1979) over every comparison the records hold: each row's p entering Holm (p_family) and each event
+    comparison's exact p, as one family (stats.holm)."""
+    if not records.holm_all:
+        keys: list[tuple] = [("row", i) for i in range(len(records.rows))]
+        ps = [float(r["p_family"] if r.get("p_family", "") != "" else r["p"]) for r in records.rows]
+        for e, event in enumerate(records.events):
+            keys += [("event", e, c) for c in range(len(event.get("comparisons", ())))]
+            ps += [float(c["p"]) for c in event.get("comparisons", ())]
+        records.holm_all.update(zip(keys, stats.holm(ps)) if ps else ())
+    return records.holm_all
+
+
+def _row(leaf: Leaf, records: Records, here: str) -> dict:
+    named = [(i, r) for i, r in enumerate(records.rows) if leaf.comparison in _names(r)]
     if not named:
-        known = sorted({r.name for r in report.rows})
+        known = sorted({f"{r['a']} vs {r['b']}" for r in records.rows})
         shown = "; ".join(known[:6]) + ("; ..." if len(known) > 6 else "")
         a, _, b = leaf.comparison.partition(" vs ")
-        raise RlvrlabError(f"{here}: no comparison {leaf.comparison!r} in this report; add it with --compare "
+        raise RlvrlabError(f"{here}: no comparison {leaf.comparison!r} in {records.name}; add it with --compare "
                            f"\"{a}:{b}\" or name one of: {shown}")
-    found = [r for r in named if r.metric == leaf.metric and leaf.section in (None, r.section)]
+    found = [(i, r) for i, r in named if r["metric"] == leaf.metric and leaf.section in (None, r["section"])]
     if not found:
-        columns = sorted({r.metric for r in named})
+        columns = sorted({r["metric"] for _, r in named})
         raise RlvrlabError(f"{here}: {leaf.comparison!r} is not tested on {leaf.metric!r}"
                            + (f" in section {leaf.section!r}" if leaf.section else "")
-                           + f"; its columns: {', '.join(columns)}")
-    sections = sorted({r.section for r in found})
+                           + f" in {records.name}; its columns: {', '.join(columns)}")
+    sections = sorted({r["section"] for _, r in found})
     if len(sections) > 1:
         raise RlvrlabError(f"{here}: {leaf.metric!r} of {leaf.comparison!r} is in sections {', '.join(sections)}; "
                            "name one with section: NAME")
-    return found[0]  # the same test where a pair is asked twice (baseline and --compare): the same numbers
+    index, record = found[0]  # the same test where a pair is asked twice (baseline and --compare): the same numbers
+    return {**record, "p_holm_all": _holm_all(records)[("row", index)]}
+
+
+def _event(leaf: Leaf, records: Records, here: str) -> dict:
+    """The recorded event comparison `A vs B` (events.as_dict: McNemar exact on paired seeds) and its counts."""
+    named = [(e, event) for e, event in enumerate(records.events)
+             if event["event"].partition(":")[0].strip() == leaf.metric]
+    if not named:
+        known = ", ".join(sorted({e["event"].partition(":")[0].strip() for e in records.events})) or "none"
+        raise RlvrlabError(f"{here}: no event {leaf.metric!r} recorded in {records.name} (recorded: {known}); run "
+                           f"the report with --event \"{leaf.metric}: ...\"")
+    e, event = named[0]
+    a, _, b = leaf.comparison.partition(" vs ")
+    found = [c for c, comparison in enumerate(event["comparisons"])
+             if (comparison["group"], comparison["baseline"]) == (a, b)]
+    if not found:
+        known = "; ".join(f"{c['group']} vs {c['baseline']}" for c in event["comparisons"])
+        raise RlvrlabError(f"{here}: event {leaf.metric!r} has no comparison {leaf.comparison!r} in {records.name}; "
+                           f"name one of: {known}")
+    comparison = event["comparisons"][found[0]]
+    runs_a, runs_b = event["groups"][a], event["groups"][b]
+    count_a, count_b = (sum(run["step"] is not None or bool(run["cause"]) for run in runs) for runs in (runs_a, runs_b))
+    return {"p": float(comparison["p"]), "p_holm": float(comparison["holm_p"]),
+            "p_holm_all": _holm_all(records)[("event", e, found[0])], "count_a": float(count_a),
+            "count_b": float(count_b), "count_diff": float(count_a - count_b), "rate_a": count_a / len(runs_a),
+            "rate_b": count_b / len(runs_b), "n_a": float(len(runs_a)), "n_b": float(len(runs_b))}
 
 
 # ------------------------------------------------------------------------------------------------------ output
 def markdown(verdicts: Verdicts) -> str:
     """The "Verdict (protocol rules)" section of table.md."""
     out = ["### Verdict (protocol rules)", ""]
-    if not verdicts.questions:
+    if not verdicts.questions and not verdicts.elsewhere:
         return "\n".join([*out, NO_RULES, ""]) + "\n"
+    if not verdicts.questions:
+        return "\n".join([*out, md(_elsewhere(verdicts)), ""]) + "\n"
     out.append(f"From `{verdicts.protocol}`; the rules in its order of precedence, the first that holds is the "
                "verdict.")
     out.append("")
@@ -306,7 +454,15 @@ def markdown(verdicts: Verdicts) -> str:
         out.append("|---|---|---|")
         out += [f"| {md(r.verdict)} | {'yes' if r.holds else 'no'} | {md(r.detail)} |" for r in question.rules]
         out.append("")
+    if verdicts.elsewhere:
+        out += [md(_elsewhere(verdicts)), ""]
     return "\n".join(out) + "\n"
+
+
+def _elsewhere(verdicts: Verdicts) -> str:
+    listed = "; ".join(f"{title} ({folder})" for title, folder in verdicts.elsewhere)
+    return (f"Not evaluated on this report, each about the results folder it names (rlvrlab.report.verdict."
+            f"evaluate_folder evaluates it there): {listed}.")
 
 
 def _also(question: QuestionOutcome) -> str:
@@ -316,9 +472,9 @@ def _also(question: QuestionOutcome) -> str:
 
 def lines(verdicts: Verdicts) -> list[str]:
     """What the CLI prints: each rule, then the verdict, per block."""
-    if not verdicts.questions:
+    if not verdicts.questions and not verdicts.elsewhere:
         return [NO_RULES]
-    out = []
+    out = [_elsewhere(verdicts)] if verdicts.elsewhere else []
     for question in verdicts.questions:
         out += [f"  {r.verdict}: {'holds' if r.holds else 'does not hold'} — {r.detail}" for r in question.rules]
         verdict = question.verdict or "none of the rules holds"
