@@ -11,6 +11,7 @@ from rlvrlab.cli.eval import eval_app
 from rlvrlab.cli.model import model_app
 from rlvrlab.cli.options import check_arguments
 from rlvrlab.cli.report import report
+from rlvrlab.cli.reproduce import reproduce
 from rlvrlab.cli.sweep import sweep
 from rlvrlab.cli.train import train
 from rlvrlab.errors import RlvrlabError
@@ -30,6 +31,7 @@ app.add_typer(model_app, name="model")
 app.command()(train)
 app.command()(sweep)
 app.command()(report)
+app.command()(reproduce)
 
 
 def main() -> None:
