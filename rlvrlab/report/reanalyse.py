@@ -16,6 +16,7 @@ import csv
 import hashlib
 import json
 import re
+import subprocess
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -100,9 +101,7 @@ def reanalyse(folder: Path, out: Optional[Path] = None, protocol: Optional[Path]
                      pairs=parse_pairs(options.get("--compare", [])),
                      target_halfwidth=float(one["--target-halfwidth"]) if "--target-halfwidth" in one else None,
                      equivalence=parse_equivalence(one.get("--equivalence")), stage_one=stein)
-    from rlvrlab.tracking.provenance import git_state
-
-    sha, dirty, _ = git_state()
+    sha, dirty = _state(folder, protocol if protocol is not None else _protocol(sources, one.get("--protocol"), folder))
     today = datetime.now(timezone.utc).date().isoformat()
     heads = {_head(note) for note in result.notes}
     result.notes += [note for note in sources.get("notes", []) if _head(note) not in heads and
@@ -317,3 +316,21 @@ def _portable(path: Path) -> str:
 def _write(path: Path, text: str) -> Path:
     outputs.write_replacing(path, text)
     return path
+
+
+def _state(folder: Path, protocol: Optional[Path]) -> tuple[str, bool]:
+    """(commit, dirty) of what a re-analysis rests on: the code (every tracked file outside results/), the folder's
+    values (per_seed.csv, per_problem.csv) and its protocol. Other results folders, and this folder's own outputs
+    (tables, comparisons.csv, sources.json, which it rewrites), are not: re-analysing 18 folders in a row is from
+    a clean tree when the code and the values are committed."""
+    from rlvrlab.tracking.provenance import git_state
+
+    sha, _, _ = git_state()
+    if sha == "unknown":
+        return sha, False
+    root = Path(__file__).resolve().parents[2]  # the checkout holding this package
+    inputs = [folder / "per_seed.csv", folder / "per_problem.csv", *([Path(protocol)] if protocol else [])]
+    paths = [str(p.resolve()) for p in inputs if p.exists() and root in p.resolve().parents]
+    done = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no", "--", ".",
+                           ":(exclude)results", *paths], capture_output=True, text=True, check=False)
+    return sha, done.returncode != 0 or bool(done.stdout.strip())
