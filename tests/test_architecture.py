@@ -14,7 +14,8 @@ PACKAGE = Path(__file__).resolve().parents[1] / "rlvrlab"
 # Lowest first. A unit (a subpackage or a top-level module of rlvrlab) may import only from units on lower floors.
 FLOORS: list[tuple[str, set[str]]] = [
     ("foundation", {"errors", "procs"}),
-    ("algorithms, verifiers, run-folder layout, output locations", {"algorithms", "rewards", "rundir", "outputs"}),
+    ("algorithms, verifiers, run-folder layout, output locations, statistics",
+     {"algorithms", "rewards", "rundir", "outputs", "stats"}),
     ("problems", {"data"}),
     ("configuration", {"config"}),
     ("components", {"policy", "rollout", "update", "tracking", "integrations"}),

@@ -66,12 +66,12 @@ def summary_table(summary: dict, ks: list[int], n: int) -> Table:
 def seeds_table(outcomes: Sequence) -> Table | None:
     """Over the training seeds of one configuration (--study / --runs-of; EvalOutcome.config_hash): each mean over
     seeds and problems with the crossed seeds × problems 95% interval that `rlvrlab report` gives evaluation
-    columns (rlvrlab.report.stats.crossed_interval), for every configuration with 2+ seeds evaluated on the same
+    columns (rlvrlab.stats.crossed_interval), for every configuration with 2+ seeds evaluated on the same
     problems; None when there is none."""
     import numpy as np
 
+    from rlvrlab import stats
     from rlvrlab.algorithms.passk import SAMPLES_PER_K
-    from rlvrlab.report import stats
 
     by_config: dict[str, list] = defaultdict(list)
     for outcome in outcomes:

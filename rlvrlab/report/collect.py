@@ -403,7 +403,7 @@ def eval_records(client, selection: Selection, *, rarefy: int = 4) -> Optional[E
 
 
 def _statistic(row: dict, stat: str) -> float:
-    from rlvrlab.report.stats import expected_distinct, rarefied_distinct
+    from rlvrlab.stats import expected_distinct, rarefied_distinct
 
     if stat.startswith("distinct@"):
         return expected_distinct(row["correct_forms"], int(row["n"]), int(stat.split("@")[1]))

@@ -31,7 +31,7 @@ from scipy import stats as sps
 from rlvrlab.errors import RlvrlabError
 from rlvrlab.report.collect import Group, metric_series
 from rlvrlab.report.escape import code, md
-from rlvrlab.report.stats import holm
+from rlvrlab.stats import holm
 from rlvrlab.tracking import tags as T
 
 _CONDITION = re.compile(r"^\s*(?P<metric>[\w./@-]+)\s*(?P<op><=|>=|<|>)\s*(?P<value>[-+0-9.eE]+)"

@@ -9,7 +9,7 @@ Per problem (rlvrlab.algorithms.passk, "curves over k"):
   record has |C|, correct_set), reported only for k with n >= SAMPLES_PER_K · k: the other ks are left out of the
   CSV and the plot, with a one-line note on stderr naming the fix (raise --n).
 Per group and k: the mean over seeds and problems with the report's interval for evaluation columns, the crossed
-seeds × problems interval (rlvrlab.report.stats.crossed_interval; NaN bounds for one seed).
+seeds × problems interval (rlvrlab.stats.crossed_interval; NaN bounds for one seed).
 """
 
 from __future__ import annotations
@@ -23,9 +23,9 @@ from pathlib import Path
 
 import numpy as np
 
-from rlvrlab import outputs
+from rlvrlab import outputs, stats
 from rlvrlab.algorithms.passk import exact_curves, reportable_ks, sampled_curves, too_few_samples
-from rlvrlab.report import plots, stats
+from rlvrlab.report import plots
 from rlvrlab.report.collect import EvalRecords
 
 K_MAX = 64

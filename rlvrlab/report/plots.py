@@ -11,8 +11,7 @@ from typing import Optional
 
 import numpy as np
 
-from rlvrlab import outputs
-from rlvrlab.report import stats
+from rlvrlab import outputs, stats
 from rlvrlab.report.collect import EvalRecords, Selection, curves
 
 

@@ -144,13 +144,13 @@ def reanalyse(folder: Path, out: Optional[Path] = None, protocol: Optional[Path]
 
 
 def statistics_version() -> str:
-    """The statistics code that computed the tables: a digest of rlvrlab/report/stats/*.py (changes with any edit,
+    """The statistics code that computed the tables: a digest of rlvrlab/stats/*.py (changes with any edit,
     committed or not) and of rlvrlab/report/table.py."""
     here = Path(__file__).resolve().parent
     digest = hashlib.sha256()
-    for path in [*sorted((here / "stats").glob("*.py")), here / "table.py"]:
+    for path in [*sorted((here.parent / "stats").glob("*.py")), here / "table.py"]:
         digest.update(path.name.encode() + b"\0" + path.read_bytes())
-    return f"rlvrlab/report/stats sha256:{digest.hexdigest()[:16]}"
+    return f"rlvrlab/stats sha256:{digest.hexdigest()[:16]}"
 
 
 def _read(folder: Path) -> tuple[dict, list[dict], list[dict]]:

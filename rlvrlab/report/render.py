@@ -12,7 +12,7 @@ from typing import Optional
 
 import numpy as np
 
-from rlvrlab.report import stats
+from rlvrlab import stats
 from rlvrlab.report.collect import EvalRun, Group, Selection
 from rlvrlab.report.escape import md, tex
 from rlvrlab.report.events import EventResult
@@ -444,7 +444,7 @@ def sources(selection: Selection, report: Report, command: list[str], eval_runs:
         "statistics": "Student-t seed intervals; crossed seeds x problems intervals for evaluations; paired t / "
                       "Welch comparisons (adaptive-seed studies: Stein two-stage intervals, paired Stein), "
                       "sign-flip p, Holm, MDE at the Holm level, the claim rule "
-                      "(rlvrlab/report/stats/)",
+                      "(rlvrlab/stats/)",
         "baseline": report.baseline, "rlvrlab_git_sha": sha, "rlvrlab_git_dirty": dirty, "outputs": outputs,
         "provenance": provenance or {},
         "protocol": protocol and {**protocol, "path": portable(protocol["path"])},  # its commits; pre-registered?

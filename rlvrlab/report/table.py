@@ -1,6 +1,6 @@
 """The numbers of a report: one Cell per (group, section, metric) with its interval, and one Row per comparison,
 all comparisons of one report in one Holm family. Sections: "train" (training metrics, one value per seed) and
-one per evaluation dataset (per seed and problem). The statistics are in rlvrlab.report.stats. An adaptive-seed
+one per evaluation dataset (per seed and problem). The statistics are in rlvrlab.stats. An adaptive-seed
 study's training metrics take Stein's two-stage interval and paired test (stats.stein; _stein says which groups).
 build reads the values from MLflow (values_from_runs) and analyses them (analyse); what is asked (metrics,
 comparisons, margins) is parsed in rlvrlab.report.columns, imported here for its callers."""
@@ -14,8 +14,8 @@ from typing import Optional
 
 import numpy as np
 
+from rlvrlab import stats
 from rlvrlab.errors import RlvrlabError
-from rlvrlab.report import stats
 from rlvrlab.report.collect import EvalRecords, Group, Selection, final_values
 from rlvrlab.report.columns import (
     BEST as BEST,
@@ -365,7 +365,7 @@ def _notes(report: Report, metrics: Sequence[MetricSpec], selection: Selection) 
                          f"{report.stage_one}" + _stein_note(report, selection))
     if any(s != "train" for s in report.sections):
         notes.append("evaluation metrics: 95% interval of a crossed seeds x problems design (variance components "
-                     "from the two-way ANOVA: the seed term MS_S, unbiased, and the problem term max(MS_P - MS_E, 0); t "
+                     "from the two-way ANOVA: the seed term MS_S, unbiased, the problem term max(MS_P - MS_E, 0); t "
                      "quantile on Satterthwaite df with the seed term on S-1; docs/report.md); the CSV also has the "
                      "seed-only t-interval" + ("; not adjusted for the adaptive seed count (N was chosen from "
                                                "stage one)" if report.stage_one is not None else ""))

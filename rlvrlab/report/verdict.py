@@ -42,8 +42,8 @@ from dataclasses import dataclass, field as dataclass_field
 from pathlib import Path
 from typing import Optional, Union
 
+from rlvrlab import stats
 from rlvrlab.errors import RlvrlabError
-from rlvrlab.report import stats
 from rlvrlab.report.escape import md
 from rlvrlab.report.render import comparison_record
 from rlvrlab.report.table import Report

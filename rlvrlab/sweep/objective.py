@@ -1,6 +1,6 @@
 """A sweep's objective: a seed run's value (`window_mean` of a metric over its last logged steps, read back from
 MLflow) and a trial's value over its seeds (an `Aggregate`) with its 95% interval over seeds (`trial_interval`):
-for a fixed seed list the Student-t interval that `rlvrlab report` prints (rlvrlab.report.stats.t_interval), so
+for a fixed seed list the Student-t interval that `rlvrlab report` prints (rlvrlab.stats.t_interval), so
 `--status`, the objective and a report agree to the bit; for adaptive seeds Stein's two-stage interval
 (rlvrlab.sweep.seeds), the one whose 95% holds for the seed count the rule chose, so a `lcb95`/`ucb95` objective
 optimises the interval that `--status` shows.
@@ -20,7 +20,7 @@ from typing import Any, Optional
 import numpy as np
 
 from rlvrlab.errors import RlvrlabError
-from rlvrlab.report.stats import Interval
+from rlvrlab.stats import Interval
 from rlvrlab.sweep.seeds import AdaptiveSeeds, trial_interval
 
 DIRECTIONS = ("maximize", "minimize")

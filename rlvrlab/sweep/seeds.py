@@ -37,7 +37,7 @@ from typing import Optional
 
 import numpy as np
 
-from rlvrlab.report.stats import LEVEL, Interval, stein_interval as stein_interval_of, t_interval, t_ppf
+from rlvrlab.stats import LEVEL, Interval, stein_interval as stein_interval_of, t_interval, t_ppf
 
 RULE = "stein1945"  # part of an adaptive study's fingerprint: a study of another rule is another study
 MIN_INITIAL = 5  # stage-one seeds; fewer make t_{.975, n0-1}, hence N, too large (3.18 at n0 = 4)
@@ -105,7 +105,7 @@ def stein_interval(values: Mapping[int, float], initial: int) -> Interval:
 
 def trial_interval(values: Mapping[int, float] | Sequence[float], adaptive: Optional[AdaptiveSeeds]) -> Interval:
     """A trial's 95% interval over its seeds: Stein's for an adaptive trial whose stage one is done (`values` then
-    maps seed -> value), the report's Student-t interval (rlvrlab.report.stats.t_interval) otherwise (a fixed seed
+    maps seed -> value), the report's Student-t interval (rlvrlab.stats.t_interval) otherwise (a fixed seed
     list, or an adaptive trial still in stage one)."""
     if isinstance(values, Mapping):
         if adaptive is not None and _stage_one(values, adaptive.initial) is not None:

@@ -11,6 +11,7 @@ import pytest
 from rich.console import Console
 from scipy import stats as sps
 
+from rlvrlab import stats
 from rlvrlab.algorithms.passk import (
     SAMPLES_PER_K,
     exact_curves,
@@ -23,7 +24,6 @@ from rlvrlab.algorithms.passk import (
 )
 from rlvrlab.cli.eval import summary_table
 from rlvrlab.eval.run import aggregate
-from rlvrlab.report import stats
 from rlvrlab.report.passk_curve import COLUMNS, curve_points, to_csv
 
 

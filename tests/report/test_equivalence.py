@@ -9,8 +9,8 @@ import math
 import numpy as np
 import pytest
 
+from rlvrlab import stats
 from rlvrlab.errors import RlvrlabError
-from rlvrlab.report import stats
 from rlvrlab.report.table import Equivalence, Row, adjust_family, parse_equivalence
 
 

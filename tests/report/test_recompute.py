@@ -276,10 +276,10 @@ def test_committed_results_recompute() -> None:
 
 def test_the_scripts_crossed_intervals_and_mdes_are_the_reports() -> None:
     """recompute.py's own crossed seeds x problems moments (paired and Welch) and MDEs, on draws where the seed term
-    is floored and where it is not, equal rlvrlab.report.stats to 1e-12."""
+    is floored and where it is not, equal rlvrlab.stats to 1e-12."""
     import importlib.util
 
-    from rlvrlab.report import stats
+    from rlvrlab import stats
 
     spec = importlib.util.spec_from_file_location("recompute", ROOT / "results" / "recompute.py")
     assert spec is not None and spec.loader is not None

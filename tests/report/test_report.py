@@ -16,7 +16,8 @@ import numpy as np
 import pytest
 import scipy.stats
 
-from rlvrlab.report import collect, stats
+from rlvrlab import stats
+from rlvrlab.report import collect
 
 RLVRLAB = shutil.which("rlvrlab", path=str(Path(sys.executable).parent))
 

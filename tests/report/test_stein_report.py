@@ -1,4 +1,4 @@
-"""An adaptive-seed study's report (rlvrlab.report.stats.stein): Stein's (1945) interval for every training metric and
+"""An adaptive-seed study's report (rlvrlab.stats.stein): Stein's (1945) interval for every training metric and
 the paired Stein comparison on the common seeds, their coverage and type-I error under normality against the plain
 t / Welch the report used before, and the table that uses them."""
 
@@ -14,8 +14,9 @@ import numpy as np
 import pytest
 from scipy import stats as sps
 
+from rlvrlab import stats
 from rlvrlab.errors import RlvrlabError
-from rlvrlab.report import render, stats
+from rlvrlab.report import render
 from rlvrlab.report.collect import Group, SeedRun, Selection
 from rlvrlab.report.table import MetricSpec, build, stage_one_of
 from rlvrlab.sweep.seeds import stein_interval as sweep_stein_interval

@@ -10,8 +10,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from rlvrlab import stats
 from rlvrlab.errors import RlvrlabError
-from rlvrlab.report import stats, verdict
+from rlvrlab.report import verdict
 from rlvrlab.report.table import Equivalence, Report, Row, adjust_family
 
 UNIFORMITY, PASS1 = "eval/heldout/uniformity:mean:1", "eval/heldout/pass_at_1:mean:1"

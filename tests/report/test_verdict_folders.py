@@ -12,8 +12,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from rlvrlab import stats
 from rlvrlab.errors import RlvrlabError
-from rlvrlab.report import render, stats, verdict
+from rlvrlab.report import render, verdict
 from rlvrlab.report.table import Equivalence, Report, Row, adjust_family
 
 U, P = "eval/heldout/uniformity:mean:1", "eval/heldout/pass_at_1:mean:1"

@@ -8,11 +8,11 @@ Pure numpy/scipy functions with typed results; no resampling, so a table is the 
 - stein: Stein's two-stage intervals and paired comparisons of an adaptive-seed study.
 - diversity: rarefied and expected distinct correct forms.
 
-Every public name of the submodules is importable from here (`from rlvrlab.report import stats; stats.compare`).
+Every public name of the submodules is importable from here (`from rlvrlab import stats; stats.compare`).
 None of them imports scipy.stats at import time (a sweep worker scores trials with t_interval alone).
 """
 
-from rlvrlab.report.stats.comparisons import (
+from rlvrlab.stats.comparisons import (
     ALPHA,
     MAX_EXACT_FLIPS,
     MIN_SEEDS_SIGNIFICANCE,
@@ -36,8 +36,8 @@ from rlvrlab.report.stats.comparisons import (
     welch,
     welch_crossed,
 )
-from rlvrlab.report.stats.diversity import distinct_combinations, expected_distinct, rarefied_distinct
-from rlvrlab.report.stats.intervals import (
+from rlvrlab.stats.diversity import distinct_combinations, expected_distinct, rarefied_distinct
+from rlvrlab.stats.intervals import (
     LEVEL,
     MIN_SEEDS,
     Interval,
@@ -58,8 +58,8 @@ from rlvrlab.report.stats.intervals import (
     welch_crossed_moments,
     welch_moments,
 )
-from rlvrlab.report.stats.seeds import seeds_for_halfwidth, seeds_for_halfwidth_crossed
-from rlvrlab.report.stats.stein import (
+from rlvrlab.stats.seeds import seeds_for_halfwidth, seeds_for_halfwidth_crossed
+from rlvrlab.stats.stein import (
     PAIRED_STEIN,
     STEIN,
     paired_stein,

@@ -26,7 +26,7 @@ from typing import Optional
 
 import numpy as np
 
-from rlvrlab.report.stats.intervals import (
+from rlvrlab.stats.intervals import (
     LEVEL,
     Moments,
     crossed_moments,
@@ -117,7 +117,7 @@ def signflip_p(d: np.ndarray, rng_seed: int = 0) -> float:
     (S-1)·2^-53·Σ|d_i| (Higham 2002, eq. 4.4), ~2e-15 of Σ|d| at S = 16, and of the d_i themselves (means over P
     problems) at most ~P·2^-53 relative; both are far below 1e-9, while distinct exact sums of scores on a grid of
     step 1/N (pass@1 over n samples and P problems: N = n·P <= 1e8) differ by at least 1/N >= 1e-9 · Σ|d| for
-    Σ|d| <= 10. Checked against exact rational enumeration (tests/report/test_signflip_ties.py)."""
+    Σ|d| <= 10. Checked against exact rational enumeration (tests/stats/test_signflip_ties.py)."""
     d = np.asarray(d, dtype=np.float64)
     s = len(d)
     if s <= MAX_EXACT_FLIPS:
@@ -249,7 +249,7 @@ def claim(result: Comparison, p_holm: float, level: float, *, max_statistic: boo
     or minimum: skewed, docs/report.md "Skewed data") also needs its exact sign-flip p (Fisher 1935) below ALPHA:
     paired seeds, and at least signflip_seeds(ALPHA) = 6 of them. The paired t alone rejects 0.16-0.18 of mean-zero
     skewed differences at 5-10 seeds; the sign-flip makes such a claim impossible at 5 and cuts it to 0.11-0.16 at
-    6-10 (tests/report/test_stats_montecarlo.py). It is a distribution-free check, not the family's error control:
+    6-10 (tests/stats/test_stats_montecarlo.py). It is a distribution-free check, not the family's error control:
     where it is exact (arms exchangeable within a seed, so the differences are symmetric) the t is conservative and
     its Holm p already controls the family; required at the Holm level 0.05/m it would need 2/2^S < 0.05/m (11 seeds
     for a family of 36) without restoring the level under skew either (no test can: Bahadur & Savage 1956).

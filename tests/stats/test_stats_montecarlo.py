@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from scipy import special
 
-from rlvrlab.report import stats
+from rlvrlab import stats
 from rlvrlab.report.table import Row, adjust_family, max_statistic, parse_metrics
 
 

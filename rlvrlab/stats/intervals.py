@@ -25,7 +25,7 @@ def t_ppf(q: float, df):
     """scipy.stats.t.ppf(q, df), the same floats. For 0 < q < 1 and finite df > 0 that is scipy.special.stdtrit(df, q)
     (scipy's t._ppf; ppf adds scale 1 and loc 0), which spares the processes that only need a t quantile the import of
     scipy.stats (~0.35 s: every sweep worker scores trials with t_interval); anything else goes to scipy.stats
-    (tests/report/test_report_stats.py compares the two)."""
+    (tests/stats/test_stats.py compares the two)."""
     d = np.asarray(df, dtype=np.float64)
     if 0.0 < q < 1.0 and d.size and bool(np.all((d > 0) & np.isfinite(d))):
         return special.stdtrit(d, q) * 1.0 + 0.0
@@ -144,7 +144,7 @@ def crossed_moments(x: np.ndarray) -> Moments:
 
     The error it controls: unconditional 95% coverage over repeated experiments (new seeds and, for a single arm,
     new problems). Measured on binomial pass@1 data with problem effects (logit difficulty sd 2, seed logit sd 0-0.2,
-    64 samples; 10,000 draws a cell; tests/report/test_stats_montecarlo.py, docs/report.md "Numbers"): coverage
+    64 samples; 10,000 draws a cell; tests/stats/test_stats_montecarlo.py, docs/report.md "Numbers"): coverage
     0.943-0.957 at 3, 5 and 10 seeds x 30 and 500 problems; the paired comparison's type-I 0.028-0.051 and its power
     within 0.05 of the paired t on the seed means where the seeds vary (within 0.02 at 500 problems; 0.06 below at
     30 problems with no seed term, where the effect's own spread over problems is a real error term that the
@@ -186,7 +186,7 @@ def welch_crossed_moments(a: np.ndarray, b: np.ndarray) -> Moments:
     ANOVA (unbiased, as in crossed_moments), on the group's S-1 df; the problem term from
     D_p = ȳ_A·p - ȳ_B·p, whose variance over problems is Var_p(b_A - b_B) + σe_A²/Sa + σe_B²/Sb:
     max(s²_D - MS_E,A/Sa - MS_E,B/Sb, 0)/P on its Satterthwaite df. df: Satterthwaite over the three terms.
-    Simulated (5 and 6 seeds, 102 problems, Pσa² = σe² in each group; tests/report/test_stats_montecarlo.py): type-I
+    Simulated (5 and 6 seeds, 102 problems, Pσa² = σe² in each group; tests/stats/test_stats_montecarlo.py): type-I
     error 0.049, coverage 0.951 (4,000 draws)."""
     a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
     p = a.shape[-1]

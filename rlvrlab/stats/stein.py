@@ -35,8 +35,8 @@ from typing import Optional
 
 import numpy as np
 
-from rlvrlab.report.stats.comparisons import Comparison, mde, probability_of_improvement, signflip_p
-from rlvrlab.report.stats.intervals import LEVEL, Interval, Moments
+from rlvrlab.stats.comparisons import Comparison, mde, probability_of_improvement, signflip_p
+from rlvrlab.stats.intervals import LEVEL, Interval, Moments
 
 STEIN = "stein"  # an Interval's method
 PAIRED_STEIN = "paired Stein"  # a Comparison's test

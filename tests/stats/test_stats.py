@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from scipy import stats as sps
 
-from rlvrlab.report import stats
+from rlvrlab import stats
 
 DRAWS = 20_000  # Monte Carlo draws per cell: binomial SE of a 0.95 coverage is 0.0015
 
@@ -185,7 +185,7 @@ def test_paired_power_at_ten_seeds_and_one_sd() -> None:
 def test_lognormal_coverage_is_what_docs_say() -> None:
     """Skewed seed scores (lognormal, sigma 1): the t-interval under-covers (0.82-0.87 at 3-20 seeds); the paired t
     stays at or below 0.05 when both arms' values have the same skewed distribution (their difference is symmetric).
-    A skewed difference of mean zero is another matter (tests/report/test_stats_montecarlo.py: 0.16-0.18);
+    A skewed difference of mean zero is another matter (tests/stats/test_stats_montecarlo.py: 0.16-0.18);
     docs/report.md quotes these numbers."""
     rng = np.random.default_rng(5)
     for seeds in (3, 5, 10):
@@ -352,7 +352,7 @@ def test_a_sweep_worker_scores_trials_without_importing_scipy_stats() -> None:
     """What a worker imports to score a trial (t_interval, seeds_for_halfwidth) leaves scipy.stats out (~0.35 s of
     each worker's start)."""
     code = ("import sys; import rlvrlab.sweep.trials; from rlvrlab.sweep.objective import seed_summary; "
-            "from rlvrlab.report.stats import seeds_for_halfwidth; "
+            "from rlvrlab.stats import seeds_for_halfwidth; "
             "seed_summary([0.1, 0.3, 0.2]); seeds_for_halfwidth(0.2, 0.1); print('scipy.stats' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "False"

@@ -11,7 +11,7 @@ from fractions import Fraction
 import numpy as np
 import pytest
 
-from rlvrlab.report import stats
+from rlvrlab import stats
 
 
 def _exact_p(d: np.ndarray) -> float:

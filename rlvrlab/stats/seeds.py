@@ -8,7 +8,7 @@ from typing import Optional
 
 import numpy as np
 
-from rlvrlab.report.stats.intervals import LEVEL, crossed_var_df, mean_squares, scipy_stats, t_ppf
+from rlvrlab.stats.intervals import LEVEL, crossed_var_df, mean_squares, scipy_stats, t_ppf
 
 
 def seeds_for_halfwidth(sd: float, halfwidth: float, *, level: float = LEVEL, max_seeds: int = 10_000) -> int:
