@@ -9,6 +9,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Optional
 
+import numpy as np
+
 from rlvrlab.errors import RlvrlabError
 
 REDUCTIONS = ("mean", "max", "min", "auc")  # auc: area under the curve / its step span (rlvrlab.report.collect)
@@ -50,6 +52,21 @@ def parse_metrics(entries: Sequence[str], *, reduce: str, last: int) -> list[Met
     if len(set(labels)) != len(labels):
         raise RlvrlabError(f"--metric lists {next(x for x in labels if labels.count(x) > 1)!r} twice; give it once")
     return specs
+
+
+def reduce_series(series: dict[int, float], last: int, reduce: str) -> float:
+    """One run's value of a metric from its {step: value} series: the mean (or max/min) over its last `last` logged
+    steps; auc: the area under those steps' curve (trapezoids, in steps) divided by their span, a mean over steps
+    that weighs sparse logging correctly (one logged step: its value). The reduction of every source: MLflow
+    histories (rlvrlab.report.collect.final_values) and TensorBoard scalars (rlvrlab.report.files)."""
+    steps = sorted(series)[-last:]
+    tail = np.asarray([series[s] for s in steps], dtype=np.float64)
+    if reduce != "auc":
+        return float(tail.mean() if reduce == "mean" else tail.max() if reduce == "max" else tail.min())
+    if len(steps) == 1:
+        return float(tail[0])
+    x = np.asarray(steps, dtype=np.float64)
+    return float(np.sum((tail[1:] + tail[:-1]) / 2 * np.diff(x)) / (x[-1] - x[0]))
 
 
 @dataclass(frozen=True)

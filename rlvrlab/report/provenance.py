@@ -90,15 +90,17 @@ def publishes(folder: Path) -> bool:
 
 
 def check(provenance: Provenance, folder: Path, *, allow_dirty: bool, allow_mixed: bool) -> None:
-    """Refuse to write a table into results/ from dirty or mixed-commit runs, and anywhere a comparison of groups
-    that started from different recorded initial models (one line, how to fix)."""
+    """Refuse to write a table into results/ from dirty or mixed-commit runs, or comparing groups that started from
+    different recorded initial models (one line, how to fix). Elsewhere the footer says so and nothing is refused:
+    groups may differ in their initial model on purpose (another model size, another task's table)."""
+    if not publishes(folder):
+        return
     if provenance.initial_mismatch and not allow_mixed:
         a, digest_a, b, digest_b = provenance.initial_mismatch
         raise RlvrlabError(f"groups {a!r} and {b!r} started from different initial models (sha256 {digest_a[:12]} "
                            f"vs {digest_b[:12]}): their difference mixes the model with the method; re-run one of "
-                           "them from the other's initial model, or pass --allow-mixed (the table then says so)")
-    if not publishes(folder):
-        return
+                           "them from the other's initial model, write elsewhere with --out, or pass --allow-mixed "
+                           "(the table then says so)")
     if provenance.unknown_runs:  # no flag: a published number must say which code made it
         ids = provenance.unknown_runs
         raise RlvrlabError(f"{len(ids)} of the {provenance.runs} runs behind this table have unknown provenance (no "

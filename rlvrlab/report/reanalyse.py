@@ -27,21 +27,19 @@ import numpy as np
 
 from rlvrlab import outputs
 from rlvrlab.errors import RlvrlabError
-from rlvrlab.report import render, verdict
+from rlvrlab.report import request, verdict, write
 from rlvrlab.report.collect import Group, SeedRun, Selection
 from rlvrlab.report.columns import REDUCTIONS, MetricSpec, parse_equivalence, parse_metrics, parse_pairs
-from rlvrlab.report.events import EventResult, GroupEvents, RunEvent, markdown as event_markdown, parse_event
+from rlvrlab.report.events import EventResult, GroupEvents, RunEvent, parse_event
 from rlvrlab.report.provenance import results_dir
+from rlvrlab.report.request import FORMATS
+from rlvrlab.report.sources import Selected
 from rlvrlab.report.table import Report, analyse
 
-# `rlvrlab report`'s options as rlvrlab.cli.report defines them: those that take a value (repeatable ones collect
+# `rlvrlab report`'s options as rlvrlab.report.request defines them: those that take a value (repeatable ones collect
 # every value) and the flags; a recorded command holding any other is refused (tests check both against the CLI)
-VALUE_OPTIONS = ("--experiment", "--study", "--runs", "--group-by", "--seed-key", "--baseline", "--metric", "--last",
-                 "--reduce", "--compare", "--target-halfwidth", "--rarefy", "--eval-stats", "--format", "--out",
-                 "--interval", "--heatmap", "--smooth", "--tracking-uri", "--event", "--protocol", "--equivalence",
-                 "--output-dir")
-FLAGS = ("--allow-dirty", "--allow-mixed", "--eval", "--no-eval", "--plots", "--no-plots", "--only-changed",
-         "--all-keys")
+VALUE_OPTIONS = tuple(flag for flag in request.value_options() if flag != "--reanalyse")
+FLAGS = request.switch_flags()
 NOT_A_SECTION = ("train", "event")  # per_seed.csv sections that are no evaluation dataset
 REANALYSED = "re-analysed from the committed per-seed values"  # the note this module adds (and drops when redone)
 EVENTS_KEPT = "events: as first counted from the runs' training curves"
@@ -83,36 +81,22 @@ def parse_command(command: Sequence[str]) -> dict[str, list[str]]:
 def reanalyse(folder: Path, out: Optional[Path] = None, protocol: Optional[Path] = None,
               command: Sequence[str] = ("rlvrlab", "report", "--reanalyse")) -> Reanalysis:
     """Re-compute FOLDER's tables from its recorded values (module docstring) into `out` (default FOLDER itself);
-    `protocol`: evaluate this protocol's verdict rules instead of the recorded protocol's."""
+    `protocol`: evaluate this protocol's verdict rules instead of the recorded protocol's. The report's stages:
+    select (the folder is the source: select_folder), analyse (table.analyse), render (write.tables)."""
     folder = Path(folder)
-    sources, per_seed, per_problem = _read(folder)
-    options = parse_command(sources.get("command") or [])
+    selected, sources, options = select_folder(folder)
     one = {name: values[-1] for name, values in options.items() if values}
-    selection = _selection(sources)
-    groups = selection.groups
-    windows = _windows(sources.get("notes", []))
-    train = list(dict.fromkeys(row["metric"] for row in per_seed if row["section"] == "train"))
-    specs = _specs(options.get("--metric", []), one, windows, train, folder)
-    sections = list(dict.fromkeys(row["section"] for row in per_seed if row["section"] not in NOT_A_SECTION))
-    eval_stats = _eval_stats(per_seed, sections, one.get("--eval-stats"), folder)
-    data = _data(folder, groups, specs, sections, eval_stats, per_seed, per_problem)
-    stein = next((int(m.group(1)) for note in sources.get("notes", []) if (m := _STEIN.search(note))), None)
-    result = analyse(selection, data, metrics=specs, eval_stats=eval_stats, baseline=one.get("--baseline"),
-                     pairs=parse_pairs(options.get("--compare", [])),
+    result = analyse(selected.selection, selected.data, metrics=selected.specs, eval_stats=selected.eval_stats,
+                     baseline=one.get("--baseline"), pairs=parse_pairs(options.get("--compare", [])),
                      target_halfwidth=float(one["--target-halfwidth"]) if "--target-halfwidth" in one else None,
-                     equivalence=parse_equivalence(one.get("--equivalence")), stage_one=stein)
-    sha, dirty = _state(folder, protocol if protocol is not None else _protocol(sources, one.get("--protocol"), folder))
-    today = datetime.now(timezone.utc).date().isoformat()
-    heads = {_head(note) for note in result.notes}
-    result.notes += [note for note in sources.get("notes", []) if _head(note) not in heads and
-                     not _FAILED_ONLY.match(note) and not note.startswith((REANALYSED, EVENTS_KEPT))]
-    events = _events(sources.get("events") or [])
-    if events:
-        result.notes.append(f"{EVENTS_KEPT} (they are not re-computable from the per-seed values): their counts, "
-                            "exact tests and Holm p are those of the first report")
-    result.notes.append(f"{REANALYSED} at commit {sha[:7]} ({today}{', dirty tree' if dirty else ''}); plots and "
-                        "per-seed values as first written")
+                     equivalence=parse_equivalence(one.get("--equivalence")), stage_one=selected.stage_one)
+    result.notes = selected.values_noted(result.notes)
     protocol_path = Path(protocol) if protocol is not None else _protocol(sources, one.get("--protocol"), folder)
+    sha, dirty = _state(folder, protocol_path)
+    today = datetime.now(timezone.utc).date().isoformat()
+    events = _events(sources.get("events") or [])
+    result.notes = _notes(result.notes, sources.get("notes", []), bool(events),
+                          f"at commit {sha[:7]} ({today}{', dirty tree' if dirty else ''})")
     verdicts = None
     if protocol_path is not None:
         if not protocol_path.is_file():
@@ -124,16 +108,9 @@ def reanalyse(folder: Path, out: Optional[Path] = None, protocol: Optional[Path]
     target = Path(out) if out is not None else folder
     outputs.check_dir(target, f"--out {target}")
     target.mkdir(parents=True, exist_ok=True)
-    interval = one.get("--interval", "bracket")
     chosen = [f.strip() for f in one.get("--format", "md,tex,csv").split(",") if f.strip()]
-    texts = {"md": render.markdown(result, interval) + ("\n" + event_markdown(events) if events else "")
-             + ("\n" + verdict.markdown(verdicts) if verdicts is not None else ""),
-             "tex": render.latex(result, interval), "csv": render.to_csv(result)}
-    written = []
-    for fmt in (f for f in chosen if f in texts):
-        written.append(_write(target / f"table.{fmt}", texts[fmt]))
-    if "csv" in chosen and result.rows:
-        written.append(_write(target / "comparisons.csv", render.comparisons_csv(result)))
+    written = write.tables(target, [f for f in chosen if f in FORMATS], one.get("--interval", "bracket"),
+                           write.Analysed(result, events, verdicts))
     sources["notes"] = result.notes
     sources["reanalysed"] = {"commit": sha, "dirty": dirty, "command": list(command), "date": today,
                              "statistics": statistics_version(),
@@ -141,6 +118,36 @@ def reanalyse(folder: Path, out: Optional[Path] = None, protocol: Optional[Path]
                              "from": _portable(folder)}
     written.append(_write(target / "sources.json", json.dumps(sources, indent=2) + "\n"))
     return Reanalysis(result, target, written, verdicts)
+
+
+def select_folder(folder: Path) -> tuple[Selected, dict, dict[str, list[str]]]:
+    """The select stage of a results folder: its groups and recorded values (as table.values_from_runs orders
+    them), with its sources.json and recorded options."""
+    sources, per_seed, per_problem = _read(folder)
+    options = parse_command(sources.get("command") or [])
+    one = {name: values[-1] for name, values in options.items() if values}
+    selection = _selection(sources)
+    windows = _windows(sources.get("notes", []))
+    train = list(dict.fromkeys(row["metric"] for row in per_seed if row["section"] == "train"))
+    specs = _specs(options.get("--metric", []), one, windows, train, folder)
+    sections = list(dict.fromkeys(row["section"] for row in per_seed if row["section"] not in NOT_A_SECTION))
+    eval_stats = _eval_stats(per_seed, sections, one.get("--eval-stats"), folder)
+    data = _data(folder, selection.groups, specs, sections, eval_stats, per_seed, per_problem)
+    stein = next((int(m.group(1)) for note in sources.get("notes", []) if (m := _STEIN.search(note))), None)
+    kind, _, path = one.get("--source", "").partition(":")
+    values_note = f"the value in {Path(path).name}" if kind == "csv" else None  # rlvrlab.report.files.from_csv
+    return Selected(selection, specs, data, eval_stats, stage_one=stein, values_note=values_note), sources, options
+
+
+def _notes(computed: list[str], recorded: Sequence[str], events: bool, when: str) -> list[str]:
+    """The new notes, then the recorded ones of kinds the analysis does not write (provenance, groups, ...)."""
+    heads = {_head(note) for note in computed}
+    notes = computed + [note for note in recorded if _head(note) not in heads and not _FAILED_ONLY.match(note)
+                        and not note.startswith((REANALYSED, EVENTS_KEPT))]
+    if events:
+        notes.append(f"{EVENTS_KEPT} (they are not re-computable from the per-seed values): their counts, "
+                     "exact tests and Holm p are those of the first report")
+    return notes + [f"{REANALYSED} {when}; plots and per-seed values as first written"]
 
 
 def statistics_version() -> str:

@@ -93,7 +93,12 @@ def test_the_blocks_list_distinct_digests_and_environments_or_say_they_are_unrec
     assert [e["runs"] for e in environment["environments"]] == [2]
 
 
-def test_a_comparison_across_initial_models_is_refused_unless_allowed(tmp_path: Path) -> None:
+def test_a_comparison_across_initial_models_is_refused_unless_allowed(tmp_path: Path, monkeypatch) -> None:
+    """Refused in the published results folder (like dirty or mixed-commit runs); elsewhere the footer says so,
+    since groups may start from different models on purpose (another model size, another task's table)."""
+    provenance.check(provenance.Provenance(("c" * 40,), 6, 0, initial_mismatch=("grpo", A, "ucpo", B)), tmp_path,
+                     allow_dirty=False, allow_mixed=False)  # not results/: written, the footer flags it
+    monkeypatch.setenv("RLVRLAB_RESULTS_DIR", str(tmp_path))
     same = [_group("grpo", [A, A, A]), _group("ucpo", [A, A, A])]
     per_seed = [_group(g, [A, B, A], warm_start_seed="None") for g in ("grpo", "ucpo")]  # paired seed by seed
     assert provenance.initial_mismatch(same) == () and provenance.initial_mismatch(per_seed) == ()
@@ -160,7 +165,7 @@ def _store(folder: Path, digests: dict[str, str]) -> tuple[str, dict[str, list[s
 
 
 @pytest.mark.slow  # an MLflow store of 12 runs and two reports: about 5 s alone, more on a loaded machine
-def test_a_report_with_absolute_paths_writes_a_portable_sources_json(tmp_path: Path) -> None:
+def test_a_report_with_absolute_paths_writes_a_portable_sources_json(tmp_path: Path, monkeypatch) -> None:
     from mlflow.tracking import MlflowClient
 
     from rlvrlab.report.command import ReportRequest, make_report
@@ -193,14 +198,18 @@ def test_a_report_with_absolute_paths_writes_a_portable_sources_json(tmp_path: P
     client = MlflowClient(uri)
     for run in ids["ucpo"]:  # ucpo now started from another initial model
         client.set_tag(run, T.INITIAL_MODEL, B)
-    mixed = ReportRequest(experiment="exp", tracking_uri=uri, out=tmp_path / "mixed", plots=False, formats="md",
-                          evaluations=False)
+    monkeypatch.setenv("RLVRLAB_RESULTS_DIR", str(tmp_path / "published"))
+    mixed = ReportRequest(experiment="exp", tracking_uri=uri, out=tmp_path / "published" / "mixed", plots=False,
+                          formats="md", evaluations=False, allow_dirty=True)
     with pytest.raises(RlvrlabError, match=f"'grpo' and 'ucpo' started from different initial models .*{A[:12]} "
                                            f"vs {B[:12]}.*--allow-mixed"):
         make_report(mixed)
-    assert not (tmp_path / "mixed").exists()
+    assert not (tmp_path / "published" / "mixed").exists()
     make_report(ReportRequest(**{**mixed.__dict__, "allow_mixed": True}))
-    assert "DIFFERENT INITIAL MODELS across groups (--allow-mixed)" in (tmp_path / "mixed" / "table.md").read_text()
+    table = (tmp_path / "published" / "mixed" / "table.md").read_text()
+    assert "DIFFERENT INITIAL MODELS across groups (--allow-mixed)" in table
+    make_report(ReportRequest(**{**mixed.__dict__, "out": tmp_path / "elsewhere"}))  # not results/: written, flagged
+    assert "DIFFERENT INITIAL MODELS across groups" in (tmp_path / "elsewhere" / "table.md").read_text()
 
 
 def _strings(value) -> list[str]:
