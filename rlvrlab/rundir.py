@@ -19,7 +19,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from rlvrlab.errors import RlvrlabError
@@ -155,3 +155,21 @@ def damage_note(bad: list[tuple[Path, str]]) -> str:
     """'checkpoint step_000020 is damaged (model.safetensors does not match its checksum)', for messages."""
     parts = [f"{folder.name} ({problem})" for folder, problem in bad]
     return f"checkpoint{'s' if len(parts) > 1 else ''} {', '.join(parts)} {'are' if len(parts) > 1 else 'is'} damaged"
+
+
+def newest_intact(run_folder: Path, run_id: str, *, purpose: str, fix: str, warn: Callable[[str], None]) -> Path:
+    """The run's newest complete checkpoint whose files match their checksums: where a resume continues and what
+    evaluation loads by default. Damaged newer ones are skipped with one warning naming them; with no intact one
+    left, one RlvrlabError. purpose: what the checkpoint is for, as a participle ('resumed', 'evaluated'); fix: what
+    to do when the run has no complete checkpoint at all."""
+    good, bad = intact(run_folder)
+    where = run_folder / CHECKPOINTS
+    if not good:
+        if bad:
+            raise RlvrlabError(f"run {run_id} cannot be {purpose}: {damage_note(bad)} and no intact one is left in "
+                               f"{where}; its records are unchanged")
+        raise RlvrlabError(f"run {run_id} has no complete checkpoint in {where}; {fix}")
+    newer = [(folder, problem) for folder, problem in bad if step_of(folder) > step_of(good[-1])]
+    if newer:
+        warn(f"run {run_id}: {damage_note(newer)}; the newest intact one, {good[-1].name}, is {purpose} instead")
+    return good[-1]

@@ -13,7 +13,7 @@ Sources of the formulas (docs/scaling.md, "Memory estimate", lists the assumptio
   seq x seq matrix; Korthikanti et al. 2022, "Reducing Activation Recomputation", Table 2, without the 5as/h term).
   Gradient checkpointing keeps one hidden state per layer and recomputes one layer at a time.
 - logits: the response positions only (`logits_to_keep`), the lm_head output plus the fp32 copies the log-prob
-  and its backward hold (rlvrlab.train.batch.logp_and_entropy); the token entropy: a logged one is computed
+  and its backward hold (rlvrlab.train.logprobs.logp_and_entropy); the token entropy: a logged one is computed
   ENTROPY_CHUNK_ELEMENTS logits at a time (two fp32 temporaries of a piece), one in the loss keeps its softmax for
   backward and its backward four more [positions, vocab] fp32 tensors (measured).
 - a tied embedding's gradient: autograd sums the lm_head's and the embedding's contributions at the end of
@@ -50,7 +50,7 @@ MIB = 2**20
 DS_BUCKET_ELEMENTS = 500_000_000  # DeepSpeed's default reduce_bucket_size and allgather_bucket_size (set explicitly)
 DS_MAX_LIVE_PARAMETERS = 1_000_000_000  # DeepSpeed's default stage3_max_live_parameters
 TINY_VOCAB_BOUND = 320  # rlvrlab.policy.tiny.VOCAB_SIZE: the tiny tokenizer's vocabulary is at most this
-# logits (positions x vocabulary) per piece of a logged token entropy (rlvrlab.train.batch): its two fp32
+# logits (positions x vocabulary) per piece of a logged token entropy (rlvrlab.train.logprobs): its two fp32
 # temporaries stay under 2 x 128 MiB whatever the batch
 ENTROPY_CHUNK_ELEMENTS = 2**25
 # Fixed overheads of one GPU's process (sources and measured figures: docs/scaling.md, "Memory estimate"). The
@@ -281,7 +281,7 @@ def update_parts(cfg: RunConfig, arch: Architecture, world_size: int, *, on_gpu:
     logits = positions * arch.vocab * (compute + (4 if bf16 else 0) + 3 * 4)
     if cfg.algorithm.entropy_coef > 0:  # in the loss: softmax kept for backward, four fp32 tensors in its backward
         entropy = positions * arch.vocab * 5 * 4
-    else:  # logged: softmax and softmax x logits of one piece at a time (rlvrlab.train.batch)
+    else:  # logged: softmax and softmax x logits of one piece at a time (rlvrlab.train.logprobs)
         entropy = 2 * 4 * min(positions * arch.vocab, max(1, ENTROPY_CHUNK_ELEMENTS // arch.vocab) * arch.vocab)
     tied_gradient = 2 * arch.vocab * arch.hidden * param_bytes if arch.tied else 0
     stepped = int(psi * share[1])  # elements AdamW steps on this rank: its fp32 partition, or every weight

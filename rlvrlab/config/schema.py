@@ -147,7 +147,7 @@ class TrainerConfig:
     offload_optimizer: bool = False  # DeepSpeed: AdamW states and fp32 master weights in CPU memory (ZeRO >= 1)
     gradient_checkpointing: bool = False  # recompute each layer in backward: one hidden state per layer kept
     # the rows of a micro-batch that share a prompt (a group's responses) share one forward of it: a KV cache
-    # repeated for them, the responses on top (rlvrlab.train.batch.token_logits), where that keeps less than the
+    # repeated for them, the responses on top (rlvrlab.train.logprobs.token_logits), where that keeps less than the
     # plain forward; packed micro-batches then count each prompt once and keep groups together; off under ZeRO-3 and
     # gradient checkpointing, and for the toy policy, which has no KV cache
     share_prompt: bool = True
@@ -163,7 +163,7 @@ class TrainerConfig:
     micro_batch_size: int = 8  # sequences per forward/backward, >= 1
     # padded tokens (rows x their own longest row) per forward/backward instead of micro_batch_size rows: each
     # mini-batch's rows sorted by length and packed up to this budget (verl's use_dynamic_bsz); with share_prompt,
-    # what a pass keeps (rlvrlab.train.batch.pass_tokens), groups first fit; >= 1, null = off
+    # what a pass keeps (rlvrlab.train.packing.pass_tokens), groups first fit; >= 1, null = off
     micro_batch_tokens: Optional[int] = None
     # pack each mini-batch's rows by length into passes no larger than micro_batch_size rows at that mini-batch's
     # longest prompt + rollout.max_new_tokens (a row micro-batch whose responses ran to the cap): fewer passes when

@@ -157,22 +157,13 @@ def _parse_ks(text: str, n: int) -> list[int]:
 
 
 def _checkpoint(run_dir: Path, run_id: str, step: Optional[int]) -> Path:
-    """The run's newest intact checkpoint (files matching the checksums of its COMPLETE marker; a damaged newer one
-    is skipped with a warning on stderr), or the one at `step`, which must be intact."""
-    root = run_dir / rundir.CHECKPOINTS
-    good, bad = rundir.intact(run_dir)
+    """The run's newest intact checkpoint (rundir.newest_intact: a damaged newer one is skipped with a warning on
+    stderr), or the one at `step`, which must be intact."""
     if step is None:
-        if not good:
-            if bad:
-                raise RlvrlabError(f"run {run_id} cannot be evaluated: {rundir.damage_note(bad)} and no intact "
-                                   f"one is left in {root}")
-            raise RlvrlabError(f"run {run_id} has no complete checkpoint in {root}; train with "
-                               "trainer.checkpoint_every > 0, or evaluate a model folder with --model")
-        newer = [(f, problem) for f, problem in bad if rundir.step_of(f) > rundir.step_of(good[-1])]
-        if newer:
-            print(f"warning: run {run_id}: {rundir.damage_note(newer)}; evaluating the newest intact one, "
-                  f"{good[-1].name}", file=sys.stderr, flush=True)
-        return good[-1]
+        return rundir.newest_intact(run_dir, run_id, purpose="evaluated", warn=_stderr_warning,
+                                    fix="train with trainer.checkpoint_every > 0, or evaluate a model folder with "
+                                        "--model")
+    good, bad = rundir.intact(run_dir)
     folder = rundir.checkpoint_dir(run_dir, step)
     damaged = dict(bad)
     if folder in damaged:
@@ -183,6 +174,10 @@ def _checkpoint(run_dir: Path, run_id: str, step: Optional[int]) -> Path:
         have = ", ".join(str(rundir.step_of(p)) for p in good) or "none"
         raise RlvrlabError(f"run {run_id} has no complete checkpoint at step {step} (complete steps: {have})")
     return folder
+
+
+def _stderr_warning(message: str) -> None:
+    print(f"warning: {message}", file=sys.stderr, flush=True)
 
 
 def _target(model: Optional[Path], run: Optional[str], checkpoint: Optional[int], output_dir: Path) -> Target:

@@ -1,4 +1,6 @@
-"""Rollouts -> padded tensors, and the trainer-side log-probs of a batch.
+"""A step's rows as typed stages (the sampled batch, the trainer's log-probs, the rows an update reads), how they
+are padded into one batch, and the data stream that picks each batch's prompts. The trainer's log-probs of a batch
+are rlvrlab.train.logprobs'; its micro-batches, rlvrlab.train.packing's.
 
 Layout of every batch (B rows = prompts x group_size):
 
@@ -9,24 +11,26 @@ Layout of every batch (B rows = prompts x group_size):
 
 from __future__ import annotations
 
+import enum
 import itertools
-import sys
-from collections.abc import Sequence
 from dataclasses import dataclass, fields, replace
-from typing import TYPE_CHECKING, TypeGuard, TypeVar
+from typing import TypeVar
 
 import numpy as np
 import torch
 
-from rlvrlab.algorithms import entropy_from_logits
-from rlvrlab.config.memory import ENTROPY_CHUNK_ELEMENTS
 from rlvrlab.data.problems import Problem
 from rlvrlab.rollout.base import Generation
 
-if TYPE_CHECKING:
-    from transformers import PreTrainedModel
-
 _R = TypeVar("_R", bound="Rows")
+
+
+class Behaviour(enum.Enum):
+    """Where the behaviour policy's log-probs (the denominator of the policy ratio) come from
+    (rlvrlab.train.rollouts.behaviour_source chooses)."""
+
+    SAMPLER_PASS = "a no-grad pass of the trainer's weights after sampling"
+    UPDATE_FORWARD = "the update's own forward pass, detached"
 
 
 class Rows:
@@ -37,7 +41,10 @@ class Rows:
         raise NotImplementedError
 
     def rows(self: _R, index: torch.Tensor | slice) -> _R:
-        """The sub-batch of the given rows; the batch itself for a slice of all its rows."""
+        """The sub-batch of the given rows (a LongTensor of row indices or a slice); a run of consecutive indices is
+        taken as their slice (views of the batch's tensors, no copy); the batch itself for all its rows in order."""
+        if isinstance(index, torch.Tensor):
+            index = _as_slice(index) or index
         if isinstance(index, slice) and range(len(self))[index] == range(len(self)):
             return self
         ids = index.tolist() if isinstance(index, torch.Tensor) else range(len(self))[index]
@@ -57,6 +64,16 @@ class Rows:
             if isinstance(value, torch.Tensor | Rows):
                 moved[f.name] = value.to(device)
         return replace(self, **moved)  # type: ignore[type-var]
+
+
+def _as_slice(index: torch.Tensor) -> slice | None:
+    """The slice of a non-empty run of consecutive row indices (start, start + 1, ...); None for any other index."""
+    if index.ndim != 1 or len(index) == 0:
+        return None
+    start = int(index[0])
+    if not torch.equal(index, torch.arange(start, start + len(index), dtype=index.dtype, device=index.device)):
+        return None
+    return slice(start, start + len(index))
 
 
 @dataclass(frozen=True)
@@ -107,13 +124,18 @@ class UpdateRows(Rows):
 
     batch: RolloutBatch
     adv: torch.Tensor  # [B, T] advantages
-    # [B, T] the behaviour log-probs; None exactly when the update's own forward gives them
-    # (rlvrlab.train.rollouts.Behaviour.UPDATE_FORWARD)
-    behaviour: torch.Tensor | None
+    source: Behaviour  # where the behaviour log-probs come from
+    # [B, T] the behaviour log-probs of Behaviour.SAMPLER_PASS; UPDATE_FORWARD's are the update's own forward's
+    behaviour: torch.Tensor | None = None
     reference: torch.Tensor | None = None  # [B, T] reference-policy log-probs, when a KL term is used
     # verl's rollout correction (rlvrlab.train.optimize.correct_rollouts), when on:
     is_weights: torch.Tensor | None = None  # [B, T] importance weights (algorithm.tis_level), into every token's loss
     kept_mask: torch.Tensor | None = None  # [B, T] the response mask after rejection sampling (algorithm.rollout_rs)
+
+    def __post_init__(self) -> None:
+        if (self.behaviour is not None) != (self.source is Behaviour.SAMPLER_PASS):
+            raise ValueError(f"update rows of {self.source} {'take no' if self.behaviour is not None else 'need'} "
+                             "behaviour log-probs")
 
     def __len__(self) -> int:
         return len(self.batch)
@@ -132,7 +154,7 @@ class Sampled:
     """A generated batch as it waits in the staleness queue."""
 
     batch: RolloutBatch
-    # None exactly when the behaviour policy is the update's forward (rlvrlab.train.rollouts.Behaviour)
+    # the sampler pass's log-probs (Behaviour.SAMPLER_PASS); None for Behaviour.UPDATE_FORWARD, which has none yet
     trainer: TrainerLogp | None
     reference: torch.Tensor | None  # [B, T] the reference policy's log-probs, when algorithm.kl_coef > 0
 
@@ -169,150 +191,6 @@ def collate(groups: list[list[Generation]], group_ids: list[str], rewards: list[
     )
 
 
-def token_logits(model: torch.nn.Module, batch: RolloutBatch, *, prompt_cache: float | None = None) -> torch.Tensor:
-    """[B, T, V] logits that predict the response tokens (position ids follow the left padding, as generate).
-
-    Only the last T+1 positions go through the LM head (`logits_to_keep`): with a long prompt (few-shot turns)
-    and a large vocabulary the prompt's logits would cost most of the head's time and memory, for nothing.
-    prompt_cache: rows with the same prompt (a group's responses) share one forward of it (`_shared_prompt_logits`)
-    where that keeps less for backward than the plain forward (`pass_tokens`); the value is the repeated KV cache's
-    charge per position (Run.shared_cache). None: every row runs its own prompt."""
-    position_ids = (batch.attention_mask.cumsum(-1) - 1).clamp(min=0)  # [B, P+T]
-    width = batch.input_ids.shape[1] - batch.prompt_width  # T
-    if prompt_cache is not None and can_share_prompt(model):
-        shared = _shared_prompt_logits(model, batch, position_ids, prompt_cache)
-        if shared is not None:
-            return shared
-    out = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask, position_ids=position_ids,
-                logits_to_keep=width + 1)
-    return out.logits[:, :-1].float()  # [B, T, V]: positions P-1 .. P+T-2
-
-
-def can_share_prompt(model: torch.nn.Module) -> TypeGuard[PreTrainedModel]:
-    """A transformers causal LM takes a KV cache in its forward; the toy policy (one table lookup) does not. Asked
-    without importing transformers, which a toy run never loads (it would add ~1.5 s to each toy process)."""
-    modeling = sys.modules.get("transformers.modeling_utils")
-    return modeling is not None and isinstance(model, modeling.PreTrainedModel)
-
-
-def _shared_prompt_logits(model: PreTrainedModel, batch: RolloutBatch, position_ids: torch.Tensor,
-                          charge: float) -> torch.Tensor | None:
-    """token_logits with each distinct prompt of the batch run once: its forward fills a KV cache (with the graph,
-    for backward), the cache's rows are repeated for the rows that share the prompt (`_RepeatRows`, whose backward
-    sums their gradients in a fixed order), and the responses run on top of it, as the sampling loop does. The prompt's
-    last position predicts the first response token. Equal to one forward over every row up to float rounding
-    (tests/train/test_batch.py). None when sharing would keep more than the plain forward (`pass_tokens`): every
-    row has its own prompt, or too few rows share one to pay for the repeated cache."""
-    from transformers import DynamicCache, DynamicLayer
-
-    p = batch.prompt_width
-    distinct, inverse = _distinct_prompts(batch)
-    width = batch.input_ids.shape[1] - p  # T
-    if not shares(len(distinct), len(batch), p, width, charge):
-        return None
-    first: dict[int, int] = {}
-    for row, which in enumerate(inverse.tolist()):
-        first.setdefault(which, row)
-    heads = torch.tensor([first[which] for which in range(len(distinct))])
-    cache = DynamicCache(config=model.config)
-    # layers that hold keys and values only (full or sliding-window attention); a linear-attention layer's states
-    # (conv_states, recurrent_states) are not repeated here, so such a model takes the plain forward
-    layers = [layer for layer in cache.layers
-              if isinstance(layer, DynamicLayer) and not hasattr(layer, "recurrent_states")]
-    if len(layers) != len(cache.layers):
-        return None
-    prompt_logits = model(input_ids=batch.input_ids[heads, :p], attention_mask=batch.attention_mask[heads, :p],
-                          position_ids=position_ids[heads, :p], past_key_values=cache, use_cache=True,
-                          logits_to_keep=1).logits  # [D, 1, V]: predicts response token 0
-    prompt_logits = _RepeatRows.apply(prompt_logits, inverse)  # [B, 1, V]
-    if width == 1:
-        return prompt_logits.float()
-    for layer in layers:  # DynamicCache.batch_select_indices, with a deterministic backward
-        layer.keys, layer.values = _RepeatRows.apply(layer.keys, inverse), _RepeatRows.apply(layer.values, inverse)
-    end = p + width - 1  # the last response token predicts nothing
-    out = model(input_ids=batch.input_ids[:, p:end], attention_mask=batch.attention_mask[:, :end],
-                position_ids=position_ids[:, p:end], past_key_values=cache, use_cache=True)
-    return torch.cat([prompt_logits, out.logits], dim=1).float()  # [B, T, V]
-
-
-class _RepeatRows(torch.autograd.Function):
-    """x[inverse] along dim 0 (each of x's rows repeated for the rows that share it), whose backward sums each row's
-    copies as one matrix product with a fixed order. Indexing's own backward (index_put_ with accumulate) adds them
-    in whatever order its threads run: with 2 torch threads and another busy process, 40 backward passes of the same
-    shared forward gave 3-4 different gradients in the last bits (the plain forward gave 1), and a resumed run no
-    longer matched its uninterrupted twin (tests/train/test_train_tiny.py)."""
-
-    @staticmethod
-    def forward(ctx, x: torch.Tensor, inverse: torch.Tensor) -> torch.Tensor:
-        ctx.save_for_backward(inverse)
-        ctx.sources = x.shape[0]
-        return x.index_select(0, inverse)
-
-    @staticmethod
-    def backward(ctx, grad: torch.Tensor):
-        (inverse,) = ctx.saved_tensors
-        rows = torch.arange(len(inverse), device=inverse.device)
-        onehot = torch.zeros(ctx.sources, len(inverse), dtype=grad.dtype, device=grad.device)
-        onehot[inverse, rows] = 1.0
-        summed = onehot @ grad.reshape(len(inverse), -1)  # [D, B] x [B, rest]
-        return summed.view(ctx.sources, *grad.shape[1:]), None
-
-
-def own_width(batch: RolloutBatch) -> RolloutBatch:
-    """The batch cut to its own longest row: leading prompt columns that are padding in every row and response
-    columns past the longest response are dropped (a micro-batch of short rows no longer pays for the whole step's
-    longest one). Position ids follow the attention mask, so every kept token sees the same inputs."""
-    width_p = batch.prompt_width
-    used = batch.attention_mask[:, :width_p].sum(0) > 0  # [P] prompt columns some row uses
-    start = int(used.nonzero()[0]) if bool(used.any()) else width_p
-    t = max(int(batch.mask.sum(-1).max()), 1) if len(batch) else 1
-    if start == 0 and t == batch.mask.shape[1]:
-        return batch
-    end = width_p + t
-    return replace(batch, input_ids=batch.input_ids[:, start:end], attention_mask=batch.attention_mask[:, start:end],
-                   mask=batch.mask[:, :t], prompt_width=width_p - start)
-
-
-def logp_and_entropy(model: torch.nn.Module, batch: RolloutBatch, *, temperature: float,
-                     with_entropy: bool = True, entropy_grad: bool = False,
-                     prompt_cache: float | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """Per-token log-probs [B, T] of the response under logits / temperature, and their entropy [B, T].
-
-    The forward runs on the batch cut to its own longest row (own_width); the results are padded back to T with
-    zeros. The entropy is computed outside the autograd graph, in pieces (logged_entropy), unless entropy_grad (an
-    entropy term in the loss): when it is only logged, its [B, T, V] intermediates are not kept for backward."""
-    width = batch.mask.shape[1]
-    cut = own_width(batch)
-    logits = token_logits(model, cut, prompt_cache=prompt_cache)  # [B, t, V]
-    if temperature != 1.0:  # x / 1.0 is x: no op (and no autograd node) for it
-        logits = logits / temperature
-    targets = cut.input_ids[:, cut.prompt_width :]  # [B, t]
-    logp = torch.log_softmax(logits, dim=-1).gather(-1, targets.unsqueeze(-1)).squeeze(-1) * cut.mask
-    entropy = None
-    if with_entropy:
-        in_loss = entropy_grad and torch.is_grad_enabled()  # in one piece: its tensors are kept for backward anyway
-        entropy = _padded((entropy_from_logits(logits) if in_loss else logged_entropy(logits)) * cut.mask, width)
-    return _padded(logp, width), entropy
-
-
-@torch.no_grad()
-def logged_entropy(logits: torch.Tensor) -> torch.Tensor:
-    """[B, t] token entropy of [B, t, V] logits outside autograd, ENTROPY_CHUNK_ELEMENTS logits at a time: in one
-    piece its two fp32 temporaries of [B, t, V] would come on top of the logits the pass keeps for backward (the
-    memory estimate counts one piece's). Equal to entropy_from_logits of the whole up to float rounding."""
-    b, t, v = logits.shape
-    per = max(1, ENTROPY_CHUNK_ELEMENTS // v)  # positions per piece
-    if t <= per:  # whole rows, per // t of them a piece
-        rows = per // t
-        return torch.cat([entropy_from_logits(logits[i:i + rows]) for i in range(0, b, rows)])
-    return torch.stack([torch.cat([entropy_from_logits(piece) for piece in row.split(per)]) for row in logits])
-
-
-def _padded(values: torch.Tensor, width: int) -> torch.Tensor:
-    """[B, t] zero-padded on the right to [B, width] (itself when t = width)."""
-    return values if values.shape[1] == width else torch.nn.functional.pad(values, (0, width - values.shape[1]))
-
-
 def stream_problems(problems: list[Problem], *, seed: int, batch_index: int, per_batch: int, rank: int,
                     world: int) -> list[Problem]:
     """This rank's prompts of batch `batch_index` in an endless stream of seeded permutations of `problems`
@@ -339,159 +217,6 @@ def shuffled_rows(size: int, *, seed: tuple[int, ...]) -> torch.Tensor:
     return torch.from_numpy(np.random.default_rng(list(seed)).permutation(size))
 
 
-def split_rows(size: int, width: int) -> list[slice]:
-    """Consecutive slices of at most `width` rows (micro-batches)."""
-    return [slice(i, min(i + width, size)) for i in range(0, size, width)]
-
-
-def micro_batches(batch: RolloutBatch, *, rows: int, tokens: int | None,
-                  prompt_cache: float | None = None) -> list[slice] | list[torch.Tensor]:
-    """The micro-batches of `batch` (one forward/backward each): consecutive slices of `rows` rows; or, with a
-    token budget (trainer.micro_batch_tokens), LongTensors of row indices: the rows sorted by length (prompt plus
-    response, stable) and packed in that order while rows x (their longest prompt + their longest response), the
-    padded size of the micro-batch cut to its own longest row (own_width), stays within `tokens`. A row longer than
-    the budget is a micro-batch of its own. As verl's use_dynamic_bsz: with losses normalised by the mini-batch's
-    counts (Aggregation) the sum over micro-batches is the same loss, whatever the grouping.
-
-    prompt_cache: the forward shares each distinct prompt among its rows (trainer.share_prompt,
-    `_shared_prompt_logits`); the value is the size of one position of the repeated KV cache relative to one
-    token's activations (`shared_cache_ratio`). Then the budget counts what a pass computes and keeps
-    (`pass_tokens`), and rows go in prompt by prompt (`_pack_shared`), so that a prompt runs in as few
-    passes as possible."""
-    if tokens is None:
-        return split_rows(len(batch), rows)
-    prompt = prompt_lengths(batch).tolist()
-    response = batch.mask.sum(-1).long().tolist()
-    if prompt_cache is not None:
-        return _pack_shared(prompt_keys(batch), prompt, response, tokens, prompt_cache)
-    order = sorted(range(len(batch)), key=lambda r: prompt[r] + response[r])
-    parts: list[list[int]] = []
-    width_p = width_t = 0
-    for r in order:
-        p, t = max(width_p, prompt[r]), max(width_t, response[r], 1)
-        if parts and (len(parts[-1]) + 1) * (p + t) <= tokens:
-            parts[-1].append(r)
-            width_p, width_t = p, t
-        else:
-            parts.append([r])
-            width_p, width_t = prompt[r], max(response[r], 1)
-    return [torch.tensor(part, dtype=torch.long) for part in parts]
-
-
-def _pack_shared(keys: list[int], prompt: list[int], response: list[int], tokens: int,
-                 cache: float) -> list[torch.Tensor]:
-    """micro_batches with shared prompts: first fit, longest first. Prompts in the order of their longest row
-    (prompt plus response, longest first), each prompt's rows longest first; each row goes into the first pass it
-    fits in by `pass_tokens`, else opens a new one. The first row of a pass sets its widths, so shorter
-    groups fill the passes the long ones opened, and a prompt's rows stay together unless a pass is full."""
-    longest: dict[int, int] = {}
-    for r, key in enumerate(keys):
-        longest[key] = max(longest.get(key, 0), prompt[r] + response[r])
-    order = sorted(range(len(keys)), key=lambda r: (-longest[keys[r]], keys[r], -(prompt[r] + response[r]), r))
-    parts: list[list[int]] = []
-    shapes: list[tuple[set[int], int, int]] = []  # per pass: its distinct prompts, prompt width, response width
-    for r in order:
-        for i, (distinct, width_p, width_t) in enumerate(shapes):
-            p, t = max(width_p, prompt[r]), max(width_t, response[r], 1)
-            if pass_tokens(len(distinct | {keys[r]}), len(parts[i]) + 1, p, t, cache) <= tokens:
-                parts[i].append(r)
-                distinct.add(keys[r])
-                shapes[i] = (distinct, p, t)
-                break
-        else:
-            parts.append([r])
-            shapes.append(({keys[r]}, prompt[r], max(response[r], 1)))
-    return [torch.tensor(sorted(part), dtype=torch.long) for part in parts]
-
-
-def pass_tokens(prompts: int, rows: int, prompt_width: int, response_width: int, cache: float) -> float:
-    """What a pass of `rows` rows with `prompts` distinct prompts keeps for backward, in token positions: the plain
-    forward's rows x (prompt_width + response_width), or the shared one's (`shared_pass_tokens`) where that is
-    less; the forward takes the same choice (`shares`)."""
-    plain = rows * (prompt_width + response_width)
-    if not shares(prompts, rows, prompt_width, response_width, cache):
-        return plain
-    return shared_pass_tokens(prompts, rows, prompt_width, response_width, cache)
-
-
-def shares(prompts: int, rows: int, prompt_width: int, response_width: int, cache: float) -> bool:
-    """Whether a pass shares its prompts: it does where that keeps less than the plain forward."""
-    plain = rows * (prompt_width + response_width)
-    return prompts < rows and shared_pass_tokens(prompts, rows, prompt_width, response_width, cache) < plain
-
-
-def shared_pass_tokens(prompts: int, rows: int, prompt_width: int, response_width: int, cache: float) -> float:
-    """The token positions a pass with shared prompts computes and keeps for backward, in units of one token's
-    activations: each distinct prompt once (prompts x prompt_width), every row's response (rows x response_width),
-    and the keys and values the responses attend to, the prompt's cache repeated per row and the response's own
-    (rows x (prompt_width + response_width) positions of `cache` token-activations each)."""
-    return prompts * prompt_width + rows * response_width + cache * rows * (prompt_width + response_width)
-
-
-def prompt_keys(batch: RolloutBatch) -> list[int]:
-    """[B] one integer per distinct prompt (its tokens with their left padding, as `_shared_prompt_logits` tells
-    them apart): rows with equal keys share a prompt."""
-    return _distinct_prompts(batch)[1].tolist()
-
-
-def _distinct_prompts(batch: RolloutBatch) -> tuple[torch.Tensor, torch.Tensor]:
-    """(the distinct prompts [D, 2P], each row's index into them [B]): a prompt is its tokens with their left
-    padding."""
-    p = batch.prompt_width
-    rows = torch.cat([batch.input_ids[:, :p], batch.attention_mask[:, :p]], dim=1)
-    return torch.unique(rows, dim=0, return_inverse=True)
-
-
-def shared_cache_ratio(config) -> float | None:
-    """One position of the repeated KV cache (keys and values of every layer) relative to one token's activations
-    as rlvrlab.config.memory counts them, for a transformers config (Llama / Qwen2 / Qwen3 / Mistral names); None
-    for a config without those numbers (then prompts are not shared: their cost could not be charged)."""
-    from rlvrlab.config.memory import Architecture
-
-    names = ("hidden_size", "num_hidden_layers", "intermediate_size", "num_attention_heads", "num_key_value_heads",
-             "head_dim", "vocab_size", "tie_word_embeddings")
-    try:
-        arch = Architecture.from_hf({name: getattr(config, name, None) for name in names})
-        return 2 * arch.kv_heads * arch.head_dim / arch.layer_activation_elements()
-    except (TypeError, ValueError):  # a number is missing (None)
-        return None
-
-
-def packing_budget(batch: RolloutBatch, rows: int, max_new_tokens: int) -> int:
-    """trainer.pack_by_length's budget: `rows` rows at `batch`'s longest prompt plus rollout.max_new_tokens, the
-    padded size of a micro-batch of `rows` rows of these prompts whose responses ran to the cap: what the run must
-    have memory for anyway (the first batch with long responses needs it), and the largest micro-batch TRL's
-    GRPOTrainer can run at the same settings. Packed to it, short rows share fewer passes."""
-    return rows * (int(prompt_lengths(batch).max()) + max_new_tokens)
-
-
 def prompt_lengths(batch: RolloutBatch) -> torch.Tensor:
     """Each row's prompt tokens (its padding left out)."""
     return batch.attention_mask[:, :batch.prompt_width].sum(-1)
-
-
-def split_to(parts: list[torch.Tensor], count: int) -> list[torch.Tensor]:
-    """`parts` split until there are `count` of them: the part with the most rows (the first of equals) into two
-    halves, in place, so each part keeps its rows' length order and stays within the budget it was packed to.
-    Ranks of one data-parallel step need the same number of backward passes (DeepSpeed reduces gradients in
-    them); count at most the number of rows."""
-    parts = list(parts)
-    if count > sum(len(part) for part in parts):
-        raise ValueError(f"cannot split {sum(len(part) for part in parts)} rows into {count} micro-batches")
-    while len(parts) < count:
-        widest = max(range(len(parts)), key=lambda i: (len(parts[i]), -i))
-        part = parts[widest]
-        half = (len(part) + 1) // 2
-        parts[widest:widest + 1] = [part[:half], part[half:]]
-    return parts
-
-
-def row_order(parts: Sequence[slice | torch.Tensor], size: int) -> torch.Tensor | None:
-    """The permutation that puts results concatenated over `parts` back in batch order (None: already in order:
-    consecutive slices, as micro_batches gives them without a token budget)."""
-    indices = [part for part in parts if isinstance(part, torch.Tensor)]
-    if not indices:
-        return None
-    inverse = torch.empty(size, dtype=torch.long)
-    inverse[torch.cat(indices)] = torch.arange(size)
-    return inverse

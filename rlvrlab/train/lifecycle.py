@@ -16,7 +16,7 @@ import torch
 
 from rlvrlab import outputs, rundir
 from rlvrlab.config.schema import RunConfig
-from rlvrlab.errors import RlvrlabError, StorageError
+from rlvrlab.errors import StorageError
 from rlvrlab.tracking import tags as T
 from rlvrlab.tracking.store import StoreLost, store
 from rlvrlab.train import checkpoint
@@ -52,19 +52,9 @@ def stderr_warning(message: str) -> None:
 
 
 def resume_point(run_folder: Path, run_id: str, warn: Callable[[str], None]) -> Path:
-    """The newest checkpoint whose files match their checksums; damaged newer ones are skipped with a warning."""
-    good, bad = rundir.intact(run_folder)
-    where = run_folder / rundir.CHECKPOINTS
-    if not good:
-        if bad:
-            raise RlvrlabError(f"run {run_id} cannot be resumed: {rundir.damage_note(bad)} and no intact one is left "
-                               f"in {where}; its records are unchanged")
-        raise RlvrlabError(f"run {run_id} has no complete checkpoint in {where}; it cannot be resumed (set "
-                           "trainer.checkpoint_every > 0 for future runs)")
-    newer = [(f, problem) for f, problem in bad if rundir.step_of(f) > rundir.step_of(good[-1])]
-    if newer:
-        warn(f"run {run_id}: {rundir.damage_note(newer)}; resuming from the newest intact one, {good[-1].name}")
-    return good[-1]
+    """Where `--resume` continues: the run's newest intact checkpoint (rundir.newest_intact)."""
+    return rundir.newest_intact(run_folder, run_id, purpose="resumed", warn=warn,
+                                fix="it cannot be resumed (set trainer.checkpoint_every > 0 for future runs)")
 
 
 def nothing_left_or_extension(cfg: RunConfig, run_id: str, folder: Path, run_folder: Path) -> int | None:

@@ -24,7 +24,7 @@ from rlvrlab.tracking import tags as T
 from rlvrlab.tracking.store import check_reachable, store
 from rlvrlab.tracking.testbed import Testbed
 from rlvrlab.train import checkpoint
-from rlvrlab.train.batch import RolloutBatch, TrainerLogp
+from rlvrlab.train.batch import Behaviour, RolloutBatch, TrainerLogp
 from rlvrlab.train.checkpoint import TrainState
 from rlvrlab.train.lifecycle import (
     NothingLeft,
@@ -221,10 +221,11 @@ def train_step(run: Run, state: TrainState, step: int, *,
     update_start = time.perf_counter()
     update = update_policy(run, rows, step, with_stats=with_stats)
     t.update = time.perf_counter() - update_start
-    if trainer is None:  # Behaviour.UPDATE_FORWARD: the update's own forward gave the behaviour log-probs
+    if rows.source is Behaviour.UPDATE_FORWARD:  # the update's own forward gave the behaviour log-probs
         assert update.behaviour is not None
         trainer = TrainerLogp(update.behaviour, update.behaviour)  # temperature 1 (rollouts.behaviour_source)
         adv_inputs = replace(adv_inputs, old_logp=trainer.behaviour)
+    assert trainer is not None  # Behaviour.SAMPLER_PASS: the sampler pass's, queued with the batch
 
     # 4. The rollout engine samples the next batch from the updated weights.
     sync_start = time.perf_counter()

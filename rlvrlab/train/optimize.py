@@ -6,7 +6,6 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import cast
 
 import torch
 
@@ -14,18 +13,9 @@ from rlvrlab.algorithms import AdvantageInputs, Aggregation, LossInputs, masked_
 from rlvrlab.errors import RlvrlabError
 from rlvrlab.tracking import tags as T
 from rlvrlab.train import checkpoint
-from rlvrlab.train.batch import (
-    RolloutBatch,
-    Rows,
-    TrainerLogp,
-    UpdateRows,
-    logp_and_entropy,
-    micro_batches,
-    packing_budget,
-    row_order,
-    shuffled_rows,
-    split_to,
-)
+from rlvrlab.train.batch import Behaviour, RolloutBatch, Rows, TrainerLogp, UpdateRows, shuffled_rows
+from rlvrlab.train.logprobs import logp_and_entropy
+from rlvrlab.train.packing import micro_batches, packing_budget, row_order, split_to
 from rlvrlab.train.setup import Run
 from rlvrlab.train.stats import LossStatsMean, sign_counts
 from rlvrlab.update.base import total_norm
@@ -75,6 +65,7 @@ def update_rows(run: Run, batch: RolloutBatch, trainer: TrainerLogp | None, refe
     token_rewards = torch.zeros_like(batch.mask)  # [B, T]
     token_rewards[torch.arange(len(batch)), lengths - 1] = batch.rewards
     mask = batch.mask if kept_mask is None else kept_mask
+    source = Behaviour.UPDATE_FORWARD if trainer is None else Behaviour.SAMPLER_PASS
     behaviour = trainer.behaviour if trainer is not None else None
     inputs = AdvantageInputs(token_rewards, mask, batch.group_ids, old_logp=behaviour,
                              response_keys=batch.response_keys())
@@ -82,7 +73,8 @@ def update_rows(run: Run, batch: RolloutBatch, trainer: TrainerLogp | None, refe
     if algo.ent_adv is not None:
         assert trainer is not None and trainer.entropy is not None  # Ent-Adv implies Behaviour.SAMPLER_PASS
         adv = algo.ent_adv(adv, trainer.entropy) * batch.mask
-    return UpdateRows(batch, adv, behaviour, reference, is_weights=is_weights, kept_mask=kept_mask), inputs
+    rows = UpdateRows(batch, adv, source, behaviour, reference, is_weights=is_weights, kept_mask=kept_mask)
+    return rows, inputs
 
 
 @dataclass
@@ -93,7 +85,7 @@ class UpdateResult:
     entropies: list[float] = field(default_factory=list)  # mean token entropy
     kls: list[float] = field(default_factory=list)  # mean k3 KL to the reference, when used
     norms: list[float] = field(default_factory=list)  # gradient norm of each optimizer step
-    # the behaviour log-probs the update's own forward gave (rows.behaviour is None), in batch order
+    # the behaviour log-probs the update's own forward gave (Behaviour.UPDATE_FORWARD), in batch order
     behaviour: torch.Tensor | None = None
 
 
@@ -102,9 +94,10 @@ def in_batch_order(values: torch.Tensor, order: torch.Tensor | None) -> torch.Te
     return values if order is None else values[order]
 
 
-def run_micro_batches(run: Run, batch: Rows, *, same_count_on_all_ranks: bool) -> list[torch.Tensor] | list[slice]:
-    """This batch's micro-batches (rlvrlab.train.batch.micro_batches). Packed by a token budget, their number can
-    differ between ranks; for a backward pass every rank takes the largest (DeepSpeed reduces gradients in it)."""
+def run_micro_batches(run: Run, batch: Rows, *, same_count_on_all_ranks: bool) -> list[torch.Tensor]:
+    """This batch's micro-batches, as row indices (rlvrlab.train.packing.micro_batches). Packed by a token budget,
+    their number can differ between ranks; for a backward pass every rank takes the largest (DeepSpeed reduces
+    gradients in it)."""
     sampled = batch.batch if isinstance(batch, UpdateRows) else batch
     assert isinstance(sampled, RolloutBatch)
     t = run.cfg.trainer
@@ -113,7 +106,7 @@ def run_micro_batches(run: Run, batch: Rows, *, same_count_on_all_ranks: bool) -
         tokens = packing_budget(sampled, t.micro_batch_size, run.cfg.rollout.max_new_tokens)
     parts = micro_batches(sampled, rows=t.micro_batch_size, tokens=tokens, prompt_cache=run.shared_cache)
     if tokens is not None and same_count_on_all_ranks and run.world_size > 1:
-        parts = split_to(cast(list[torch.Tensor], parts), all_max(len(parts)))  # packed: row-index tensors
+        parts = split_to(parts, all_max(len(parts)))
     return parts
 
 
@@ -123,8 +116,8 @@ def update_policy(run: Run, rows: UpdateRows, step: int, *, with_stats: bool = T
     so the update does not depend on how rows are split into micro-batches or processes. with_stats=False: the
     same update; the result holds the gradient norms only (no loss, entropy or KL means, no loss diagnostics), and
     the token entropy is not computed unless the loss has an entropy term.
-    The behaviour log-probs are rows.behaviour, or (None there: Behaviour.UPDATE_FORWARD, one epoch of one
-    mini-batch) the update's own forward, detached, as TRL's GRPOTrainer takes them; those are returned."""
+    The behaviour log-probs are rows.behaviour (Behaviour.SAMPLER_PASS), or (Behaviour.UPDATE_FORWARD, one epoch of
+    one mini-batch) the update's own forward, detached, as TRL's GRPOTrainer takes them; those are returned."""
     cfg, algo, result = run.cfg, run.algorithm, UpdateResult()
     from_forward: list[torch.Tensor] = []
     drop_truncated = cfg.algorithm.overlong_filter
@@ -142,7 +135,7 @@ def update_policy(run: Run, rows: UpdateRows, step: int, *, with_stats: bool = T
             agg = Aggregation(cfg.algorithm.agg, num_tokens=float(counts[0]), num_seqs=float(counts[1]),
                               num_rows=float(counts[2]), dp_size=run.world_size,
                               loss_scale_factor=cfg.algorithm.loss_scale_factor)
-            parts: Sequence[torch.Tensor | slice] = run_micro_batches(run, mini, same_count_on_all_ranks=True)
+            parts = run_micro_batches(run, mini, same_count_on_all_ranks=True)
             # per micro-batch: the policy term (its part of the mini-batch's loss); (sum, count) over its tokens of
             # the entropy and the KL to the reference, so that the logged means are the mini-batch's own, however its
             # rows were grouped into micro-batches
@@ -155,9 +148,12 @@ def update_policy(run: Run, rows: UpdateRows, step: int, *, with_stats: bool = T
                                                  with_entropy=with_stats or algo.entropy_bonus is not None,
                                                  entropy_grad=algo.entropy_bonus is not None,
                                                  prompt_cache=run.shared_cache)
-                old_logp = logp.detach() if x.behaviour is None else x.behaviour
-                if x.behaviour is None:
+                if x.source is Behaviour.UPDATE_FORWARD:
+                    old_logp = logp.detach()
                     from_forward.append(old_logp)
+                else:
+                    assert x.behaviour is not None  # UpdateRows: SAMPLER_PASS rows hold them
+                    old_logp = x.behaviour
                 mask = x.loss_mask(drop_truncated=drop_truncated)
                 out = algo.loss(LossInputs(logp, old_logp, x.adv, mask, is_weights=x.is_weights), agg)
                 loss = out.loss

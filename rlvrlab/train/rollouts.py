@@ -3,7 +3,6 @@ log-probs of the sampled tokens (the behaviour policy's, and the reference polic
 
 from __future__ import annotations
 
-import enum
 import time
 from dataclasses import dataclass, replace
 
@@ -14,27 +13,14 @@ from rlvrlab.algorithms import ADVANTAGES, groups_with_signal, overlong_penalty
 from rlvrlab.config.rules import overlong_buffer_tokens
 from rlvrlab.config.schema import RunConfig
 from rlvrlab.rollout.base import Generation
-from rlvrlab.train.batch import (
-    RolloutBatch,
-    Sampled,
-    TrainerLogp,
-    collate,
-    logp_and_entropy,
-    row_order,
-    stream_problems,
-)
+from rlvrlab.train.batch import Behaviour, RolloutBatch, Sampled, TrainerLogp, collate, stream_problems
 from rlvrlab.train.checkpoint import TrainState
+from rlvrlab.train.logprobs import logp_and_entropy
 from rlvrlab.train.optimize import in_batch_order, run_micro_batches
+from rlvrlab.train.packing import row_order
 from rlvrlab.train.setup import Run
 from rlvrlab.train.stats import Timings
 from rlvrlab.update.dist import all_max
-
-
-class Behaviour(enum.Enum):
-    """Where the behaviour policy's log-probs (the denominator of the policy ratio) come from."""
-
-    SAMPLER_PASS = "a no-grad pass of the trainer's weights after sampling"
-    UPDATE_FORWARD = "the update's own forward pass, detached"
 
 
 def behaviour_source(cfg: RunConfig) -> Behaviour:

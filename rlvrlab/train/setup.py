@@ -29,8 +29,9 @@ from rlvrlab.tracking.provenance import provenance, record_run
 from rlvrlab.tracking.store import store
 from rlvrlab.tracking.testbed import Testbed
 from rlvrlab.train import heldout
-from rlvrlab.train.batch import can_share_prompt, shared_cache_ratio
 from rlvrlab.train.heldout import HeldOut
+from rlvrlab.train.logprobs import can_share_prompt
+from rlvrlab.train.packing import shared_cache_ratio
 from rlvrlab.update.base import UpdateEngine
 from rlvrlab.update.dist import barrier, setup_distributed, waiting
 
@@ -105,7 +106,7 @@ class Run:
     algorithm: BoundAlgorithm  # estimator, loss and loss terms with their knobs bound once from cfg.algorithm
     heldout: HeldOut | None = None  # trainer.eval_every's evaluation (rlvrlab.train.heldout), None when off
     # the update shares a prompt's forward among its rows (share_prompt): one position of the repeated KV cache
-    # relative to one token's activations, which packing by length charges (rlvrlab.train.batch.micro_batches)
+    # relative to one token's activations, which packing by length charges (rlvrlab.train.packing.micro_batches)
     shared_cache: float | None = None
     left_regime: bool = False  # the held-out group signal has fallen below its floor (tagged once)
 
@@ -213,7 +214,7 @@ def _end_unbuilt(tracker: Tracker, error: BaseException, *, resumed: bool) -> No
 def share_prompt(cfg: RunConfig) -> bool:
     """trainer.share_prompt where it applies: not under ZeRO-3 (its parameters are gathered per forward, and two
     forwards per micro-batch are untested there) nor gradient checkpointing (transformers turns the KV cache off
-    in training with it). The toy policy falls back by itself (rlvrlab.train.batch.can_share_prompt)."""
+    in training with it). The toy policy falls back by itself (rlvrlab.train.logprobs.can_share_prompt)."""
     t = cfg.trainer
     return t.share_prompt and t.zero_stage < 3 and not t.gradient_checkpointing
 

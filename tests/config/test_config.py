@@ -10,9 +10,12 @@ from pathlib import Path
 import pytest
 import yaml
 
+from rlvrlab.algorithms import ADVANTAGES, POLICY_LOSSES
 from rlvrlab.config import check_files, compose, config_hash, to_yaml
 from rlvrlab.config.rules import KNOB_READERS, RANGES
+from rlvrlab.data.tasks import TASKS
 from rlvrlab.errors import ConfigError, RlvrlabError
+from rlvrlab.rewards import VERIFIERS
 
 WriteTree = Callable[[Path, dict[str, str]], Path]  # the conftest fixture
 
@@ -286,19 +289,21 @@ BAD_OVERRIDES = [
     (["algorithm.kl_estimator=k4"], "unknown algorithm.kl_estimator 'k4'"),
     (["algorithm=ucp"], "unknown algorithm 'ucp' in "),
     (["model=huge"], "unknown model 'huge' in "),
-    (["algorithm.tau=0.3"], "algorithm.tau has no effect with algorithm.estimator 'grpo' (it is read by: ucpo, "
-     "ucpo_objective); set algorithm.estimator to one of them or drop the override"),
+    (["algorithm.tau=0.3"], "algorithm.tau has no effect with algorithm.estimator 'grpo' (it is read by: "
+     f"{', '.join(name for name, e in ADVANTAGES.items() if 'tau' in e.knobs)}); set algorithm.estimator to one of "
+     "them or drop the override"),
     (["algorithm.sapo_tau_pos=2"], "algorithm.sapo_tau_pos has no effect with algorithm.loss 'clip'"),
     (["algorithm.loss=sapo", "algorithm.unbounded_positive=true"],
-     "algorithm.unbounded_positive has no effect with algorithm.loss 'sapo' (it is read by: cispo, clip, gspo)"),
+     "algorithm.unbounded_positive has no effect with algorithm.loss 'sapo' (it is read by: "
+     f"{', '.join(sorted(name for name, loss in POLICY_LOSSES.items() if loss.up_compatible))})"),
     (["trainer.engine=torch", "trainer.zero_stage=2"], "trainer.zero_stage has no effect with trainer.engine 'torch'"),
     (["trainer.zero_stage=4"], "unknown trainer.zero_stage '4'"),
     (["dataset.verifier=maths"],
-     "unknown dataset.verifier 'maths'; did you mean 'math'? available: exact, countdown, math"),
+     f"unknown dataset.verifier 'maths'; did you mean 'math'? available: {', '.join(VERIFIERS)}"),
     (["rollout.engine=sglang"], "unknown rollout.engine 'sglang'; available: hf, vllm"),
     (["trainer.engine=fsdp"], "unknown trainer.engine 'fsdp'; available: deepspeed, torch"),
-    (["dataset.name=countdwn"], "unknown synthetic dataset.name 'countdwn'; did you mean 'countdown'? available: "
-     "arith, countdown, pairs, toy; a file's data needs dataset.format=jsonl or parquet and dataset.path"),
+    (["dataset.name=countdwn"], f"unknown synthetic dataset.name 'countdwn'; did you mean 'countdown'? available: "
+     f"{', '.join(sorted(TASKS))}; a file's data needs dataset.format=jsonl or parquet and dataset.path"),
     (["model.tier=real"], "model.tier=real needs model.path"),
     (["model.path=/models/qwen"], "model.path has no effect with model.tier 'tiny'"),
     (["dataset.format=jsonl"], "dataset.format=jsonl needs dataset.path"),
@@ -378,8 +383,6 @@ def test_check_files_reports_each_broken_file(experiments: Path, write_tree: Wri
 
 def test_micro_batches_packed_by_tokens_only_for_losses_that_sum_over_micro_batches() -> None:
     """trainer.micro_batch_tokens regroups rows; a loss that picks tokens within each micro-batch would change."""
-    from rlvrlab.algorithms import POLICY_LOSSES
-
     for name, loss in POLICY_LOSSES.items():
         args = [f"algorithm.loss={name}", "trainer.micro_batch_tokens=512"]
         if loss.micro_batch_exact:
@@ -395,7 +398,6 @@ def test_packing_by_length_is_the_default_experiments_and_yields_where_it_must()
     """The default experiment packs rows by length (trainer.pack_by_length); a loss that picks tokens within each
     micro-batch is refused with the fix; an explicit budget on the command line takes its place, and setting both
     on one layer is the error of a knob nothing reads."""
-    from rlvrlab.algorithms import POLICY_LOSSES
     from rlvrlab.config.schema import RunConfig
 
     assert compose(None).trainer.pack_by_length and not RunConfig().trainer.pack_by_length

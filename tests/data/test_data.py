@@ -16,6 +16,7 @@ from rlvrlab.config import compose, experiments_dir
 from rlvrlab.config.schema import DatasetConfig, ModelConfig
 from rlvrlab.data import load_problems, load_split
 from rlvrlab.data.problems import Problem
+from rlvrlab.data.tasks import TASKS
 from rlvrlab.errors import RlvrlabError
 
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "benchmarks"
@@ -257,8 +258,9 @@ def test_split_is_validated() -> None:
 # --- synthetic tasks ----------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("name", "overrides"), [("countdown", []), ("toy", ["model=toy"])])
-def test_synthetic_tasks_are_deterministic(name: str, overrides: list[str]) -> None:
+@pytest.mark.parametrize("name", list(TASKS))
+def test_synthetic_tasks_are_deterministic(name: str) -> None:
+    overrides = ["model=toy"] if TASKS[name].toy else []
     cfg = compose(None, [f"dataset={name}", "dataset.num_problems=16", *overrides])
     first = load_problems(cfg.dataset, cfg.model)
     assert first == load_problems(cfg.dataset, cfg.model)

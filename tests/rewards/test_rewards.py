@@ -135,7 +135,7 @@ def test_same_answer(math_pool: RewardPool) -> None:
 
 
 def test_registry() -> None:
-    assert set(VERIFIERS) == {"exact", "countdown", "math", "pairs"}
+    assert {"exact", "countdown", "math", "pairs"} <= set(VERIFIERS)  # with every task's own (tests/data/test_tasks.py)
     assert VERIFIERS["math"].isolated and not VERIFIERS["exact"].isolated and not VERIFIERS["countdown"].isolated
     assert not VERIFIERS["pairs"].isolated
     assert VERIFIERS["exact"].check("  b ", "a|b") == Verdict(1.0, "correct", "b")

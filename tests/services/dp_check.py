@@ -15,7 +15,8 @@ import tempfile
 import torch
 
 from rlvrlab.config import compose
-from rlvrlab.train.batch import TrainerLogp, collate, logp_and_entropy
+from rlvrlab.train.batch import TrainerLogp, collate
+from rlvrlab.train.logprobs import logp_and_entropy
 from rlvrlab.train.optimize import update_policy, update_rows
 from rlvrlab.train.setup import build
 

@@ -12,7 +12,7 @@ measure would count the weights it is not about), and fills one micro-batch of f
 (rollout.max_prompt_tokens + rollout.max_new_tokens). A first step creates the optimizer's states; the check fails
 if it did not change the weights (an optimizer that did not step would leave its states out of the measure). The
 resident-set high-water mark is then reset (Linux: "5" into /proc/self/clear_refs) and a second forward, backward
-and optimizer step runs through rlvrlab.train.batch.logp_and_entropy.
+and optimizer step runs through rlvrlab.train.logprobs.logp_and_entropy.
 
 measured = peak RSS of the second step - RSS before the first - the file-backed pages (RssFile) that appeared in
 between: what the update adds in anonymous memory on top of the weights (gradients, AdamW states, activations,
@@ -64,7 +64,8 @@ def main(out: str, overrides: list[str]) -> None:
     from rlvrlab import components
     from rlvrlab.config import compose, memory
     from rlvrlab.data import load_split
-    from rlvrlab.train.batch import RolloutBatch, logp_and_entropy
+    from rlvrlab.train.batch import RolloutBatch
+    from rlvrlab.train.logprobs import logp_and_entropy
 
     torch.set_num_threads(1)
     cfg = compose(None, one_micro_batch_per_step(overrides))

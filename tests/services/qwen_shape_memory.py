@@ -15,7 +15,7 @@ rlvrlab.components.load_model, copies the weights out of the memory-mapped safet
 (as they are on a GPU; the file's pages go with the mapping), resets the resident-set high-water mark (VmHWM, "5"
 into /proc/self/clear_refs) and builds the update engine through rlvrlab.components.update_engine. Two update
 steps follow on one micro-batch of full-length rows (rollout.max_prompt_tokens + rollout.max_new_tokens):
-rlvrlab.train.batch.logp_and_entropy with the entropy logged, DeepSpeed's backward and its optimizer step (the
+rlvrlab.train.logprobs.logp_and_entropy with the entropy logged, DeepSpeed's backward and its optimizer step (the
 first creates AdamW's states; the check fails if the weights did not change).
 
 measured = VmHWM at the end - the baseline - the library pages the steps read in (file-backed, not tensors): the
@@ -93,7 +93,8 @@ def main(out: str, folder: str, overrides: list[str]) -> None:
 
     from rlvrlab import components
     from rlvrlab.config import compose, memory
-    from rlvrlab.train.batch import RolloutBatch, logp_and_entropy
+    from rlvrlab.train.batch import RolloutBatch
+    from rlvrlab.train.logprobs import logp_and_entropy
 
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
     cfg = compose(None, ["model.tier=real", f"model.path={folder}", *RUN, *overrides])

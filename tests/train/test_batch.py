@@ -1,9 +1,11 @@
-"""rlvrlab.train.batch: micro-batches cut to their own longest row, and the logged entropy outside the graph."""
+"""rlvrlab.train.logprobs and rlvrlab.train.packing: micro-batches packed and cut to their own longest row, the
+shared-prompt forward, and the logged entropy outside the graph."""
 
 import torch
 
 from rlvrlab.rollout.base import Generation
-from rlvrlab.train.batch import collate, logp_and_entropy, own_width
+from rlvrlab.train.batch import collate
+from rlvrlab.train.logprobs import logp_and_entropy, own_width
 
 
 def _model() -> torch.nn.Module:
@@ -64,7 +66,7 @@ def test_the_logged_entropy_in_pieces_equals_the_entropy_in_one(monkeypatch):
     """logged_entropy bounds its temporaries to ENTROPY_CHUNK_ELEMENTS logits a piece: whole rows a piece, several
     or one, or a row split along its positions; each gives entropy_from_logits of the whole to 1e-6."""
     from rlvrlab.algorithms import entropy_from_logits
-    from rlvrlab.train import batch as batch_module
+    from rlvrlab.train import logprobs as batch_module
 
     pieces: list[tuple[int, ...]] = []
     whole = batch_module.entropy_from_logits
@@ -92,7 +94,8 @@ def _random_batch(sizes: list[tuple[int, int]]):
 def test_rows_packed_by_a_token_budget_cover_the_batch_once_in_length_order_and_within_the_budget():
     import random
 
-    from rlvrlab.train.batch import micro_batches, own_width, row_order, split_rows
+    from rlvrlab.train.optimize import in_batch_order
+    from rlvrlab.train.packing import micro_batches, row_order, split_rows
 
     rng = random.Random(0)
     for budget in (1, 20, 64, 300):
@@ -110,10 +113,14 @@ def test_rows_packed_by_a_token_budget_cover_the_batch_once_in_length_order_and_
             joined = torch.cat([first, second[:1]])
             assert own_width(batch.rows(joined)).input_ids.numel() > budget
         values = torch.arange(len(sizes), dtype=torch.float32).unsqueeze(-1)  # results concatenated by part...
-        assert torch.equal(values[torch.cat(parts)][row_order(parts, len(sizes))], values)  # ...back in batch order
+        assert torch.equal(in_batch_order(values[torch.cat(parts)], row_order(parts, len(sizes))), values)  # ...back
     batch = _random_batch([(3, 4)] * 10)
-    assert micro_batches(batch, rows=4, tokens=None) == split_rows(10, 4)  # no budget: consecutive rows
-    assert row_order(split_rows(10, 4), 10) is None
+    no_budget = micro_batches(batch, rows=4, tokens=None)  # consecutive rows, taken as views of the batch
+    assert [p.tolist() for p in no_budget] == [p.tolist() for p in split_rows(10, 4)] == [[0, 1, 2, 3], [4, 5, 6, 7],
+                                                                                         [8, 9]]
+    view = batch.rows(no_budget[1]).input_ids
+    assert row_order(no_budget, 10) is None and view.untyped_storage().data_ptr() == batch.input_ids.data_ptr()
+    assert batch.rows(torch.arange(10)) is batch
 
 
 def test_packed_by_length_passes_are_no_larger_than_rows_at_the_cap_and_never_more():
@@ -122,7 +129,7 @@ def test_packed_by_length_passes_are_no_larger_than_rows_at_the_cap_and_never_mo
     batches: every pass within the budget, and never more passes than micro-batches of `rows` rows."""
     import random
 
-    from rlvrlab.train.batch import micro_batches, own_width, packing_budget, pass_tokens, prompt_keys, split_rows
+    from rlvrlab.train.packing import micro_batches, packing_budget, pass_tokens, prompt_keys, split_rows
 
     _, batch = _batch()
     assert packing_budget(batch, 2, 7) == 2 * (6 + 7)
@@ -167,7 +174,7 @@ def test_rows_sharing_a_prompt_pack_by_what_a_shared_pass_computes():
     budget, and a pass of rows that share nothing within it at its plain padded size too."""
     import random
 
-    from rlvrlab.train.batch import micro_batches, own_width, pass_tokens, prompt_keys, shared_pass_tokens
+    from rlvrlab.train.packing import micro_batches, pass_tokens, prompt_keys, shared_pass_tokens
 
     batch = _groups_batch([(10, [2, 2, 2, 2]), (10, [2, 2, 2, 2])])
     assert len(micro_batches(batch, rows=8, tokens=36)) == 3
@@ -201,7 +208,7 @@ def test_the_cache_charge_is_the_kv_cache_relative_to_a_tokens_activations():
     rlvrlab.config.memory does not know (GPT-2's names)."""
     from transformers import Qwen2Config
 
-    from rlvrlab.train.batch import shared_cache_ratio
+    from rlvrlab.train.packing import shared_cache_ratio
 
     config = Qwen2Config(vocab_size=64, hidden_size=128, intermediate_size=256, num_hidden_layers=4,
                          num_attention_heads=4, num_key_value_heads=4)
@@ -218,13 +225,13 @@ def test_the_loop_packs_to_an_explicit_budget_first_then_by_length_then_by_rows(
     """rlvrlab.train.optimize.run_micro_batches: trainer.micro_batch_tokens, when set, takes pack_by_length's place."""
     from types import SimpleNamespace
 
-    from rlvrlab.train.batch import micro_batches, packing_budget, split_rows
     from rlvrlab.train.optimize import run_micro_batches
+    from rlvrlab.train.packing import micro_batches, packing_budget, split_rows
 
     batch = _random_batch([(2, 1), (9, 30), (3, 2), (2, 0), (4, 1), (3, 3)])
 
     def listed(found):
-        return [p.tolist() if hasattr(p, "tolist") else p for p in found]
+        return [p.tolist() for p in found]
 
     def parts(tokens, pack):
         cfg = SimpleNamespace(trainer=SimpleNamespace(micro_batch_size=2, micro_batch_tokens=tokens,
@@ -235,13 +242,13 @@ def test_the_loop_packs_to_an_explicit_budget_first_then_by_length_then_by_rows(
     assert packing_budget(batch, 2, 30) == 2 * (9 + 30) != 12
     assert parts(12, True) == parts(12, False) == listed(micro_batches(batch, rows=2, tokens=12))
     assert parts(None, True) == listed(micro_batches(batch, rows=2, tokens=78)) != parts(12, True)
-    assert parts(None, False) == split_rows(6, 2)
+    assert parts(None, False) == listed(split_rows(6, 2)) == [[0, 1], [2, 3], [4, 5]]
 
 
 def test_packed_micro_batches_are_split_to_the_count_every_rank_needs():
     import pytest
 
-    from rlvrlab.train.batch import split_to
+    from rlvrlab.train.packing import split_to
 
     parts = [torch.tensor([0, 1, 2, 3, 4]), torch.tensor([5]), torch.tensor([6, 7])]
     split = split_to(parts, 5)
@@ -272,7 +279,7 @@ def _grouped_batch():
 
 
 def test_rows_that_share_a_prompt_share_its_forward_and_get_the_same_logp_entropy_and_gradients():
-    from rlvrlab.train.batch import shared_cache_ratio
+    from rlvrlab.train.packing import shared_cache_ratio
 
     for model in (_model().train(), _llama()):
         batch = _grouped_batch()
@@ -307,7 +314,8 @@ def test_a_shared_prompt_forward_sums_repeated_rows_in_a_fixed_order():
     backward to the next, and a resumed run stopped matching its uninterrupted twin. The shared forward repeats the
     prompt's cache and logits through `_RepeatRows` instead (a matrix product in backward); no indexing node is in
     its graph, and its gradient equals the index's up to rounding."""
-    from rlvrlab.train.batch import _RepeatRows, shared_cache_ratio
+    from rlvrlab.train.logprobs import _RepeatRows
+    from rlvrlab.train.packing import shared_cache_ratio
 
     model = _model().train()
     logp, _ = logp_and_entropy(model, _grouped_batch(), temperature=1.0, prompt_cache=shared_cache_ratio(model.config))
@@ -324,7 +332,7 @@ def test_a_shared_prompt_forward_runs_each_distinct_prompt_once_where_that_keeps
     """Each distinct prompt runs once where the shared pass keeps less than the plain one (`pass_tokens`): on this
     model's cache charge (~0.1 a position) the batch shares; a lone row, and the batch at a charge of 1 a
     position (the shared pass would keep more), run plain."""
-    from rlvrlab.train.batch import pass_tokens, shared_cache_ratio
+    from rlvrlab.train.packing import pass_tokens, shared_cache_ratio
 
     model = _model()
     cache = shared_cache_ratio(model.config)

@@ -15,7 +15,8 @@ import torch.multiprocessing as mp
 
 from rlvrlab.algorithms import LossStats, bind_algorithm, parse_rejection, rollout_correction
 from rlvrlab.config import compose
-from rlvrlab.train.batch import TrainerLogp, collate, logp_and_entropy
+from rlvrlab.train.batch import TrainerLogp, collate
+from rlvrlab.train.logprobs import logp_and_entropy
 from rlvrlab.train.metrics import metric_names, step_metrics
 from rlvrlab.train.optimize import correct_rollouts, update_policy, update_rows
 from rlvrlab.train.setup import build

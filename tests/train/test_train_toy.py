@@ -16,7 +16,7 @@ import torch
 
 from rlvrlab.config import compose
 from rlvrlab.errors import RlvrlabError
-from rlvrlab.train.batch import logp_and_entropy
+from rlvrlab.train.logprobs import logp_and_entropy
 from rlvrlab.train.loop import train
 
 
@@ -363,11 +363,11 @@ def test_rollout_correction_with_an_exact_engine_changes_nothing(tmp_path, mlflo
 
 def test_overlong_filter_masks_truncated_responses_from_the_loss() -> None:
     from rlvrlab.rollout.base import Generation
-    from rlvrlab.train.batch import UpdateRows, collate
+    from rlvrlab.train.batch import Behaviour, UpdateRows, collate
 
     gens = [[Generation((1,), (5, 6, 7), "a", (0.0, 0.0, 0.0)), Generation((1,), (5, 2), "b", (0.0, 0.0))]]
     batch = collate(gens, ["g"], [1.0, 0.0], pad_id=0, version=0, batch_index=0, truncated=[True, False])
-    rows = UpdateRows(batch, torch.zeros(2, 3), None)
+    rows = UpdateRows(batch, torch.zeros(2, 3), Behaviour.UPDATE_FORWARD)
     assert rows.loss_mask(drop_truncated=False).tolist() == [[1, 1, 1], [1, 1, 0]]
     assert rows.loss_mask(drop_truncated=True).tolist() == [[0, 0, 0], [1, 1, 0]]
 
