@@ -30,7 +30,7 @@ from rlvrlab.sweep import launch
 from rlvrlab.sweep.launch import child_env, how_it_ended, last_lines, run_process
 from rlvrlab.sweep.objective import objective_of
 from rlvrlab.sweep.seedlog import log_path
-from rlvrlab.sweep.spec import format_value
+from rlvrlab.sweep.space import format_value
 from rlvrlab.sweep.template import render
 from rlvrlab.tracking import tags as T
 from rlvrlab.tracking.provenance import repo_state

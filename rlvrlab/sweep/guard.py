@@ -44,17 +44,25 @@ SHOWN = 8  # changed files named in the refusal
 
 def watched(spec: Any, folder: Optional[Path] = None) -> dict[str, Path]:
     """The files whose content the study's seed runs depend on: name (relative to `folder` where inside it) ->
-    path. folder: the sweep's working folder (the current one)."""
-    folder = (folder or Path.cwd()).resolve()
-    if spec.command is None:
-        import rlvrlab
+    path, as its seed runner (rlvrlab.sweep.runner) names them. folder: the sweep's working folder (the current
+    one)."""
+    return spec.runner.watched(spec, (folder or Path.cwd()).resolve())
 
-        root = Path(rlvrlab.__file__).resolve().parent
-        return {f"rlvrlab/{p.relative_to(root).as_posix()}": p for p in sorted(root.rglob("*.py"))
-                if "__pycache__" not in p.parts}
+
+def rlvrlab_source() -> dict[str, Path]:
+    """rlvrlab's own trainer: rlvrlab's Python source."""
+    import rlvrlab
+
+    root = Path(rlvrlab.__file__).resolve().parent
+    return {f"rlvrlab/{p.relative_to(root).as_posix()}": p for p in sorted(root.rglob("*.py"))
+            if "__pycache__" not in p.parts}
+
+
+def command_files(template: str, spec: Any, folder: Path) -> dict[str, Path]:
+    """A command's: the files its words name (not binaries), and the sweep file's `watch:` globs' matches."""
     from rlvrlab.sweep.template import placeholders, render
 
-    rendered = render(spec.command, {name: "0" for name in placeholders(spec.command)})
+    rendered = render(template, {name: "0" for name in placeholders(template)})
     try:
         tokens = shlex.split(rendered)
     except ValueError:  # unbalanced quotes: the shell would refuse it too; words are enough here
@@ -91,9 +99,6 @@ def watch_globs(spec: Any) -> list[str]:
         value = [value]
     if not isinstance(value, list) or not all(isinstance(v, str) and v.strip() for v in value):
         raise RlvrlabError(f"watch in {spec.file} must be a list of file globs, e.g. [train.py, src/**/*.py]")
-    if spec.command is None:
-        raise RlvrlabError(f"watch in {spec.file} is for command sweeps (command:); rlvrlab's own trainer is watched "
-                           "as rlvrlab's source")
     return list(value)
 
 
@@ -135,8 +140,7 @@ def snapshot(spec: Any, folder: Optional[Path] = None) -> dict:
             raise RlvrlabError(f"cannot read {path} to record the code the sweep runs ({error.strerror}); fix its "
                                "permissions") from None
     overall = hashlib.sha256("\n".join(f"{n}\0{d}" for n, d in files.items()).encode()).hexdigest()[:16]
-    where = folder if spec.command is not None else Path(__file__).resolve().parent
-    commit, dirty = repo_state(where)
+    commit, dirty = repo_state(spec.runner.code_root(folder))
     return {"digest": overall, "files": files, "commit": commit or "", "dirty": dirty}
 
 

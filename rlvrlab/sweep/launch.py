@@ -31,7 +31,7 @@ from rlvrlab.sweep import seedlog
 from rlvrlab.sweep.limits import Limits
 from rlvrlab.sweep.objective import objective_of
 from rlvrlab.sweep.seedlog import CappedLog, log_path, pump
-from rlvrlab.sweep.spec import SweepSpec, format_value
+from rlvrlab.sweep.space import format_value
 from rlvrlab.tracking import tags as T
 
 SUPERVISOR = Path(__file__).with_name("supervisor.py")  # run as a script: rlvrlab.sweep.supervisor
@@ -42,7 +42,7 @@ NO_LIMITS = Limits()
 STOP, TIMEOUT, FIRST_METRIC = "stop", "timeout", "first_metric"  # Ended.stopped
 
 
-def train_command(spec: SweepSpec, overrides: Sequence[str], tags: dict[str, str]) -> list[str]:
+def train_command(spec: Any, overrides: Sequence[str], tags: dict[str, str]) -> list[str]:
     """`rlvrlab train` of one seed run, as argv (no shell): through torchrun with launcher.nproc ranks when > 1."""
     train = ["-m", "rlvrlab.cli.main", "train", *([spec.experiment] if spec.experiment else []), *overrides,
              *(f"--tag={key}={value}" for key, value in tags.items()),

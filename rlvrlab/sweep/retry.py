@@ -4,7 +4,7 @@ A FAILED Optuna trial cannot be re-opened, so each failed trial that no later at
 trial with the same params, linked as Optuna links a dead worker's retry (system attrs failed_trial: the first
 trial of the chain, retry_history: every earlier attempt); its attempt is len(retry_history) + 1 (tagged
 rlvrlab.attempt on its trial and new seed runs, with rlvrlab.retry_of). The new trial's seeds reuse the FINISHED
-seed runs of the failed one (rlvrlab.sweep.trials._finished_seed_run: same config hash and seed), so only the
+seed runs of the failed one (rlvrlab.sweep.runner.reused: same config hash and seed), so only the
 failed seeds run again. The failed trial stays in the study, no longer counted as failed nor as a done trial
 (rlvrlab.sweep.study.superseded), so a grid still counts each point once.
 """

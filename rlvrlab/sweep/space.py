@@ -4,6 +4,7 @@ numeric ranges) and its named `variants:` (override lists, searched as the key `
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Any, Optional
 
 from rlvrlab.errors import ConfigError
@@ -55,6 +56,17 @@ class Param:
     def corners(self) -> list[Any]:
         """Values that validation composes: every listed value, or both ends of a range."""
         return list(self.values) if self.values is not None else list(self.range)
+
+
+def format_value(value: Any) -> str:
+    """A value as an override string that composes back to the same value (inf -> .inf)."""
+    if isinstance(value, float) and math.isinf(value):
+        return ".inf" if value > 0 else "-.inf"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if value is None:
+        return "null"
+    return str(value)
 
 
 def parse_variants(body: Any, where: str) -> dict[str, tuple[str, ...]]:

@@ -35,10 +35,7 @@ before any storage is opened or run started; every mistake is one ConfigError li
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import itertools
-import json
-import math
 import os
 from collections.abc import Sequence
 from pathlib import Path
@@ -53,10 +50,12 @@ from rlvrlab.config.shipped import shipped_dir
 from rlvrlab.config.yamlfile import load as load_yaml
 from rlvrlab.errors import ConfigError
 from rlvrlab.sweep import limits as seed_limits
+from rlvrlab.sweep.fingerprint import fingerprint as fingerprint_of
 from rlvrlab.sweep.objective import AGGREGATES, DIRECTIONS, MEAN, Objective
+from rlvrlab.sweep.runner import SeedRunner, seed_runner
 from rlvrlab.sweep.seeds import MIN_INITIAL, AdaptiveSeeds
-from rlvrlab.sweep.space import FIXED_KEYS, NOT_SCIENCE, VARIANT, Param, parse_space, parse_variants
-from rlvrlab.sweep.template import SEED, STUDY, check_template, command_hash, parse_command, variant_values
+from rlvrlab.sweep.space import FIXED_KEYS, VARIANT, Param, format_value, parse_space, parse_variants
+from rlvrlab.sweep.template import SEED, STUDY, parse_command, variant_values
 from rlvrlab.tracking.testbed import Testbed
 
 SAMPLERS = ("grid", "tpe", "random")
@@ -130,6 +129,11 @@ class SweepSpec:
     testbed: Optional[Testbed] = None  # --protocol: each seed run's initial model is checked; not in the fingerprint
 
     @property
+    def runner(self) -> SeedRunner:
+        """What runs its seed runs: rlvrlab's training, or (`command:`) another trainer's command."""
+        return seed_runner(self.command)
+
+    @property
     def max_seeds(self) -> int:
         return self.adaptive.max if self.adaptive else len(self.seeds)
 
@@ -149,8 +153,7 @@ class SweepSpec:
         """A seed run's overrides. Each of the objective window's steps is logged (tracking.log_last, first so that
         the file may ask for more), so the objective reads the same steps at every tracking.log_every. A command
         sweep's are where its records go (output_dir, tracking.*): its values go to the command (command_values)."""
-        if self.command is not None:
-            params = {}
+        params = self.runner.searched(params)
         chosen = [o for key, value in params.items() if key == VARIANT for o in self.variants[value]]
         return [f"{LOG_LAST}={self.objective.window}", *self.overrides, *chosen,
                 *(f"{key}={format_value(value)}" for key, value in params.items() if key != VARIANT),
@@ -169,37 +172,12 @@ class SweepSpec:
     def trial_hash(self, params: dict[str, Any]) -> str:
         """The config hash that a trial's seed runs share: config_hash of its config, or for a command sweep a hash
         of the template and the trial's values (rlvrlab.sweep.template.command_hash)."""
-        if self.command is not None:
-            return command_hash(self.command, self.command_values(params, self.seeds[0]))
-        from rlvrlab.config import compose, config_hash
-
-        return config_hash(compose(self.experiment, self.overrides_for(params, self.seeds[0])))
+        return self.runner.trial_hash(self, params)
 
     def fingerprint(self) -> str:
-        """What makes two invocations the same study: the runs they would make and how they are scored.
-        Budget, timeout and the name are not in it (more trials or time continue the same study)."""
-        science = {
-            "experiment": self.experiment, "sampler": self.sampler,
-            "overrides": [o for o in self.overrides if not o.startswith(NOT_SCIENCE)],
-            "sampler_seed": self.sampler_seed, "seeds": list(self.seeds), "objective": dataclasses.asdict(
-                self.objective), "space": [dataclasses.asdict(p) for p in self.space],
-            "pruner": dataclasses.asdict(self.pruner),
-            **({"variants": {k: list(v) for k, v in self.variants.items()}} if self.variants else {}),
-            **({"adaptive_seeds": dataclasses.asdict(self.adaptive)} if self.adaptive else {}),
-            **({"command": self.command} if self.command is not None else {}),
-        }
-        return hashlib.sha256(json.dumps(science, sort_keys=True, default=str).encode()).hexdigest()[:12]
-
-
-def format_value(value: Any) -> str:
-    """A value as an override string that composes back to the same value (inf -> .inf)."""
-    if isinstance(value, float) and math.isinf(value):
-        return ".inf" if value > 0 else "-.inf"
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if value is None:
-        return "null"
-    return str(value)
+        """What makes two invocations the same study: the runs they would make and how they are scored, as
+        rlvrlab.sweep.fingerprint describes them (budget, timeout, the name and the launcher are not in it)."""
+        return fingerprint_of(self)
 
 
 def sweeps_dir() -> Path:
@@ -258,6 +236,7 @@ def load_sweep(name: str, overrides: Sequence[str] = (), *, seeds: Optional[int]
                               f"({'use seeds:' if key == 'seed' else 'the MLflow experiment is the study name'})")
 
     command = parse_command(body, all_overrides, where)
+    runner = seed_runner(command)
     sampler = _choice(body.get("sampler", "grid"), SAMPLERS, "sampler", where)
     variants = parse_variants(body.get("variants"), where)
     space = parse_space(body.get("space") or ({} if variants else None), sampler, where)
@@ -265,7 +244,7 @@ def load_sweep(name: str, overrides: Sequence[str] = (), *, seeds: Optional[int]
         raise ConfigError(f"space key {VARIANT!r} in {where} is the name of `variants:`; list the variants there")
     if variants:
         space = (Param(VARIANT, values=tuple(variants)), *space)
-    objective = _objective(body.get("objective"), where, any_metric=command is not None)
+    objective = _objective(body.get("objective"), where, any_metric=runner.any_metric)
     adaptive = _adaptive(body.get("seeds"), where) if seeds is None else None
     seed_list = tuple(range(adaptive.initial)) if adaptive else \
         _seeds(body.get("seeds", 5) if seeds is None else seeds, where)
@@ -293,24 +272,22 @@ def load_sweep(name: str, overrides: Sequence[str] = (), *, seeds: Optional[int]
         experiment = str((path.parent / experiment).resolve())
     sampler_seed = _integer(body.get("sampler_seed", 0), "sampler_seed", where)
     launch = _launcher(body.get("launcher"), body.get("slurm"), where, launcher, nproc, gpus_per_run, slurm,
-                       command=command is not None)
+                       own_process=runner.own_process)
     launch = dataclasses.replace(launch, limits=seed_limits.parse_limits(  # not in the fingerprint, as launch
         body, where, seed_timeout=seed_timeout, launcher=launch.type))
     spec = SweepSpec(sweep_name, path, experiment, tuple(all_overrides), space, sampler, sampler_seed, seed_list,
                      objective, trials, timeout, pruner, variants, adaptive, launch, command)
-    if command is not None:
-        check_template(command, [p.key for p in space if p.key != VARIANT], variants, where)
     _check_composes(spec, where)
     _check_launcher(spec, where)
     return spec
 
 
 def _launcher(body: Any, slurm_body: Any, where: str, kind: Optional[str], nproc: Optional[int],
-              gpus_per_run: Optional[int], slurm: Sequence[str], *, command: bool = False) -> Launcher:
+              gpus_per_run: Optional[int], slurm: Sequence[str], *, own_process: bool = False) -> Launcher:
     example = "launcher: process, or launcher: {type: process, nproc: 2}"
     fields: dict[str, Any] = {"type": body} if isinstance(body, str) else _mapping(
         body, ("type", "nproc", "gpus_per_run"), "launcher", where)
-    kind = _choice(kind or fields.get("type", "process" if command else "inprocess"), LAUNCHERS, "launcher", where)
+    kind = _choice(kind or fields.get("type", "process" if own_process else "inprocess"), LAUNCHERS, "launcher", where)
     ranks, gpus = nproc if nproc is not None else fields.get("nproc"), gpus_per_run if gpus_per_run is not None \
         else fields.get("gpus_per_run", 0)
     for name, value in (("nproc", ranks), ("gpus_per_run", gpus)):
@@ -338,7 +315,7 @@ def _launcher(body: Any, slurm_body: Any, where: str, kind: Optional[str], nproc
                           "across nodes: docs/scaling.md); set slurm.nodes: 1 and use more --workers")
     if jobs.time < 1:
         raise ConfigError(f"slurm.time in {where} must be at least 1 (minutes per worker job)")
-    if command:  # the command is the run: its ranks are its own (torchrun in the command)
+    if own_process:  # the command is the run: its ranks are its own (torchrun in the command)
         if kind == "inprocess" or (ranks or 1) > 1:
             raise ConfigError(f"launcher {kind if kind == 'inprocess' else f'nproc {ranks}'} in {where}: a command "
                               "sweep runs each seed's command as its own process (launcher process or slurm); "
@@ -368,9 +345,9 @@ def _check_launcher(spec: SweepSpec, where: str) -> None:
     from rlvrlab.config import compose
 
     launch = spec.launcher
-    if spec.command is not None and spec.pruner.type != "none":
-        raise ConfigError(f"pruner {spec.pruner.type} in {where}: pruning needs the steps of a running seed, which a "
-                          "command reports to MLflow only; remove pruner: from the sweep file")
+    if spec.runner.no_pruner and spec.pruner.type != "none":
+        raise ConfigError(f"pruner {spec.pruner.type} in {where}: {spec.runner.no_pruner}; remove pruner: from the "
+                          "sweep file")
     if launch.child and spec.pruner.type != "none":
         raise ConfigError(f"pruner {spec.pruner.type} in {where} needs launcher inprocess (a seed run in its own "
                           "process reports no steps to the worker's pruner); drop the pruner or the launcher")
@@ -383,7 +360,6 @@ def _check_launcher(spec: SweepSpec, where: str) -> None:
 
 def _check_composes(spec: SweepSpec, where: str) -> None:
     from rlvrlab.config import compose
-    from rlvrlab.data import warm_start_targets
 
     base = compose(spec.experiment, spec.overrides_for({}, spec.seeds[0]))  # a command sweep's: where its records go
     if base.tracking.backend != "mlflow":
@@ -393,22 +369,7 @@ def _check_composes(spec: SweepSpec, where: str) -> None:
         raise ConfigError(f"{LOG_LAST}={base.tracking.log_last} in {where} is below objective.window "
                           f"{spec.objective.window}: each step the objective reads must be logged; drop the override "
                           f"(the sweep sets it to the window) or raise it")
-    if spec.command is not None:  # its steps are the command's (check_template checked its placeholders)
-        return
-    points = spec.grid() if spec.sampler == "grid" else [
-        {p.key: value} for p in spec.space for value in p.corners()]
-    for params in points:
-        shown = ", ".join(f"{k}={format_value(v)}" for k, v in params.items())
-        try:
-            cfg = compose(spec.experiment, spec.overrides_for(params, spec.seeds[0]))
-            if cfg.model.tier == "tiny":  # checked when a run builds its model: here, before any trial
-                warm_start_targets(cfg.dataset)
-        except ConfigError as error:
-            raise ConfigError(f"{where}: the point {shown} does not compose: {error}") from None
-        if cfg.steps < spec.objective.window:  # the objective would read every step, labelled "last <window>"
-            at = f" at the point {shown}" if shown else ""
-            raise ConfigError(f"objective.window {spec.objective.window} in {where} is more than the runs' "
-                              f"{cfg.steps} steps{at}; set window to at most {cfg.steps} or raise steps")
+    spec.runner.check(spec, where)  # its points compose; a command's placeholders have values
 
 
 def _objective(body: Any, where: str, *, any_metric: bool = False) -> Objective:

@@ -216,7 +216,7 @@ def _open_study_run(sweep: Sweep, key: str) -> str:
         "objective.direction": spec.objective.direction, "objective.window": spec.objective.window,
         "objective.aggregate": spec.objective.aggregate, "overrides": " ".join(spec.overrides),
         "experiment": spec.experiment or "default", "pruner": spec.pruner.type,
-        **({"command": spec.command[:6000]} if spec.command is not None else {}),  # MLflow keeps 6000 characters
+        **spec.runner.recorded(),  # a command sweep's command
         **({"seeds.adaptive": f"initial={spec.adaptive.initial} max={spec.adaptive.max} "
                               f"halfwidth={spec.adaptive.halfwidth}"} if spec.adaptive else {})}))
     return run_id

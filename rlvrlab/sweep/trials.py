@@ -28,18 +28,15 @@ from mlflow.entities import Metric, RunTag
 from optuna.exceptions import UpdateFinishedTrialError
 from optuna.trial import TrialState
 
-from rlvrlab.config import compose, config_hash
 from rlvrlab.errors import RlvrlabError, StorageError
-from rlvrlab.outputs import full_or_held
 from rlvrlab.procs import raise_if_stop_requested, stop_at_safe_points
 from rlvrlab.sweep import failfast
-from rlvrlab.sweep.command import run_command_seed
 from rlvrlab.sweep.guard import CODE_DIGEST, recorded_digest
-from rlvrlab.sweep.launch import run_seed_child
 from rlvrlab.sweep.liveness import Heartbeat, close_runs, fail_and_retry, recover_stale, trial_id
-from rlvrlab.sweep.objective import AGGREGATES, objective_of, seed_summary, window_mean
+from rlvrlab.sweep.objective import AGGREGATES, seed_summary
+from rlvrlab.sweep.runner import Pruned, SeedDone, SeedFailed
 from rlvrlab.sweep.seeds import seed_count
-from rlvrlab.sweep.spec import SweepSpec, format_value
+from rlvrlab.sweep.spec import SweepSpec
 from rlvrlab.sweep.study import ATTEMPT, Sweep, budget_used, mlflow_params
 from rlvrlab.tracking import tags as T
 
@@ -56,19 +53,6 @@ class TrialOutcome:
 @dataclass
 class WorkerReport:
     outcomes: list[TrialOutcome] = field(default_factory=list)
-
-
-@dataclass(frozen=True)
-class _SeedDone:
-    run_id: str
-    value: float  # its objective (objective_of)
-    reused: bool = False  # a finished run of an earlier attempt
-
-
-@dataclass(frozen=True)
-class _SeedFailed:
-    run_id: Optional[str]  # its MLflow run, where it got as far as one
-    reason: str
 
 
 OnSeed = Callable[[int, int, int], None]  # (trial number, seed position, seeds) after each seed run
@@ -113,10 +97,6 @@ def _next_trial(sweep: Sweep):
     return sweep.study.ask()
 
 
-class _Pruned(Exception):
-    pass
-
-
 class _FailFast(Exception):
     """Fail-fast stopped the sweep (this worker's seed run or another's): the trial runs no more seeds."""
 
@@ -149,13 +129,13 @@ def run_trial(sweep: Sweep, trial, *, on_seed: Optional[OnSeed] = None) -> Trial
                 outcome = _seed_run(sweep, client, trial, params, seed, position, trial_run, lineage)
                 if outcome.run_id:
                     run_ids[seed] = outcome.run_id
-                if isinstance(outcome, _SeedFailed):
+                if isinstance(outcome, SeedFailed):
                     failures[seed] = outcome.reason
                 else:
                     values[seed] = outcome.value
-                if not (isinstance(outcome, _SeedDone) and outcome.reused):
+                if not (isinstance(outcome, SeedDone) and outcome.reused):
                     failfast.record(sweep.study, sweep.epoch or "", trial.number, seed,
-                                    outcome.reason if isinstance(outcome, _SeedFailed) else None)
+                                    outcome.reason if isinstance(outcome, SeedFailed) else None)
                 trial.set_user_attr(T.VALUES, {str(s): v for s, v in values.items()})
                 trial.set_user_attr(T.RUN_IDS, {str(s): r for s, r in run_ids.items()})
                 if on_seed is not None:
@@ -184,7 +164,7 @@ def run_trial(sweep: Sweep, trial, *, on_seed: Optional[OnSeed] = None) -> Trial
         sweep.storage.set_trial_user_attr(trial_id(sweep, trial), T.FAIL_REASON, reason)
         fail_and_retry(sweep, trial_id(sweep, trial))
         return TrialOutcome(trial.number, "FAIL", reason=reason)
-    except _Pruned:
+    except Pruned:
         trial.set_user_attr(T.FAILURE, "pruned")
         sweep.study.tell(trial, state=TrialState.PRUNED)
         _finish_trial_run(client, trial_run, "KILLED", {}, {T.PRUNED: "true"})
@@ -246,93 +226,9 @@ def _trial_run(sweep: Sweep, client, trial, params: dict, chash: str, lineage: d
 
 
 def _seed_run(sweep: Sweep, client, trial, params: dict, seed: int, position: int,
-              trial_run: str, lineage: dict[str, str]) -> _SeedDone | _SeedFailed:
+              trial_run: str, lineage: dict[str, str]) -> SeedDone | SeedFailed:
     """One seed's run and objective, or why it failed; a finished run of an earlier attempt is reused."""
-    from rlvrlab.train.loop import RunStopped, train  # torch: only where a seed run trains
-    from rlvrlab.train.metrics import step_metrics
-
-    spec = sweep.spec
-    cfg = compose(spec.experiment, spec.overrides_for(params, seed)) if spec.command is None else None
-    done = _finished_seed_run(sweep, client, spec.trial_hash(params) if cfg is None else config_hash(cfg), seed)
-    if done is not None:
-        client.set_tag(done, T.PARENT, trial_run)
-        client.set_tag(done, T.TRIAL, str(trial.number))
-        return _SeedDone(done, objective_of(client, done, spec.objective.metric, spec.objective.window), reused=True)
-    if cfg is None:  # a command sweep: another trainer's command logs into the run made for it
-        ran, found, why = run_command_seed(sweep, client, trial.number, params, seed, trial_run, lineage)
-        return _SeedDone(ran, found) if found is not None else _SeedFailed(ran, why or "no objective")
-
-    metric, window, offset = spec.objective.metric, spec.objective.window, position * cfg.steps
-    recent: list[float] = []
-
-    class Prune(RunStopped, _Pruned):
-        pass
-
-    def report(step: int, batch, run, stats) -> None:
-        if spec.pruner.type == "none" or stats is None:  # stats: None on steps that log nothing
-            return
-        value = step_metrics(stats).get(metric)
-        if value is None:
-            return
-        recent.append(value)
-        trial.report(window_mean(recent, window), offset + step)
-        if step >= spec.pruner.warmup_steps and trial.should_prune():
-            raise Prune()
-
-    tags = {T.PARENT: trial_run, T.ROLE: "seed", T.STUDY: spec.name,
-            T.TRIAL: str(trial.number), **lineage}
-    if spec.launcher.child:  # its own process (torchrun with several ranks): no per-step callback, no pruning
-        child, found, why = run_seed_child(sweep, client, trial.number, seed, spec.overrides_for(params, seed), tags,
-                                           trial_run)  # its run FAILED with the reason, or KILLED on a stop
-        return _SeedDone(child, found) if child is not None and found is not None else _SeedFailed(child, why or "")
-    try:
-        run_id = train(cfg, on_step=report, tags=tags, testbed=spec.testbed)
-    except RunStopped:
-        raise
-    except Exception as error:
-        trouble = full_or_held(error)
-        if trouble is not None:  # a full disk or a held store: the sweep stops and its next invocation re-runs it
-            raise _stopped_by_storage(error, trouble, trial.number, seed) from None
-        if isinstance(error, RlvrlabError):
-            return _SeedFailed(_last_run_of(client, sweep, trial_run, seed), str(error))
-        if os.environ.get("RLVRLAB_DEBUG") == "1":
-            raise
-        return _SeedFailed(_last_run_of(client, sweep, trial_run, seed), f"{type(error).__name__}: {error}")
-    try:
-        value = objective_of(client, run_id, metric, window)
-    except RlvrlabError as error:  # no objective, or a non-finite one: the seed run fails with why
-        client.set_tag(run_id, T.FAIL_REASON, str(error)[:T.FAIL_REASON_CHARS])
-        client.set_terminated(run_id, status="FAILED")
-        return _SeedFailed(run_id, str(error))
-    client.set_tag(run_id, T.OBJECTIVE, format_value(value))
-    return _SeedDone(run_id, value)
-
-
-def _stopped_by_storage(error: Exception, trouble: str, number: int, seed: int) -> StorageError:
-    """A seed run stopped by a full disk or a held store, worded for the sweep: its trial is not failed (nothing is
-    wrong with it), and the same command re-runs it."""
-    what = error.what if isinstance(error, StorageError) else (
-        ("no space left on the device" if trouble == "full" else "a sqlite store is locked by another process")
-        + f" ({type(error).__name__}: {str(error).strip().splitlines()[0] if str(error).strip() else ''})")
-    fix = "free space there" if trouble == "full" else "wait for the process holding it to end"
-    return StorageError(f"sweep stopped in trial {number}, seed {seed}: {what}; {fix}, then run the same command "
-                        "again (the trial is re-run)", what=what)
-
-
-def _finished_seed_run(sweep: Sweep, client, chash: str, seed: int) -> Optional[str]:
-    found = client.search_runs(
-        [sweep.experiment_id],
-        filter_string=(f"tags.`{T.STUDY}` = '{sweep.spec.name}' and tags.config_hash = '{chash}' and "
-                       f"tags.seed = '{seed}' and tags.`{T.ROLE}` = 'seed' and attributes.status = 'FINISHED'"),
-        max_results=1)
-    return found[0].info.run_id if found else None
-
-
-def _last_run_of(client, sweep: Sweep, trial_run: str, seed: int) -> Optional[str]:
-    found = client.search_runs([sweep.experiment_id],  # the trial run's experiment: the study's
-                               filter_string=f"tags.`{T.PARENT}` = '{trial_run}' and tags.seed = '{seed}'",
-                               max_results=1)
-    return found[0].info.run_id if found else None
+    return sweep.spec.runner.run_seed(sweep, client, trial, params, seed, position, trial_run, lineage)
 
 
 def more_seeds(spec: SweepSpec, values: dict[int, float]) -> int:

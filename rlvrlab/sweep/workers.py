@@ -52,7 +52,7 @@ def run_sweep_file(name: str, overrides: Sequence[str] = (), *, seeds: Optional[
     initial model, which every seed run checks (in the worker or in its child `rlvrlab train`)."""
     spec = load_sweep(name, overrides, seeds=seeds, study=study, launcher=launcher, nproc=nproc,
                       gpus_per_run=gpus_per_run, slurm=slurm, **load_options)
-    if testbed is not None and testbed.sha256 is not None and spec.command is not None:
+    if testbed is not None and testbed.sha256 is not None and not spec.runner.checks_testbed:
         raise RlvrlabError(f"--protocol {testbed.protocol} fixes an initial model, which only rlvrlab's own training "
                            "runs can check; a command sweep's command trains another model: drop --protocol")
     if testbed is not None:
