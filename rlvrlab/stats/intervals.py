@@ -25,7 +25,7 @@ def t_ppf(q: float, df):
     """scipy.stats.t.ppf(q, df), the same floats. For 0 < q < 1 and finite df > 0 that is scipy.special.stdtrit(df, q)
     (scipy's t._ppf; ppf adds scale 1 and loc 0), which spares the processes that only need a t quantile the import of
     scipy.stats (~0.35 s: every sweep worker scores trials with t_interval); anything else goes to scipy.stats
-    (tests/stats/test_stats.py compares the two)."""
+    (tests/stats/test_intervals_and_tests.py compares the two)."""
     d = np.asarray(df, dtype=np.float64)
     if 0.0 < q < 1.0 and d.size and bool(np.all((d > 0) & np.isfinite(d))):
         return special.stdtrit(d, q) * 1.0 + 0.0
