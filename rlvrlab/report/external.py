@@ -115,12 +115,12 @@ def select(uri: str, *, experiment: Optional[str], run_ids: Sequence[str], group
             failed_by[tuple(str(k.value(r)) for k in keys)].setdefault(run.seed, run)
     names = [k.name for k in keys]
     every: list[Group] = []
-    for values in sorted({*by_values, *failed_by}, key=_order):
+    for values in sorted({*by_values, *failed_by}, key=group_order):
         members = sorted(by_values.get(values, []), key=lambda m: m.seed)
         label = " ".join(f"{name}={value}" for name, value in zip(names, values))
         _check_unique_seeds(label, members)
         lost = {s: m for s, m in failed_by.get(values, {}).items() if s not in {m.seed for m in members}}
-        every.append(Group(_hash(names, values), members, label, dict(zip(names, values)),
+        every.append(Group(group_hash(names, values), members, label, dict(zip(names, values)),
                            failed=sorted(lost), failed_runs=[lost[s] for s in sorted(lost)]))
     groups = [g for g in every if g.runs]
     failed_only = [f"group {g.label}: all {len(g.failed)} seeds FAILED" for g in every if not g.runs]
@@ -191,7 +191,7 @@ def _check_unique_seeds(label: str, runs: list[SeedRun]) -> None:
                                "one, add the key that tells them apart to --group-by, or choose runs with --runs")
 
 
-def _order(values: tuple[str, ...]) -> tuple:
+def group_order(values: tuple[str, ...]) -> tuple:
     """Groups in numeric order where a value is a number (lr=1e-06 before lr=1e-05), else by text."""
     def one(text: str) -> tuple:
         try:
@@ -201,6 +201,6 @@ def _order(values: tuple[str, ...]) -> tuple:
     return tuple(one(v) for v in values)
 
 
-def _hash(names: list[str], values: tuple[str, ...]) -> str:
+def group_hash(names: list[str], values: tuple[str, ...]) -> str:
     """A group's id in table.csv's config_hash column: the --group-by keys and values, hashed."""
     return hashlib.sha256(json.dumps(dict(zip(names, values)), sort_keys=True).encode()).hexdigest()[:12]

@@ -11,8 +11,6 @@ given; a TensorBoard series is reduced as an MLflow history is (--metric NAME:RE
 from __future__ import annotations
 
 import csv
-import hashlib
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,6 +21,7 @@ import numpy as np
 from rlvrlab.errors import RlvrlabError
 from rlvrlab.report.collect import Group, SeedRun, Selection
 from rlvrlab.report.columns import Equivalence, MetricSpec, Pair, parse_metrics, reduce_series
+from rlvrlab.report.external import group_hash, group_order
 from rlvrlab.report.provenance import UNKNOWN
 from rlvrlab.report.request import ReportRequest
 from rlvrlab.report.sources import Selected
@@ -87,19 +86,12 @@ def from_tensorboard(folder: Optional[Path], request: ReportRequest, pairs: Sequ
     from rlvrlab.report.tensorboard import read_runs
 
     assert folder is not None  # request.source_kind gives tensorboard a folder
-    if not Path(folder).is_dir():
-        raise RlvrlabError(f"--source tensorboard:{folder}: no such folder; give the folder of the run folders")
-    found = read_runs(Path(folder))
-    if not found:
-        raise RlvrlabError(f"--source tensorboard:{folder}: no event files under it; give the folder TensorBoard "
-                           "was pointed at (logging_dir)")
+    found = read_runs(Path(folder))  # one-line errors: no such folder, no event files, a run without a seed
     specs = parse_metrics(list(request.metric) or ["train/reward"], reduce=request.reduce, last=request.last or 10)
     tags = sorted({tag for run in found for tag in run.series})
     runs = []
     for run in found:
-        if run.seed is None:
-            raise RlvrlabError(f"--source tensorboard:{folder}: run {run.name!r} has no seed; log hparams seed=N or "
-                               "name its folder with seed=N (docs/report.md, \"Sources\")")
+        assert run.seed is not None  # read_runs refuses a run without one
         values = {}
         for spec in specs:
             if not run.series.get(spec.name):
@@ -126,7 +118,7 @@ def grouped(runs: list[FileRun], keys: list[str], specs: list[MetricSpec], sourc
     for run in runs:
         by_values.setdefault(tuple(run.params[k] for k in keys), []).append(run)
     groups = []
-    for values in sorted(by_values, key=_order):
+    for values in sorted(by_values, key=group_order):
         members = sorted(by_values[values], key=lambda r: r.seed)
         label = " ".join(f"{k}={v}" for k, v in zip(keys, values)) or "all runs"
         seeds = [m.seed for m in members]
@@ -147,12 +139,6 @@ def grouped(runs: list[FileRun], keys: list[str], specs: list[MetricSpec], sourc
     return Selected(selection, specs, data, notes=[note], values_note=values_note)
 
 
-def group_hash(keys: list[str], values: tuple[str, ...]) -> str:
-    """A group's id in table.csv's config_hash column: its keys and values hashed as rlvrlab.report.external hashes
-    MLflow runs grouped by params, so that the same runs give the same table."""
-    return hashlib.sha256(json.dumps(dict(zip(keys, values)), sort_keys=True).encode()).hexdigest()[:12]
-
-
 def _keys(text: Optional[str]) -> list[str]:
     return [k.strip() for k in (text or "").split(",") if k.strip()]
 
@@ -171,11 +157,3 @@ def _number(text: str, where: str) -> float:
         raise RlvrlabError(f"{where}: {text!r} is not a number; give the run's final value") from None
 
 
-def _order(values: tuple[str, ...]) -> tuple:
-    """Groups in numeric order where a value is a number (lr=1e-06 before lr=1e-05), else by text."""
-    def one(text: str) -> tuple:
-        try:
-            return (0, float(text), text)
-        except ValueError:
-            return (1, 0.0, text)
-    return tuple(one(v) for v in values)
