@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import tempfile
 from collections import defaultdict
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Optional
@@ -15,6 +15,7 @@ import numpy as np
 
 from rlvrlab.config.rules import unknown
 from rlvrlab.errors import RlvrlabError
+from rlvrlab.report.columns import reduce_series
 from rlvrlab.tracking import tags as T
 from rlvrlab.tracking.runs import client_for, is_training_run, linked_evaluations, runs_by_id, seed_of
 
@@ -274,32 +275,16 @@ def available_metrics(client, selection: Selection) -> list[str]:
     return sorted(names)
 
 
-_REDUCE: dict[str, Callable[[list[float]], float]] = {"mean": np.mean, "max": np.max, "min": np.min}
-
-
 def final_values(client, group: Group, metric: str, last: int, reduce: str) -> np.ndarray:
-    """[S]: per seed run, the mean (or max/min) of the metric over its last `last` logged steps; auc: the area under
-    those steps' curve (trapezoids, in steps) divided by their span, a mean over steps that weighs sparse logging
-    (evaluations every few steps) correctly (one logged step: its value)."""
+    """[S]: per seed run, its metric history reduced over its last `last` logged steps (rlvrlab.report.columns.
+    reduce_series: mean, max, min, or auc, the trapezoid area over the steps' span)."""
     values = []
     for run in group.runs:
         series = metric_series(client, run.run_id, metric)
         if not series:
             raise RlvrlabError(f"run {run.run_id} ({group.label}, seed {run.seed}) has no metric {metric!r}")
-        steps = sorted(series)[-last:]
-        tail = [series[s] for s in steps]
-        if reduce == "auc":
-            values.append(area_per_step(np.asarray(steps, dtype=np.float64), np.asarray(tail, dtype=np.float64)))
-        else:
-            values.append(_REDUCE[reduce](tail))
+        values.append(reduce_series(series, last, reduce))
     return np.asarray(values, dtype=np.float64)
-
-
-def area_per_step(steps: np.ndarray, values: np.ndarray) -> float:
-    """Trapezoid area under values(steps) over the span steps[-1] - steps[0] (the value itself for one step)."""
-    if len(steps) == 1:
-        return float(values[0])
-    return float(np.sum((values[1:] + values[:-1]) / 2 * np.diff(steps)) / (steps[-1] - steps[0]))
 
 
 def curves(client, group: Group, metric: str) -> tuple[np.ndarray, np.ndarray]:

@@ -18,6 +18,7 @@ import scipy.stats
 
 from rlvrlab import stats
 from rlvrlab.report import collect
+from rlvrlab.report.columns import reduce_series
 
 RLVRLAB = shutil.which("rlvrlab", path=str(Path(sys.executable).parent))
 
@@ -365,8 +366,7 @@ def test_report_events_auc_and_protocol_of_a_toy_sweep(toy_study: Path) -> None:
         series = collect.metric_series(client, run["run_id"], "policy/toy_correct_uniformity")
         steps = sorted(series)[-10:]
         per_run.append(np.trapezoid([series[s] for s in steps], steps) / (steps[-1] - steps[0]))
-        assert collect.area_per_step(np.array(steps, float), np.array([series[s] for s in steps])) == \
-            pytest.approx(per_run[-1])
+        assert reduce_series(series, 10, "auc") == pytest.approx(per_run[-1])
     rows = list(csv.DictReader((toy_study / "elsewhere" / "table.csv").open()))
     cell = next(r for r in rows if r["group"] == group["label"] and r["metric"] == "policy/toy_correct_uniformity:auc:10")
     assert float(cell["mean"]) == pytest.approx(np.mean(per_run))
