@@ -109,23 +109,23 @@ def _verl_group_zscore(scores: torch.Tensor, gidx: torch.Tensor, adv_eps: float,
     return (scores - mean) / (std + adv_eps) if norm_by_std else scores - mean
 
 
+def _whitened(per_seq: torch.Tensor, inp: AdvantageInputs) -> AdvantageOutput:
+    """[B] float64 on every response token, whitened over the batch's tokens: [B, T] in the rewards' dtype."""
+    mask = inp.mask.to(torch.float64)
+    adv = (masked_whiten(per_seq.unsqueeze(-1) * mask, mask) * mask).to(inp.token_rewards.dtype)
+    return AdvantageOutput(advantages=adv, returns=adv)
+
+
 def reinforce_pp_baseline(inp: AdvantageInputs) -> AdvantageOutput:
     """REINFORCE++-baseline (Hu et al. 2025): r - mean_g on every token, then whitened over the batch."""
     scores = _scores64(inp)
-    centred = _verl_group_zscore(scores, group_index(inp.group_ids), 0.0, norm_by_std=False)  # [B]
-    mask = inp.mask.to(torch.float64)
-    whitened = masked_whiten(centred.unsqueeze(-1) * mask, mask) * mask  # [B, T]
-    adv = whitened.to(inp.token_rewards.dtype)
-    return AdvantageOutput(advantages=adv, returns=adv)
+    return _whitened(_verl_group_zscore(scores, group_index(inp.group_ids), 0.0, norm_by_std=False), inp)
 
 
 def gdpo(inp: AdvantageInputs, *, adv_eps: float) -> AdvantageOutput:
     """GDPO (Liu et al. 2026) with one reward: GRPO advantage, then whitened over the batch."""
     scores = _scores64(inp)
-    z = _verl_group_zscore(scores, group_index(inp.group_ids), adv_eps, norm_by_std=True)  # [B]
-    mask = inp.mask.to(torch.float64)
-    adv = (masked_whiten(z.unsqueeze(-1) * mask, mask) * mask).to(inp.token_rewards.dtype)
-    return AdvantageOutput(advantages=adv, returns=adv)
+    return _whitened(_verl_group_zscore(scores, group_index(inp.group_ids), adv_eps, norm_by_std=True), inp)
 
 
 def reinforce_pp(inp: AdvantageInputs, *, gamma: float) -> AdvantageOutput:

@@ -43,7 +43,6 @@ def _number(x: float) -> str:
 
 POSITIVE = Range(0, low_open=True)
 NON_NEGATIVE = Range(0)
-AT_LEAST_ONE = Range(1)
 UNIT = Range(0, 1)
 
 # Upper bounds of the sizes and counts: a value above them cannot be meant, and today would only fail late (a

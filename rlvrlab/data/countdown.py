@@ -81,14 +81,3 @@ def _problems(dataset: DatasetSection, model: ModelSection, seed: int) -> list[P
 
 # The warm start fine-tunes on every distinct solution (one canonical string each), sampled uniformly.
 TASK = Task("countdown", _problems, verifier="countdown", solutions=problem_solutions, warm_start=problem_solutions)
-
-__all__ = [
-    "MIN_SOLUTIONS",
-    "NUMBER_RANGE",
-    "NUM_NUMBERS",
-    "TARGET_RANGE",
-    "TASK",
-    "format_prompt",
-    "make_problems",
-    "problem_solutions",
-]

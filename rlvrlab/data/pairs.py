@@ -70,5 +70,3 @@ def _problems(dataset: DatasetSection, model: ModelSection, seed: int) -> list[P
 
 TASK = Task("pairs", _problems, verifier="pairs", solutions=correct_responses, warm_start=warm_start_targets,
             levels=LEVELS, answer_space=correct_responses)
-
-__all__ = ["LEVELS", "NUM_DIGITS", "TASK", "correct_responses", "format_prompt", "make_problems", "warm_start_targets"]

@@ -186,82 +186,66 @@ def warm_start(
     the default: for a model this small it is about as fast as two on an idle 2-core machine and several
     times faster when other processes compete for the cores. The result does not depend on it.
     """
-    import torch
-
-    folder = Path(folder)
     if steps <= 0:
         return {"loss": float("nan"), "seconds": 0.0}
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
     previous_threads = torch.get_num_threads()
     if threads:
         torch.set_num_threads(threads)
     try:
-        return _warm_start(folder, problems, steps, seed, solutions_fn, lr, batch_size, warmup_steps)
+        start = time.perf_counter()
+        tokenizer = AutoTokenizer.from_pretrained(folder)
+        model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32)
+        model.train()
+        eos_id = tokenizer.eos_token_id
+        pad_id = tokenizer.pad_token_id
+
+        # (prompt ids, [response ids + eos, ...]) per problem, tokenised separately as at RL time.
+        examples = []
+        for problem in problems:
+            responses = [tokenizer(s)["input_ids"] + [eos_id] for s in solutions_fn(problem)]
+            if responses:
+                examples.append((tokenizer(problem.prompt)["input_ids"], responses))
+        if not examples:
+            raise ValueError("warm_start needs at least one problem with a solution")
+
+        rng = random.Random(seed)
+        torch.manual_seed(seed)
+        optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
+        scheduler = torch.optim.lr_scheduler.LambdaLR(
+            optimizer, lambda s: _lr_factor(s, steps, min(warmup_steps, steps))
+        )
+        tail_losses = []
+        for step in range(steps):
+            batch = []
+            for _ in range(batch_size):
+                prompt, responses = examples[rng.randrange(len(examples))]
+                batch.append((prompt, responses[rng.randrange(len(responses))]))
+            width = max(len(p) + len(r) for p, r in batch)
+            # Right padding, so positions start at 0 as they do for left-padded prompts in generate().
+            input_ids = torch.full((len(batch), width), pad_id, dtype=torch.long)
+            labels = torch.full((len(batch), width), -100, dtype=torch.long)
+            attention = torch.zeros((len(batch), width), dtype=torch.long)
+            for i, (p, r) in enumerate(batch):
+                n = len(p) + len(r)
+                input_ids[i, :n] = torch.tensor(p + r)
+                labels[i, len(p) : n] = torch.tensor(r)
+                attention[i, :n] = 1
+            loss = model(input_ids=input_ids, attention_mask=attention, labels=labels).loss
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            optimizer.step()
+            scheduler.step()
+            if step >= steps - max(1, steps // 10):
+                tail_losses.append(float(loss.detach()))
+        model.eval()
+        model.save_pretrained(folder)
+        return {"loss": sum(tail_losses) / len(tail_losses), "seconds": time.perf_counter() - start}
     finally:
         torch.set_num_threads(previous_threads)
-
-
-def _warm_start(
-    folder: Path,
-    problems: Sequence[Problem],
-    steps: int,
-    seed: int,
-    solutions_fn: ResponsesFn,
-    lr: float,
-    batch_size: int,
-    warmup_steps: int,
-) -> dict[str, float]:
-    import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    start = time.perf_counter()
-    tokenizer = AutoTokenizer.from_pretrained(folder)
-    model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32)
-    model.train()
-    eos_id = tokenizer.eos_token_id
-    pad_id = tokenizer.pad_token_id
-
-    # (prompt ids, [response ids + eos, ...]) per problem, tokenised separately as at RL time.
-    examples = []
-    for problem in problems:
-        responses = [tokenizer(s)["input_ids"] + [eos_id] for s in solutions_fn(problem)]
-        if responses:
-            examples.append((tokenizer(problem.prompt)["input_ids"], responses))
-    if not examples:
-        raise ValueError("warm_start needs at least one problem with a solution")
-
-    rng = random.Random(seed)
-    torch.manual_seed(seed)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
-    scheduler = torch.optim.lr_scheduler.LambdaLR(
-        optimizer, lambda s: _lr_factor(s, steps, min(warmup_steps, steps))
-    )
-    tail_losses = []
-    for step in range(steps):
-        batch = []
-        for _ in range(batch_size):
-            prompt, responses = examples[rng.randrange(len(examples))]
-            batch.append((prompt, responses[rng.randrange(len(responses))]))
-        width = max(len(p) + len(r) for p, r in batch)
-        # Right padding, so positions start at 0 as they do for left-padded prompts in generate().
-        input_ids = torch.full((len(batch), width), pad_id, dtype=torch.long)
-        labels = torch.full((len(batch), width), -100, dtype=torch.long)
-        attention = torch.zeros((len(batch), width), dtype=torch.long)
-        for i, (p, r) in enumerate(batch):
-            n = len(p) + len(r)
-            input_ids[i, :n] = torch.tensor(p + r)
-            labels[i, len(p) : n] = torch.tensor(r)
-            attention[i, :n] = 1
-        loss = model(input_ids=input_ids, attention_mask=attention, labels=labels).loss
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        optimizer.step()
-        scheduler.step()
-        if step >= steps - max(1, steps // 10):
-            tail_losses.append(float(loss.detach()))
-    model.eval()
-    model.save_pretrained(folder)
-    return {"loss": sum(tail_losses) / len(tail_losses), "seconds": time.perf_counter() - start}
 
 
 def cache_key(
@@ -340,15 +324,8 @@ def tiny_model_folder(
     model as a run loads it). The build writes it to DIGEST_FILE; a cached folder whose weights no longer have that
     digest (or which has none) is not used: `warn` says so in one line (default: stderr) and it is built again.
     """
-    key = cache_key(
-        layers=layers,
-        hidden=hidden,
-        heads=heads,
-        warmstart_steps=warmstart_steps,
-        problems=problems,
-        seed=seed,
-        solutions_fn=solutions_fn,
-    )
+    recipe = {"layers": layers, "hidden": hidden, "heads": heads, "warmstart_steps": warmstart_steps, "seed": seed}
+    key = cache_key(**recipe, problems=problems, solutions_fn=solutions_fn)
     parent = Path(cache_root) / "tiny"
     final = parent / key[:20]
     if (final / "config.json").is_file():
@@ -368,11 +345,7 @@ def tiny_model_folder(
         info = {
             "key": key,
             "version": CODE_VERSION,
-            "layers": layers,
-            "hidden": hidden,
-            "heads": heads,
-            "warmstart_steps": warmstart_steps,
-            "seed": seed,
+            **recipe,
             "num_problems": len(problems),
             "build_seconds": build_seconds,
             "warmstart": stats,

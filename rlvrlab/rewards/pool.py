@@ -106,10 +106,7 @@ class _Worker:
         except (BrokenPipeError, OSError):
             pass
         self.process.join(timeout=1)
-        if self.process.is_alive():
-            self.process.kill()
-            self.process.join(timeout=5)
-        self.conn.close()
+        self.kill()  # when it has not ended by then
 
 
 class RewardPool:
@@ -140,7 +137,6 @@ class RewardPool:
         self._cache: OrderedDict[Key, Verdict] = OrderedDict()
         self._pool: list[_Worker] = []
         self._ctx = mp.get_context("fork" if "fork" in mp.get_all_start_methods() else "spawn")
-        self._closed = False
         self.last_seconds: list[float] = []
         self.stats = {"items": 0, "cache_hits": 0, "timeouts": 0, "errors": 0, "respawns": 0}
 
