@@ -24,13 +24,10 @@ import os
 from pathlib import Path
 from typing import Any, Optional
 
-from rlvrlab.errors import RlvrlabError
 from rlvrlab.procs import raise_if_stop_requested, stop_requested
 from rlvrlab.sweep import launch
 from rlvrlab.sweep.launch import child_env, how_it_ended, last_lines, run_process
-from rlvrlab.sweep.objective import objective_of
 from rlvrlab.sweep.seedlog import log_path
-from rlvrlab.sweep.space import format_value
 from rlvrlab.sweep.template import render
 from rlvrlab.tracking import tags as T
 from rlvrlab.tracking.provenance import repo_state
@@ -41,22 +38,16 @@ DROPPED_ENV = ("MLFLOW_EXPERIMENT_NAME", "MLFLOW_NESTED_RUN", "MLFLOW_RUN_NAME")
 MAX_TAG = 5000  # characters of a tag value kept (MLflow's limit is 8000)
 
 
-def command_env(tracking_uri: str, experiment_id: str, run_id: str) -> dict[str, str]:
-    """The worker's environment with the seed run's MLflow coordinates, for a command to re-attach to it."""
-    env = {k: v for k, v in child_env(1).items() if k not in DROPPED_ENV}
-    env.update(MLFLOW_TRACKING_URI=tracking_uri, MLFLOW_EXPERIMENT_ID=experiment_id, MLFLOW_RUN_ID=run_id)
-    return env
-
-
-def run_command_seed(sweep: Any, client: Any, number: int, params: dict[str, Any], seed: int,
-                     trial_run: str, lineage: Optional[dict[str, str]] = None) -> tuple[str, Optional[float],
-                                                                               Optional[str]]:
-    """One seed of trial `number` of a command sweep (sweep: an opened rlvrlab.sweep.study.Sweep): (its MLflow
-    run, its objective, None) or (its run, None, why it failed). lineage: the tags of its attempt (attempt, retry
-    of, code digest), on the run from its creation. A stop asked of the worker ends the run KILLED and is raised as
-    KeyboardInterrupt once the command's processes have ended."""
+def run_command_seed(sweep: Any, client: Any, template: str, number: int, params: dict[str, Any], seed: int,
+                     trial_run: str, lineage: Optional[dict[str, str]] = None) -> tuple[Optional[str],
+                                                                               Optional[float], Optional[str]]:
+    """One seed of trial `number` of a command sweep (sweep: an opened rlvrlab.sweep.study.Sweep; template: the
+    command of its rlvrlab.sweep.runner.Command): (its MLflow run, its objective, None) or (its run, None, why it
+    failed). lineage: the tags of its attempt (attempt, retry of, code digest), on the run from its creation. A stop
+    asked of the worker ends the run KILLED and is raised as KeyboardInterrupt once the command's processes have
+    ended."""
     spec = sweep.spec
-    rendered = render(spec.command, spec.command_values(params, seed))
+    rendered = render(template, spec.command_values(params, seed))
     folder = os.getcwd()
     commit, dirty = repo_state(Path(folder))
     tags = {T.PARENT: trial_run, T.ROLE: "seed", T.STUDY: spec.name, T.TRIAL: str(number), T.SEED: str(seed),
@@ -65,9 +56,10 @@ def run_command_seed(sweep: Any, client: Any, number: int, params: dict[str, Any
             **({GIT_COMMIT: commit} if commit else {}), **(lineage or {})}
     run_id = client.create_run(sweep.experiment_id, run_name=f"trial {number} seed {seed}", tags=tags).info.run_id
     log = log_path(sweep.output_dir, spec.name, number, seed)
+    env = {k: v for k, v in child_env(1).items() if k not in DROPPED_ENV}  # + the run for the command to re-attach to
+    env.update(MLFLOW_TRACKING_URI=sweep.mlflow_uri, MLFLOW_EXPERIMENT_ID=sweep.experiment_id, MLFLOW_RUN_ID=run_id)
     try:
-        ended = run_process(["/bin/sh", "-c", rendered], command_env(sweep.mlflow_uri, sweep.experiment_id, run_id),
-                            cwd=folder, limits=spec.launcher.limits, log=log,
+        ended = run_process(["/bin/sh", "-c", rendered], env, cwd=folder, limits=spec.launcher.limits, log=log,
                             first_metric=lambda: bool(client.get_run(run_id).data.metrics))
     except BaseException:  # a second signal: the command's processes are gone; its run ends KILLED
         launch.end_stopped(client, run_id, log, signalled=True)
@@ -86,18 +78,6 @@ def run_command_seed(sweep: Any, client: Any, number: int, params: dict[str, Any
         reason = f"the command failed ({how_it_ended(ended.returncode)})" + (f": {shown}" if shown else "")
     elif status not in ("RUNNING", "FINISHED"):
         reason = f"the command exited 0 but ended its MLflow run {status}"
-    value = None
-    if reason is None:
-        if status == "RUNNING":
-            client.set_terminated(run_id, status="FINISHED")
-        try:
-            value = objective_of(client, run_id, spec.objective.metric, spec.objective.window)
-        except RlvrlabError as error:  # it ran, but logged no objective: the seed has no value
-            reason = str(error)
-    if reason is not None:
-        reason = f"{reason}; log: {log}"
-        client.set_tag(run_id, T.FAIL_REASON, reason[:MAX_TAG])
-        client.set_terminated(run_id, status="FAILED")
-        return run_id, None, reason
-    client.set_tag(run_id, T.OBJECTIVE, format_value(value))
-    return run_id, value, None
+    if reason is None and status == "RUNNING":
+        client.set_terminated(run_id, status="FINISHED")
+    return launch.settle(client, run_id, spec.objective, reason, log, chars=MAX_TAG)

@@ -99,25 +99,30 @@ def run_seed_child(sweep: Any, client: Any, number: int, seed: int, overrides: S
         reason = failure_reason(ended.returncode, ended.tail)
     elif run_id is None:
         reason = "the seed run's process ended without an MLflow run under its trial"
-    value = None
-    if reason is None and run_id is not None:
-        try:
-            value = objective_of(client, run_id, spec.objective.metric, spec.objective.window)
-        except RlvrlabError as error:  # no objective logged, or a non-finite one
-            reason = str(error)
     if run_id is not None:
         attach_log(client, run_id, log)
-    if reason is not None:
-        reason = f"{reason}; log: {log}"
-        if run_id is not None:
-            run = client.get_run(run_id)
-            if run.info.status != "FAILED" or T.FAIL_REASON not in run.data.tags:  # the child's own reason stays
-                client.set_tag(run_id, T.FAIL_REASON, reason[:T.FAIL_REASON_CHARS])
-                client.set_terminated(run_id, status="FAILED")
-        return run_id, None, reason
-    assert run_id is not None and value is not None
-    client.set_tag(run_id, T.OBJECTIVE, format_value(value))
-    return run_id, value, None
+    return settle(client, run_id, spec.objective, reason, log)
+
+
+def settle(client: Any, run_id: Optional[str], objective: Any, reason: Optional[str], log: Optional[Path] = None,
+           chars: int = T.FAIL_REASON_CHARS) -> tuple[Optional[str], Optional[float], Optional[str]]:
+    """A seed run's end as rlvrlab decides it: where nothing failed, its objective (a rlvrlab.sweep.objective.
+    Objective) read back and tagged; else (or with no objective, or a non-finite one) its run ends FAILED with the
+    reason (and its log; a reason its own process gave stays). (run, objective, None) or (run, None, reason)."""
+    if reason is None and run_id is not None:
+        try:
+            value = objective_of(client, run_id, objective.metric, objective.window)
+            client.set_tag(run_id, T.OBJECTIVE, format_value(value))
+            return run_id, value, None
+        except RlvrlabError as error:
+            reason = str(error)
+    reason = f"{reason}; log: {log}" if log is not None else str(reason)
+    if run_id is not None:
+        run = client.get_run(run_id)
+        if run.info.status != "FAILED" or T.FAIL_REASON not in run.data.tags:  # the process's own reason stays
+            client.set_tag(run_id, T.FAIL_REASON, reason[:chars])
+            client.set_terminated(run_id, status="FAILED")
+    return run_id, None, reason
 
 
 def child_run(client: Any, experiment_id: str, trial_run: str, seed: int) -> Optional[str]:

@@ -96,7 +96,6 @@ class Heartbeat:
 def recover_stale(sweep: Sweep) -> list[int]:
     """Mark RUNNING trials whose worker is gone as FAIL, close their MLflow runs, and enqueue a retry of each.
     Returns the numbers of the trials recovered."""
-    from optuna.exceptions import UpdateFinishedTrialError
     from optuna.trial import TrialState
 
     recovered = []
@@ -107,42 +106,38 @@ def recover_stale(sweep: Sweep) -> list[int]:
             beat = trial.datetime_start.timestamp()
         if not (_worker_gone(worker) or (beat is not None and time.time() - beat > STALE_AFTER)):
             continue
-        # the reason goes on while the trial is still RUNNING (a finished trial takes no attributes); the FAIL
-        # transition below is atomic, so only one process re-enqueues it
-        try:
-            sweep.storage.set_trial_user_attr(trial_id(sweep, trial), FAILURE, "worker")
-            sweep.storage.set_trial_user_attr(trial_id(sweep, trial), T.FAIL_REASON,
-                                              f"worker {worker.split(':')[1] if worker else '?'} died; re-run")
-        except UpdateFinishedTrialError:
+        if not requeue(sweep, trial, f"worker {worker.split(':')[1] if worker else '?'} died; re-run"):
             continue  # another process recovered it first
-        if not fail_and_retry(sweep, trial_id(sweep, trial)):
-            continue
-        frozen = sweep.storage.get_trial(trial_id(sweep, trial))
-        run_id = frozen.user_attrs.get(T.attr("mlflow_run_id"))
+        run_id = sweep.storage.get_trial(trial_id(sweep, trial)).user_attrs.get(T.MLFLOW_RUN_ID)
         if run_id:
             close_runs(sweep.client(), run_id, "KILLED")
         recovered.append(trial.number)
     return recovered
 
 
-def fail_and_retry(sweep: Sweep, trial_id: int) -> bool:
-    """RUNNING -> FAIL, then enqueue a copy with the same params (Optuna's retry callback records the lineage:
-    system attrs failed_trial and retry_history). False when another process finished or failed it first."""
+def requeue(sweep: Sweep, trial: Any, reason: str) -> bool:
+    """A RUNNING trial whose worker died or stopped it: failed as the worker's (with `reason`), then a copy with
+    the same params enqueued (Optuna's retry callback records the lineage: system attrs failed_trial and
+    retry_history). The reason goes on while it is still RUNNING (a finished trial takes no attributes); the FAIL
+    transition is atomic, so only one process re-enqueues it. False when another process finished or failed it."""
     import warnings
 
     from optuna.exceptions import UpdateFinishedTrialError
     from optuna.storages import RetryHeartbeatStaleTrialCallback
     from optuna.trial import TrialState
 
+    ident = trial_id(sweep, trial)  # its id in the storage
     try:
-        if not sweep.storage.set_trial_state_values(trial_id, state=TrialState.FAIL):
+        sweep.storage.set_trial_user_attr(ident, FAILURE, "worker")
+        sweep.storage.set_trial_user_attr(ident, T.FAIL_REASON, reason)
+        if not sweep.storage.set_trial_state_values(ident, state=TrialState.FAIL):
             return False
     except UpdateFinishedTrialError:
         return False
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # the callback is marked experimental
         # user attrs are not carried over: the retry gets its own MLflow run and reason
-        frozen = copy.deepcopy(sweep.storage.get_trial(trial_id))  # storages may hand out their cached object
+        frozen = copy.deepcopy(sweep.storage.get_trial(ident))  # storages may hand out their cached object
         frozen.user_attrs = {}
         # nor is the dead worker's liveness record: on the WAITING copy it would make the copy look dead again in
         # the moment between another worker claiming it and its first heartbeat (found by tests/sweep/test_sweep.py)

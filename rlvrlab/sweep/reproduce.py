@@ -265,9 +265,8 @@ def find_sweep(study: str, given: Optional[Path]) -> SweepSpec:
 def trial_params(spec: SweepSpec, group: dict) -> tuple[dict[str, Any], str]:
     """The trial params whose config is the group's: the grid point with the group's config hash, else the one
     whose composed config agrees with every recorded group value (the hash then differs: returned second)."""
-    if spec.command is not None:
-        raise InputError(f"study {spec.name!r} runs another trainer's command; rlvrlab reproduce re-runs rlvrlab "
-                         "training studies: re-run its command (sources.json) by hand")
+    if spec.runner.no_reproduce:
+        raise InputError(f"study {spec.name!r}: {spec.runner.no_reproduce}")
     values = {k: str(v) for k, v in (group.get("values") or {}).items()}
     if spec.sampler == "grid":
         candidates = spec.grid()

@@ -18,7 +18,7 @@ from rlvrlab.errors import ConfigError, RlvrlabError, StorageError
 from rlvrlab.outputs import full_or_held
 from rlvrlab.sweep import guard
 from rlvrlab.sweep.command import run_command_seed
-from rlvrlab.sweep.launch import run_seed_child
+from rlvrlab.sweep.launch import child_run, run_seed_child, settle
 from rlvrlab.sweep.objective import objective_of, window_mean
 from rlvrlab.sweep.space import VARIANT, format_value
 from rlvrlab.sweep.template import check_template, command_hash
@@ -51,51 +51,44 @@ class SeedRunner(Protocol):
     @property
     def any_metric(self) -> bool:
         """objective.metric may be any name (the runs log their own), not only rlvrlab's."""
-        ...
 
     @property
     def own_process(self) -> bool:
         """Each seed run is its own process (launcher process or slurm; process by default)."""
-        ...
 
     @property
     def checks_testbed(self) -> bool:
         """Its runs can check --protocol's fixed initial model."""
-        ...
 
     @property
     def no_pruner(self) -> str:
         """Why a pruner cannot see its running seeds' steps; "" when it can."""
-        ...
+
+    @property
+    def no_reproduce(self) -> str:
+        """Why `rlvrlab reproduce` cannot re-run its studies' seeds; "" when it can."""
 
     def searched(self, params: dict[str, Any]) -> dict[str, Any]:
         """The trial's params that are rlvrlab config overrides of its seed runs."""
-        ...
 
     def trial_hash(self, spec: Any, params: dict[str, Any]) -> str:
         """The config hash that a trial's seed runs share."""
-        ...
 
     def check(self, spec: Any, where: str) -> None:
         """What the sweep file asks of this kind, checked when the file is read (one-line ConfigErrors)."""
-        ...
 
     def recorded(self) -> dict[str, str]:
         """What the study's MLflow run records of it, beside the sweep's own params."""
-        ...
 
     def watched(self, spec: Any, folder: Path) -> dict[str, Path]:
         """The files whose content its seed runs depend on (rlvrlab.sweep.guard): name -> path."""
-        ...
 
     def code_root(self, folder: Path) -> Path:
         """A folder in the repository of the code its seed runs run."""
-        ...
 
     def run_seed(self, sweep: Any, client: Any, trial: Any, params: dict[str, Any], seed: int, position: int,
                  trial_run: str, lineage: dict[str, str]) -> SeedDone | SeedFailed:
         """One seed's run and objective, or why it failed; a finished run of an earlier attempt is reused."""
-        ...
 
 
 @dataclasses.dataclass(frozen=True)
@@ -107,6 +100,7 @@ class Training:
     own_process: bool = False
     checks_testbed: bool = True
     no_pruner: str = ""
+    no_reproduce: str = ""
 
     def searched(self, params: dict[str, Any]) -> dict[str, Any]:
         return params
@@ -172,9 +166,8 @@ class Training:
         tags = {T.PARENT: trial_run, T.ROLE: "seed", T.STUDY: spec.name,
                 T.TRIAL: str(trial.number), **lineage}
         if spec.launcher.child:  # its own process (torchrun with several ranks): no per-step callback, no pruning
-            child, found, why = run_seed_child(sweep, client, trial.number, seed, spec.overrides_for(params, seed),
-                                               tags, trial_run)  # its run FAILED with the reason, or KILLED on a stop
-            return SeedDone(child, found) if child is not None and found is not None else SeedFailed(child, why or "")
+            return _outcome(*run_seed_child(  # its run FAILED with the reason, or KILLED on a stop
+                sweep, client, trial.number, seed, spec.overrides_for(params, seed), tags, trial_run))
         try:
             run_id = train(cfg, on_step=report, tags=tags, testbed=spec.testbed)
         except RunStopped:
@@ -183,19 +176,11 @@ class Training:
             trouble = full_or_held(error)
             if trouble is not None:  # a full disk or a held store: the sweep stops and its next invocation re-runs it
                 raise stopped_by_storage(error, trouble, trial.number, seed) from None
-            if isinstance(error, RlvrlabError):
-                return SeedFailed(_last_run_of(client, sweep, trial_run, seed), str(error))
-            if os.environ.get("RLVRLAB_DEBUG") == "1":
+            if not isinstance(error, RlvrlabError) and os.environ.get("RLVRLAB_DEBUG") == "1":
                 raise
-            return SeedFailed(_last_run_of(client, sweep, trial_run, seed), f"{type(error).__name__}: {error}")
-        try:
-            value = objective_of(client, run_id, metric, window)
-        except RlvrlabError as error:  # no objective, or a non-finite one: the seed run fails with why
-            client.set_tag(run_id, T.FAIL_REASON, str(error)[:T.FAIL_REASON_CHARS])
-            client.set_terminated(run_id, status="FAILED")
-            return SeedFailed(run_id, str(error))
-        client.set_tag(run_id, T.OBJECTIVE, format_value(value))
-        return SeedDone(run_id, value)
+            why = str(error) if isinstance(error, RlvrlabError) else f"{type(error).__name__}: {error}"
+            return SeedFailed(child_run(client, sweep.experiment_id, trial_run, seed), why)
+        return _outcome(*settle(client, run_id, spec.objective, None))  # no objective, or a non-finite one: failed
 
 
 @dataclasses.dataclass(frozen=True)
@@ -209,6 +194,8 @@ class Command:
     own_process: bool = True
     checks_testbed: bool = False
     no_pruner: str = "pruning needs the steps of a running seed, which a command reports to MLflow only"
+    no_reproduce: str = ("it runs another trainer's command; rlvrlab reproduce re-runs rlvrlab training studies: "
+                         "re-run its command (sources.json) by hand")
 
     def searched(self, params: dict[str, Any]) -> dict[str, Any]:
         return {}  # its values go to the command (SweepSpec.command_values); overrides say where records go
@@ -233,8 +220,8 @@ class Command:
         done = reused(sweep, client, trial, self.trial_hash(sweep.spec, params), seed, trial_run)
         if done is not None:
             return done
-        ran, found, why = run_command_seed(sweep, client, trial.number, params, seed, trial_run, lineage)
-        return SeedDone(ran, found) if found is not None else SeedFailed(ran, why or "no objective")
+        return _outcome(*run_command_seed(sweep, client, self.template, trial.number, params, seed, trial_run,
+                                          lineage))
 
 
 TRAINING = Training()
@@ -245,11 +232,21 @@ def seed_runner(command: Optional[str]) -> SeedRunner:
     return TRAINING if command is None else Command(command)
 
 
+def _outcome(run_id: Optional[str], value: Optional[float], why: Optional[str]) -> SeedDone | SeedFailed:
+    """A seed run's (run, objective, None) or (run, None, why it failed) as what run_seed returns."""
+    return SeedDone(run_id, value) if run_id is not None and value is not None else SeedFailed(run_id, why or "")
+
+
 def reused(sweep: Any, client: Any, trial: Any, chash: str, seed: int, trial_run: str) -> Optional[SeedDone]:
     """A finished seed run of an earlier attempt with this config hash and seed, moved under this trial."""
-    done = _finished_seed_run(sweep, client, chash, seed)
-    if done is None:
+    found = client.search_runs(
+        [sweep.experiment_id],
+        filter_string=(f"tags.`{T.STUDY}` = '{sweep.spec.name}' and tags.config_hash = '{chash}' and "
+                       f"tags.seed = '{seed}' and tags.`{T.ROLE}` = 'seed' and attributes.status = 'FINISHED'"),
+        max_results=1)
+    if not found:
         return None
+    done = found[0].info.run_id
     client.set_tag(done, T.PARENT, trial_run)
     client.set_tag(done, T.TRIAL, str(trial.number))
     return SeedDone(done, objective_of(client, done, sweep.spec.objective.metric, sweep.spec.objective.window),
@@ -261,23 +258,8 @@ def stopped_by_storage(error: Exception, trouble: str, number: int, seed: int) -
     wrong with it), and the same command re-runs it."""
     what = error.what if isinstance(error, StorageError) else (
         ("no space left on the device" if trouble == "full" else "a sqlite store is locked by another process")
-        + f" ({type(error).__name__}: {str(error).strip().splitlines()[0] if str(error).strip() else ''})")
+        + f" ({T.failure_reason(error)})")
     fix = "free space there" if trouble == "full" else "wait for the process holding it to end"
     return StorageError(f"sweep stopped in trial {number}, seed {seed}: {what}; {fix}, then run the same command "
                         "again (the trial is re-run)", what=what)
 
-
-def _finished_seed_run(sweep: Any, client: Any, chash: str, seed: int) -> Optional[str]:
-    found = client.search_runs(
-        [sweep.experiment_id],
-        filter_string=(f"tags.`{T.STUDY}` = '{sweep.spec.name}' and tags.config_hash = '{chash}' and "
-                       f"tags.seed = '{seed}' and tags.`{T.ROLE}` = 'seed' and attributes.status = 'FINISHED'"),
-        max_results=1)
-    return found[0].info.run_id if found else None
-
-
-def _last_run_of(client: Any, sweep: Any, trial_run: str, seed: int) -> Optional[str]:
-    found = client.search_runs([sweep.experiment_id],  # the trial run's experiment: the study's
-                               filter_string=f"tags.`{T.PARENT}` = '{trial_run}' and tags.seed = '{seed}'",
-                               max_results=1)
-    return found[0].info.run_id if found else None

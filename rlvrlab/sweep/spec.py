@@ -159,6 +159,12 @@ class SweepSpec:
                 *(f"{key}={format_value(value)}" for key, value in params.items() if key != VARIANT),
                 f"seed={seed}", f"experiment={self.name}"]
 
+    def base(self) -> Any:
+        """The config of its seed runs at no trial's values (a command sweep's: where their records go)."""
+        from rlvrlab.config import compose
+
+        return compose(self.experiment, self.overrides_for({}, self.seeds[0]))
+
     def command_values(self, params: dict[str, Any], seed: int) -> dict[str, str]:
         """A command sweep's placeholder values at a trial's params: its variant's name=value entries (and its name
         as {variant}), the space's values as overrides write them, the seed and the study's name."""
@@ -212,6 +218,40 @@ def load_sweep(name: str, overrides: Sequence[str] = (), *, seeds: Optional[int]
     launcher, nproc, gpus_per_run, slurm (KEY=VALUE): the command line's, over the file's `launcher:`/`slurm:`."""
     path = sweep_file(name)
     where = str(path)
+    body = _body(path, where)
+    all_overrides = _overrides(body, overrides, where)
+    command = parse_command(body, all_overrides, where)
+    runner = seed_runner(command)
+    sampler = _choice(body.get("sampler", "grid"), SAMPLERS, "sampler", where)
+    variants = parse_variants(body.get("variants"), where)
+    space = _space(body.get("space"), variants, sampler, where)
+    objective = _objective(body.get("objective"), where, any_metric=runner.any_metric)
+    adaptive = _adaptive(body.get("seeds"), where) if seeds is None else None
+    seed_list = tuple(range(adaptive.initial)) if adaptive else \
+        _seeds(body.get("seeds", 5) if seeds is None else seeds, where)
+    needs = AGGREGATES[objective.aggregate].min_seeds
+    if len(seed_list) < needs:
+        raise ConfigError(f"objective.aggregate {objective.aggregate} in {where} needs at least {needs} seeds")
+    trials, timeout = _budget(body.get("budget"), sampler, where)
+    pruner = _pruner(body.get("pruner"), where)
+    sweep_name = study or body.get("name") or path.stem
+    if not isinstance(sweep_name, str) or not sweep_name.strip():
+        raise ConfigError(f"name in {where} must be a non-empty string")
+    experiment = _experiment(body.get("experiment"), path, where)
+    sampler_seed = _integer(body.get("sampler_seed", 0), "sampler_seed", where)
+    launch = _launcher(body.get("launcher"), body.get("slurm"), where, launcher, nproc, gpus_per_run, slurm,
+                       own_process=runner.own_process)
+    launch = dataclasses.replace(launch, limits=seed_limits.parse_limits(  # not in the fingerprint, as launch
+        body, where, seed_timeout=seed_timeout, launcher=launch.type))
+    spec = SweepSpec(sweep_name, path, experiment, all_overrides, space, sampler, sampler_seed, seed_list,
+                     objective, trials, timeout, pruner, variants, adaptive, launch, command)
+    _check_composes(spec, where)
+    _check_launcher(spec, where)
+    return spec
+
+
+def _body(path: Path, where: str) -> dict:
+    """The sweep file's top-level mapping, every key one of TOP_KEYS."""
     try:
         body = load_yaml(path.read_text(encoding="utf-8"), where) or {}
     except UnicodeDecodeError as error:
@@ -224,62 +264,54 @@ def load_sweep(name: str, overrides: Sequence[str] = (), *, seeds: Optional[int]
     for key in body:
         if key not in TOP_KEYS:
             raise unknown("sweep key", key, TOP_KEYS, where=where)
+    return body
 
-    file_overrides = body.get("overrides") or []
-    if not isinstance(file_overrides, list) or not all(isinstance(o, str) for o in file_overrides):
+
+def _overrides(body: dict, given: Sequence[str], where: str) -> tuple[str, ...]:
+    """The file's overrides, then the command line's; none may set what the sweep sets (FIXED_KEYS)."""
+    listed = body.get("overrides") or []
+    if not isinstance(listed, list) or not all(isinstance(o, str) for o in listed):
         raise ConfigError(f"overrides in {where} must be a list of key=value strings, e.g. [algorithm=ucpo, steps=200]")
-    all_overrides = (*file_overrides, *overrides)
-    for text in all_overrides:
+    for text in (*listed, *given):
         key = text.partition("=")[0].strip()
         if key in FIXED_KEYS:
             raise ConfigError(f"override {text!r} in {where}: {key} is set by the sweep "
                               f"({'use seeds:' if key == 'seed' else 'the MLflow experiment is the study name'})")
+    return (*listed, *given)
 
-    command = parse_command(body, all_overrides, where)
-    runner = seed_runner(command)
-    sampler = _choice(body.get("sampler", "grid"), SAMPLERS, "sampler", where)
-    variants = parse_variants(body.get("variants"), where)
-    space = parse_space(body.get("space") or ({} if variants else None), sampler, where)
+
+def _space(body: Any, variants: dict[str, tuple[str, ...]], sampler: str, where: str) -> tuple[Param, ...]:
+    """`space:`, after the grid key `variant` when the file has `variants:` (then space: may be left out)."""
+    space = parse_space(body or ({} if variants else None), sampler, where)
     if VARIANT in (p.key for p in space):
         raise ConfigError(f"space key {VARIANT!r} in {where} is the name of `variants:`; list the variants there")
-    if variants:
-        space = (Param(VARIANT, values=tuple(variants)), *space)
-    objective = _objective(body.get("objective"), where, any_metric=runner.any_metric)
-    adaptive = _adaptive(body.get("seeds"), where) if seeds is None else None
-    seed_list = tuple(range(adaptive.initial)) if adaptive else \
-        _seeds(body.get("seeds", 5) if seeds is None else seeds, where)
-    needs = AGGREGATES[objective.aggregate].min_seeds
-    if len(seed_list) < needs:
-        raise ConfigError(f"objective.aggregate {objective.aggregate} in {where} needs at least {needs} seeds")
-    budget = _mapping(body.get("budget"), ("trials", "timeout"), "budget", where)
-    trials = _optional_integer(budget.get("trials"), "budget.trials", where)
-    timeout = _optional_number(budget.get("timeout"), "budget.timeout", where)
+    return (Param(VARIANT, values=tuple(variants)), *space) if variants else space
+
+
+def _budget(body: Any, sampler: str, where: str) -> tuple[Optional[int], Optional[float]]:
+    """`budget:`'s trials and timeout; a sampler needs one of them (a grid has its size)."""
+    budget = _mapping(body, ("trials", "timeout"), "budget", where)
+    trials = _checked(budget.get("trials"), "budget.trials", where, integer=True, null=True)
+    timeout = _checked(budget.get("timeout"), "budget.timeout", where, integer=False, null=True)
     if sampler != "grid" and trials is None and timeout is None:
         raise ConfigError(f"sampler {sampler} in {where} needs budget.trials or budget.timeout (a grid has its size)")
-    pruner_body = _mapping(body.get("pruner"), ("type", "warmup_steps", "startup_trials"), "pruner", where)
-    pruner = Pruner(
-        type=_choice(pruner_body.get("type", "none"), PRUNERS, "pruner.type", where),
-        warmup_steps=_integer(pruner_body.get("warmup_steps", 0), "pruner.warmup_steps", where),
-        startup_trials=_integer(pruner_body.get("startup_trials", 5), "pruner.startup_trials", where),
-    )
-    sweep_name = study or body.get("name") or path.stem
-    if not isinstance(sweep_name, str) or not sweep_name.strip():
-        raise ConfigError(f"name in {where} must be a non-empty string")
-    experiment = body.get("experiment")
-    if experiment is not None and not isinstance(experiment, str):
+    return trials, timeout
+
+
+def _pruner(body: Any, where: str) -> Pruner:
+    fields = _mapping(body, ("type", "warmup_steps", "startup_trials"), "pruner", where)
+    return Pruner(type=_choice(fields.get("type", "none"), PRUNERS, "pruner.type", where),
+                  warmup_steps=_integer(fields.get("warmup_steps", 0), "pruner.warmup_steps", where),
+                  startup_trials=_integer(fields.get("startup_trials", 5), "pruner.startup_trials", where))
+
+
+def _experiment(value: Any, path: Path, where: str) -> Optional[str]:
+    """`experiment:`, a name or a YAML file; a relative path with a folder is relative to the sweep file."""
+    if value is not None and not isinstance(value, str):
         raise ConfigError(f"experiment in {where} must be an experiment name or a path to its YAML file")
-    if experiment is not None and not experiment.endswith((".yaml", ".yml")) and os.sep in experiment:
-        experiment = str((path.parent / experiment).resolve())
-    sampler_seed = _integer(body.get("sampler_seed", 0), "sampler_seed", where)
-    launch = _launcher(body.get("launcher"), body.get("slurm"), where, launcher, nproc, gpus_per_run, slurm,
-                       own_process=runner.own_process)
-    launch = dataclasses.replace(launch, limits=seed_limits.parse_limits(  # not in the fingerprint, as launch
-        body, where, seed_timeout=seed_timeout, launcher=launch.type))
-    spec = SweepSpec(sweep_name, path, experiment, tuple(all_overrides), space, sampler, sampler_seed, seed_list,
-                     objective, trials, timeout, pruner, variants, adaptive, launch, command)
-    _check_composes(spec, where)
-    _check_launcher(spec, where)
-    return spec
+    if value is not None and not value.endswith((".yaml", ".yml")) and os.sep in value:
+        return str((path.parent / value).resolve())
+    return value
 
 
 def _launcher(body: Any, slurm_body: Any, where: str, kind: Optional[str], nproc: Optional[int],
@@ -342,8 +374,6 @@ def _launcher(body: Any, slurm_body: Any, where: str, kind: Optional[str], nproc
 
 def _check_launcher(spec: SweepSpec, where: str) -> None:
     """What a launcher needs of the runs: pruning reads each step in the worker; several ranks need DeepSpeed."""
-    from rlvrlab.config import compose
-
     launch = spec.launcher
     if spec.runner.no_pruner and spec.pruner.type != "none":
         raise ConfigError(f"pruner {spec.pruner.type} in {where}: {spec.runner.no_pruner}; remove pruner: from the "
@@ -351,17 +381,13 @@ def _check_launcher(spec: SweepSpec, where: str) -> None:
     if launch.child and spec.pruner.type != "none":
         raise ConfigError(f"pruner {spec.pruner.type} in {where} needs launcher inprocess (a seed run in its own "
                           "process reports no steps to the worker's pruner); drop the pruner or the launcher")
-    if launch.nproc > 1:
-        base = compose(spec.experiment, spec.overrides_for({}, spec.seeds[0]))
-        if base.trainer.engine != "deepspeed":
-            raise ConfigError(f"launcher nproc {launch.nproc} in {where}: several ranks train data parallel through "
-                              "DeepSpeed; add trainer.engine=deepspeed to overrides")
+    if launch.nproc > 1 and spec.base().trainer.engine != "deepspeed":
+        raise ConfigError(f"launcher nproc {launch.nproc} in {where}: several ranks train data parallel through "
+                          "DeepSpeed; add trainer.engine=deepspeed to overrides")
 
 
 def _check_composes(spec: SweepSpec, where: str) -> None:
-    from rlvrlab.config import compose
-
-    base = compose(spec.experiment, spec.overrides_for({}, spec.seeds[0]))  # a command sweep's: where its records go
+    base = spec.base()
     if base.tracking.backend != "mlflow":
         raise ConfigError(f"tracking.backend={base.tracking.backend} in {where}: a sweep reads its objective from the "
                           "seed runs' MLflow records; drop the override (the default is mlflow)")
@@ -388,7 +414,7 @@ def _objective(body: Any, where: str, *, any_metric: bool = False) -> Objective:
         hint = f"{' or '.join(bounds)} (the pessimistic bound) or {MEAN.name}" if bounds else MEAN.name
         raise ConfigError(f"objective.aggregate {aggregate} with direction {direction} in {where} favours noisy "
                           f"trials; use {hint}")
-    window = _optional_integer(fields.get("window", 1), "objective.window", where)
+    window = _checked(fields.get("window", 1), "objective.window", where, integer=True, null=True)
     if window is None or window < 1:
         raise ConfigError(f"objective.window in {where} must be an integer >= 1")
     return Objective(metric, direction, window, aggregate)
@@ -455,14 +481,6 @@ def _checked(value: Any, name: str, where: str, *, integer: bool, null: bool) ->
 
 def _integer(value: Any, name: str, where: str) -> int:
     return _checked(value, name, where, integer=True, null=False)
-
-
-def _optional_integer(value: Any, name: str, where: str) -> Optional[int]:
-    return _checked(value, name, where, integer=True, null=True)
-
-
-def _optional_number(value: Any, name: str, where: str) -> Optional[float]:
-    return _checked(value, name, where, integer=False, null=True)
 
 
 MAX_NUMBER = 1e15  # budget, pruner and sampler numbers: beyond any real use, and a float (nan and inf are refused)

@@ -21,9 +21,7 @@ from rlvrlab.tracking.store import masked
 
 def storage_url(spec_output_dir: str, storage: Optional[str]) -> str:
     """The storage as given, or the default journal file in the base config's output_dir."""
-    if storage:
-        return storage
-    return str(Path(spec_output_dir).expanduser().resolve() / "optuna.journal")
+    return storage or str(Path(spec_output_dir).expanduser().resolve() / "optuna.journal")
 
 
 def open_storage(url: str):

@@ -26,7 +26,6 @@ from mlflow.entities import Param, RunTag
 from optuna.study import StudyDirection
 from optuna.trial import TrialState
 
-from rlvrlab.config import compose
 from rlvrlab.errors import RlvrlabError
 from rlvrlab.outputs import file_lock, shared_file_lock
 from rlvrlab.sweep.mismatch import mismatch_message
@@ -104,7 +103,7 @@ def open_sweep(spec: SweepSpec, storage: Optional[str] = None, *, create: bool =
     draw the same points again (a sampler re-created with one fixed seed repeats its first draws). A study run
     by one worker from start to end is reproducible."""
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    base = compose(spec.experiment, spec.overrides_for({}, spec.seeds[0]))
+    base = spec.base()
     output_dir = Path(base.output_dir).expanduser().resolve()
     url = storage_url(base.output_dir, storage)
     where = store(output_dir, base.tracking.uri)

@@ -32,7 +32,7 @@ from rlvrlab.errors import RlvrlabError, StorageError
 from rlvrlab.procs import raise_if_stop_requested, stop_at_safe_points
 from rlvrlab.sweep import failfast
 from rlvrlab.sweep.guard import CODE_DIGEST, recorded_digest
-from rlvrlab.sweep.liveness import Heartbeat, close_runs, fail_and_retry, recover_stale, trial_id
+from rlvrlab.sweep.liveness import Heartbeat, close_runs, recover_stale, requeue, trial_id
 from rlvrlab.sweep.objective import AGGREGATES, seed_summary
 from rlvrlab.sweep.runner import Pruned, SeedDone, SeedFailed
 from rlvrlab.sweep.seeds import seed_count
@@ -50,22 +50,18 @@ class TrialOutcome:
     reason: str = ""
 
 
-@dataclass
-class WorkerReport:
-    outcomes: list[TrialOutcome] = field(default_factory=list)
-
-
 OnSeed = Callable[[int, int, int], None]  # (trial number, seed position, seeds) after each seed run
 
 
-def work(sweep: Sweep, *, deadline: Optional[float] = None, on_seed: Optional[OnSeed] = None) -> WorkerReport:
-    """Claim and run trials until the study is done, the budget is used or the deadline passes."""
+def work(sweep: Sweep, *, deadline: Optional[float] = None,
+         on_seed: Optional[OnSeed] = None) -> list[TrialOutcome]:
+    """Claim and run trials until the study is done, the budget is used or the deadline passes; their outcomes."""
     with stop_at_safe_points():  # Ctrl-C or SIGTERM: stop between steps or trials (a stopped trial is re-enqueued)
         return _work(sweep, deadline, on_seed, raise_if_stop_requested)
 
 
-def _work(sweep: Sweep, deadline: Optional[float], on_seed: Optional[OnSeed], safe_point) -> WorkerReport:
-    report = WorkerReport()
+def _work(sweep: Sweep, deadline: Optional[float], on_seed: Optional[OnSeed], safe_point) -> list[TrialOutcome]:
+    outcomes = []
     if sweep.epoch is None:  # a worker process: the invocation its parent armed fail-fast for
         sweep.epoch = failfast.epoch_of(sweep.study)
     if sweep.code_digest is None:
@@ -80,8 +76,8 @@ def _work(sweep: Sweep, deadline: Optional[float], on_seed: Optional[OnSeed], sa
             continue
         if trial is None:
             break
-        report.outcomes.append(run_trial(sweep, trial, on_seed=on_seed))
-    return report
+        outcomes.append(run_trial(sweep, trial, on_seed=on_seed))
+    return outcomes
 
 
 def _next_trial(sweep: Sweep):
@@ -101,68 +97,43 @@ class _FailFast(Exception):
     """Fail-fast stopped the sweep (this worker's seed run or another's): the trial runs no more seeds."""
 
 
+@dataclass
+class _Seeds:
+    """A trial's seeds so far: the ones to run (adaptive: more after stage one), their values, runs and failures."""
+
+    seeds: list[int]
+    values: dict[int, float] = field(default_factory=dict)
+    run_ids: dict[int, str] = field(default_factory=dict)
+    failures: dict[int, str] = field(default_factory=dict)
+
+    def failed(self) -> str:
+        """Why the trial failed: how many seeds did, and the first one's reason."""
+        seed, reason = next(iter(self.failures.items()))
+        return f"{len(self.failures)}/{len(self.seeds)} seeds failed; seed {seed}: {reason}"
+
+
 def run_trial(sweep: Sweep, trial, *, on_seed: Optional[OnSeed] = None) -> TrialOutcome:
     """Run every seed of one trial (reusing seed runs a dead worker finished), report to Optuna and MLflow."""
-
-
-    spec, client = sweep.spec, sweep.client()
+    client = sweep.client()
     heartbeat = Heartbeat(sweep.storage, trial_id(sweep, trial))
     trial_run = None
-    failures: dict[int, str] = {}
-    seeds = list(spec.seeds)
+    done = _Seeds(list(sweep.spec.seeds))
     try:
-        params = {p.key: p.suggest(trial) for p in spec.space}
-        chash = spec.trial_hash(params)
+        params = {p.key: p.suggest(trial) for p in sweep.spec.space}
         lineage = _lineage_tags(sweep, trial)
+        chash = sweep.spec.trial_hash(params)
         trial_run = _trial_run(sweep, client, trial, params, chash, lineage)
-        trial.set_user_attr(T.MLFLOW_RUN_ID, trial_run)
-        if os.environ.get("CUDA_VISIBLE_DEVICES") is not None:  # the worker's GPUs, which its seed runs see
-            trial.set_user_attr(T.DEVICES, os.environ["CUDA_VISIBLE_DEVICES"])
-        trial.set_user_attr(T.TRIAL_CONFIG_HASH, chash)
-        values: dict[int, float] = {}
-        run_ids: dict[int, str] = {}
-        position = 0
-        while position < len(seeds):  # adaptive seeds: stage one, then stage two (a third round adds none)
-            for seed in seeds[position:]:
-                if failfast.stopped(sweep.study, sweep.epoch or ""):
-                    raise _FailFast()
-                outcome = _seed_run(sweep, client, trial, params, seed, position, trial_run, lineage)
-                if outcome.run_id:
-                    run_ids[seed] = outcome.run_id
-                if isinstance(outcome, SeedFailed):
-                    failures[seed] = outcome.reason
-                else:
-                    values[seed] = outcome.value
-                if not (isinstance(outcome, SeedDone) and outcome.reused):
-                    failfast.record(sweep.study, sweep.epoch or "", trial.number, seed,
-                                    outcome.reason if isinstance(outcome, SeedFailed) else None)
-                trial.set_user_attr(T.VALUES, {str(s): v for s, v in values.items()})
-                trial.set_user_attr(T.RUN_IDS, {str(s): r for s, r in run_ids.items()})
-                if on_seed is not None:
-                    on_seed(trial.number, position, len(seeds))
-                position += 1
-            if not failures:
-                seeds = list(spec.seed_list(len(seeds) + more_seeds(spec, values)))
-        if failures:
-            return _fail_trial(sweep, client, trial, trial_run, failures, len(seeds))
-        summary = seed_summary(values, spec.adaptive)  # adaptive: Stein's interval, the one the objective uses
-        value = AGGREGATES[spec.objective.aggregate].over(values, spec.adaptive)
-        trial.set_user_attr(T.SUMMARY, summary)
-        sweep.study.tell(trial, value)
-        _finish_trial_run(client, trial_run, "FINISHED", {
-            "objective/value": value, "objective/mean": summary["mean"], "objective/ci95_low": summary["low"],
-            "objective/ci95_high": summary["high"], "objective/sd": summary["sd"], "objective/n_seeds": summary["n"]},
-            {})
-        return TrialOutcome(trial.number, "COMPLETE", value=value)
+        _name_trial_run(trial, trial_run, chash)
+        _run_seeds(sweep, client, trial, params, trial_run, lineage, done, on_seed)
+        if done.failures:
+            return _failed(sweep, client, trial, trial_run, done.failed())
+        return _complete_trial(sweep, client, trial, trial_run, done.values)
     except _FailFast:
-        if failures:  # it failed already: it stays failed (--retry-failed re-runs it)
-            return _fail_trial(sweep, client, trial, trial_run, failures, len(seeds), cut=True)
+        if done.failures:  # it failed already: it stays failed (--retry-failed re-runs it)
+            return _failed(sweep, client, trial, trial_run,
+                           f"{done.failed()}; the rest of its seeds not run (fail-fast)")
         reason = "stopped by fail-fast before its seeds were done; re-enqueued"
-        if trial_run is not None:
-            close_runs(client, trial_run, "KILLED")
-        sweep.storage.set_trial_user_attr(trial_id(sweep, trial), T.FAILURE, "worker")
-        sweep.storage.set_trial_user_attr(trial_id(sweep, trial), T.FAIL_REASON, reason)
-        fail_and_retry(sweep, trial_id(sweep, trial))
+        _requeue(sweep, client, trial, trial_run, reason)
         return TrialOutcome(trial.number, "FAIL", reason=reason)
     except Pruned:
         trial.set_user_attr(T.FAILURE, "pruned")
@@ -172,20 +143,12 @@ def run_trial(sweep: Sweep, trial, *, on_seed: Optional[OnSeed] = None) -> Trial
     except RlvrlabError as error:  # the trial's config does not compose (e.g. a sampled value a rule rejects)
         if isinstance(error, StorageError):  # the place, not the trial: the stores may not take a write now; the
             raise  # next invocation finds this worker gone and re-runs the trial (rlvrlab.sweep.liveness)
-        trial.set_user_attr(T.FAILURE, "run")
-        trial.set_user_attr(T.FAIL_REASON, str(error)[:1000])
-        sweep.study.tell(trial, state=TrialState.FAIL)
-        _finish_trial_run(client, trial_run, "FAILED", {}, {T.FAIL_REASON: str(error)[:5000]})
-        return TrialOutcome(trial.number, "FAIL", reason=str(error))
+        return _failed(sweep, client, trial, trial_run, str(error))
     except BaseException:
         # interrupted (Ctrl-C) or a bug: leave the trial to the liveness check of the next invocation, which
         # retries it; the MLflow runs are closed as KILLED
-        if trial_run is not None:
-            close_runs(client, trial_run, "KILLED")
         try:
-            sweep.storage.set_trial_user_attr(trial_id(sweep, trial), T.FAILURE, "worker")
-            sweep.storage.set_trial_user_attr(trial_id(sweep, trial), T.FAIL_REASON, "interrupted; re-enqueued")
-            fail_and_retry(sweep, trial_id(sweep, trial))
+            _requeue(sweep, client, trial, trial_run, "interrupted; re-enqueued")
         except Exception:
             pass
         raise
@@ -193,12 +156,65 @@ def run_trial(sweep: Sweep, trial, *, on_seed: Optional[OnSeed] = None) -> Trial
         heartbeat.stop()
 
 
-def _fail_trial(sweep: Sweep, client, trial, trial_run: Optional[str], failures: dict[int, str], seeds: int,
-                cut: bool = False) -> TrialOutcome:
-    seed, reason = next(iter(failures.items()))
-    message = f"{len(failures)}/{seeds} seeds failed; seed {seed}: {reason}"
-    if cut:
-        message = f"{message}; the rest of its seeds not run (fail-fast)"
+def _name_trial_run(trial, trial_run: str, chash: str) -> None:
+    """The trial's user attributes that name its MLflow run, its worker's GPUs and its config hash."""
+    trial.set_user_attr(T.MLFLOW_RUN_ID, trial_run)
+    if os.environ.get("CUDA_VISIBLE_DEVICES") is not None:  # the worker's GPUs, which its seed runs see
+        trial.set_user_attr(T.DEVICES, os.environ["CUDA_VISIBLE_DEVICES"])
+    trial.set_user_attr(T.TRIAL_CONFIG_HASH, chash)
+
+
+def _run_seeds(sweep: Sweep, client, trial, params: dict, trial_run: str, lineage: dict[str, str], done: _Seeds,
+               on_seed: Optional[OnSeed]) -> None:
+    """Run the trial's seeds into `done`, recording each on the trial and for fail-fast; adaptive seeds: stage one,
+    then stage two (a third round adds none). Raises _FailFast when fail-fast stopped the sweep."""
+    spec, position = sweep.spec, 0
+    while position < len(done.seeds):
+        for seed in done.seeds[position:]:
+            if failfast.stopped(sweep.study, sweep.epoch or ""):
+                raise _FailFast()
+            outcome = spec.runner.run_seed(sweep, client, trial, params, seed, position, trial_run, lineage)
+            if outcome.run_id:
+                done.run_ids[seed] = outcome.run_id
+            if isinstance(outcome, SeedFailed):
+                done.failures[seed] = outcome.reason
+            else:
+                done.values[seed] = outcome.value
+            if not (isinstance(outcome, SeedDone) and outcome.reused):
+                failfast.record(sweep.study, sweep.epoch or "", trial.number, seed,
+                                outcome.reason if isinstance(outcome, SeedFailed) else None)
+            trial.set_user_attr(T.VALUES, {str(s): v for s, v in done.values.items()})
+            trial.set_user_attr(T.RUN_IDS, {str(s): r for s, r in done.run_ids.items()})
+            if on_seed is not None:
+                on_seed(trial.number, position, len(done.seeds))
+            position += 1
+        if not done.failures:
+            done.seeds = list(spec.seed_list(len(done.seeds) + more_seeds(spec, done.values)))
+
+
+def _complete_trial(sweep: Sweep, client, trial, trial_run: str, values: dict[int, float]) -> TrialOutcome:
+    """Score a trial whose seeds all ran: its objective over the seeds, told to Optuna and logged on its run."""
+    spec = sweep.spec
+    summary = seed_summary(values, spec.adaptive)  # adaptive: Stein's interval, the one the objective uses
+    value = AGGREGATES[spec.objective.aggregate].over(values, spec.adaptive)
+    trial.set_user_attr(T.SUMMARY, summary)
+    sweep.study.tell(trial, value)
+    _finish_trial_run(client, trial_run, "FINISHED", {
+        "objective/value": value, "objective/mean": summary["mean"], "objective/ci95_low": summary["low"],
+        "objective/ci95_high": summary["high"], "objective/sd": summary["sd"], "objective/n_seeds": summary["n"]},
+        {})
+    return TrialOutcome(trial.number, "COMPLETE", value=value)
+
+
+def _requeue(sweep: Sweep, client, trial, trial_run: Optional[str], reason: str) -> None:
+    """A trial stopped short by its worker (fail-fast, a stop, a bug): its runs end KILLED, it is re-enqueued."""
+    if trial_run is not None:
+        close_runs(client, trial_run, "KILLED")
+    requeue(sweep, trial, reason)
+
+
+def _failed(sweep: Sweep, client, trial, trial_run: Optional[str], message: str) -> TrialOutcome:
+    """The trial fails with `message` (on the trial, told to Optuna, and on its MLflow run, which ends FAILED)."""
     trial.set_user_attr(T.FAILURE, "run")
     trial.set_user_attr(T.FAIL_REASON, message[:1000])
     sweep.study.tell(trial, state=TrialState.FAIL)
@@ -225,12 +241,6 @@ def _trial_run(sweep: Sweep, client, trial, params: dict, chash: str, lineage: d
     return run.info.run_id
 
 
-def _seed_run(sweep: Sweep, client, trial, params: dict, seed: int, position: int,
-              trial_run: str, lineage: dict[str, str]) -> SeedDone | SeedFailed:
-    """One seed's run and objective, or why it failed; a finished run of an earlier attempt is reused."""
-    return sweep.spec.runner.run_seed(sweep, client, trial, params, seed, position, trial_run, lineage)
-
-
 def more_seeds(spec: SweepSpec, values: dict[int, float]) -> int:
     """Adaptive seeds: how many seeds the next round adds to a trial with `values` (seed -> value): after stage one,
     the rest of Stein's N (rlvrlab.sweep.seeds.seed_count, from the spread of stage one only, never a mean); 0
@@ -244,10 +254,7 @@ def _finish_trial_run(client, run_id: Optional[str], status: str, metrics: dict[
                       tags: dict[str, str]) -> None:
     if run_id is None:
         return
-
     now = int(time.time() * 1000)
     client.log_batch(run_id, metrics=[Metric(k, float(v), now, 0) for k, v in metrics.items()],
                      tags=[RunTag(k, v) for k, v in tags.items()])
     client.set_terminated(run_id, status=status)
-
-

@@ -74,63 +74,28 @@ def run_sweep(spec: SweepSpec, storage: Optional[str] = None, *, workers: int = 
     devices: the GPUs that spec.launcher.gpus_per_run places workers on (default: the ones this machine shows).
     keep_going: no fail-fast; retry_failed: re-run the failed trials' failed seeds; allow_code_change: continue a
     study whose code changed (rlvrlab.sweep.failfast, retry, guard). The exit code: rlvrlab.sweep.exits.outcome."""
-    started = None
-    try:  # ends the pool on any error before it is given the study (a no-op after that)
-        if workers > 1 and (storage or "").startswith("sqlite"):
-            raise RlvrlabError("--storage sqlite:// can hand one trial to two workers (sqlite ignores SELECT ... FOR "
-                               "UPDATE; bench/sweep_storage.py); with --workers use the default journal file or "
-                               "PostgreSQL")
-        if (storage or "").startswith("sqlite"):
-            warn("with sqlite storage run one worker at a time (two processes can claim the same trial); the "
-                 "default journal file is safe for several")
-        check_locations(spec, storage, status_only=status_only)
-        launch = spec.launcher
-        if not status_only and launch.type != "slurm":  # Slurm's workers are jobs on other machines
-            workers = _workers_here(spec, workers, oversubscribe)
-        placed = None
-        if not status_only and launch.gpus_per_run and launch.type != "slurm":  # Slurm gives each job its GPUs
+    _check_storage(storage, workers, warn)
+    check_locations(spec, storage, status_only=status_only)
+    if status_only:
+        return open_sweep(spec, storage, create=False)
+    launch, started = spec.launcher, None
+    placed: Optional[list[str]] = None
+    if launch.type == "slurm":  # Slurm's workers are jobs on other machines, each given its GPUs
+        check_slurm(spec, storage, warn)
+    else:
+        workers = _workers_here(spec, workers, oversubscribe)
+        if launch.gpus_per_run:
             placed = assign(workers, launch.gpus_per_run, visible_devices() if devices is None else list(devices))
-        if not status_only and launch.type == "slurm":
-            check_slurm(spec, storage, warn)
-        deadline = time.time() + spec.timeout if spec.timeout and not status_only else None
-        if not status_only and launch.type != "slurm" and workers > 1:
-            # placed on GPUs, each has its devices set before it imports torch
+    deadline = time.time() + spec.timeout if spec.timeout else None
+    try:  # ends the pool on any error before it is given the study (a no-op after that)
+        if launch.type != "slurm" and workers > 1:  # placed on GPUs, each has its devices set before it imports torch
             started = WorkerPool(workers, warm=not launch.child, visible=placed)
-        opened = open_sweep(spec, storage, create=not status_only)
-        if status_only:
-            return opened
-        guard.check(opened, allow=allow_code_change, warn=warn)
-        if retry_failed:
-            from rlvrlab.sweep.retry import enqueue_failed
-
-            retried = enqueue_failed(opened)
-            if not retried:
-                warn(f"--retry-failed: study {spec.name!r} has no failed trial to re-run")
-        opened.epoch = failfast.arm(opened.study, not keep_going)
-        left = _trials_left(opened)
-        if started is not None and left is not None and left < len(started):  # a continued study
-            if left > 1:
-                started.trim(left)
-            else:
-                started.cancel()
-                started = None
-        orders = [(spec, storage, deadline, index) for index in range(len(started or ()))]
+        opened = open_sweep(spec, storage, create=True)
+        _before_trials(opened, allow_code_change=allow_code_change, retry_failed=retry_failed,
+                       keep_going=keep_going, warn=warn)
+        started = _fit_pool(started, opened)
         _study_run_status(opened, "RUNNING")  # continued after a stop: its study run (KILLED) runs again
-        report = on_progress or (lambda done, total, status: None)
-        try:
-            if launch.type == "slurm":
-                _run_jobs(opened, workers, storage, deadline, report, warn)
-            elif started is None:
-                with _devices(placed[0] if placed else None):
-                    _run_here(opened, deadline, report)
-            else:
-                _run_workers(opened, started, orders, report, warn)
-        except KeyboardInterrupt:  # Ctrl-C or SIGTERM; the interrupted trials are re-enqueued
-            _study_run_status(opened, "KILLED")
-            asked = stop_requested() or signal.SIGINT
-            raise SweepExit(f"sweep stopped by {signal_name(asked)} before the study was done; its MLflow study run "
-                            f"{opened.study_run_id} ended KILLED; re-run the same command to continue it (interrupted "
-                            "trials are re-run)", interrupted_code(asked)) from None
+        _run_workers_of(opened, workers, storage, deadline, started, placed, on_progress, warn)
     finally:
         if started is not None:
             started.cancel()
@@ -139,6 +104,68 @@ def run_sweep(spec: SweepSpec, storage: Optional[str] = None, *, workers: int = 
         _study_run_status(opened, "FAILED", failfast.stop_line(stop))
     finish_study_run(opened)
     return opened
+
+
+def _check_storage(storage: Optional[str], workers: int, warn: Callable[[str], None]) -> None:
+    """sqlite storage can hand one trial to two workers: refused with several, warned of with one."""
+    if not (storage or "").startswith("sqlite"):
+        return
+    if workers > 1:
+        raise RlvrlabError("--storage sqlite:// can hand one trial to two workers (sqlite ignores SELECT ... FOR "
+                           "UPDATE; bench/sweep_storage.py); with --workers use the default journal file or "
+                           "PostgreSQL")
+    warn("with sqlite storage run one worker at a time (two processes can claim the same trial); the default "
+         "journal file is safe for several")
+
+
+def _before_trials(opened: Sweep, *, allow_code_change: bool, retry_failed: bool, keep_going: bool,
+                   warn: Callable[[str], None]) -> None:
+    """Before any trial of this invocation: its code checked, the failed trials re-enqueued (--retry-failed) and
+    fail-fast armed (unless keep_going)."""
+    guard.check(opened, allow=allow_code_change, warn=warn)
+    if retry_failed:
+        from rlvrlab.sweep.retry import enqueue_failed
+
+        if not enqueue_failed(opened):
+            warn(f"--retry-failed: study {opened.spec.name!r} has no failed trial to re-run")
+    opened.epoch = failfast.arm(opened.study, not keep_going)
+
+
+def _fit_pool(started: Optional[WorkerPool], opened: Sweep) -> Optional[WorkerPool]:
+    """A continued study with fewer trials not yet done than started workers: the extra ones are ended (all of them,
+    for this process's work, when at most one trial is left). A sampler without budget.trials keeps them all."""
+    total = opened.spec.total_trials()
+    left = None if total is None else max(0, total - finished_trials(opened))
+    if started is None or left is None or left >= len(started):
+        return started
+    if left > 1:
+        started.trim(left)
+        return started
+    started.cancel()
+    return None
+
+
+def _run_workers_of(opened: Sweep, workers: int, storage: Optional[str], deadline: Optional[float],
+                    started: Optional[WorkerPool], placed: Optional[list[str]], on_progress: Optional[OnProgress],
+                    warn: Callable[[str], None]) -> None:
+    """Run the study's trials in the launcher's workers: Slurm jobs, this process, or the started pool. A stop
+    (Ctrl-C or SIGTERM) re-enqueues the interrupted trials, ends the study run KILLED and exits 130 or 143."""
+    report = on_progress or (lambda done, total, status: None)
+    try:
+        if opened.spec.launcher.type == "slurm":
+            _run_jobs(opened, workers, storage, deadline, report, warn)
+        elif started is None:
+            with _devices(placed[0] if placed else None):
+                _run_here(opened, deadline, report)
+        else:
+            orders = [(opened.spec, storage, deadline, index) for index in range(len(started))]
+            _run_workers(opened, started, orders, report, warn)
+    except KeyboardInterrupt:
+        _study_run_status(opened, "KILLED")
+        asked = stop_requested() or signal.SIGINT
+        raise SweepExit(f"sweep stopped by {signal_name(asked)} before the study was done; its MLflow study run "
+                        f"{opened.study_run_id} ended KILLED; re-run the same command to continue it (interrupted "
+                        "trials are re-run)", interrupted_code(asked)) from None
 
 
 def _workers_here(spec: SweepSpec, requested: int, oversubscribe: bool) -> int:
@@ -158,20 +185,13 @@ def _workers_here(spec: SweepSpec, requested: int, oversubscribe: bool) -> int:
     return workers
 
 
-def _trials_left(opened: Sweep) -> Optional[int]:
-    """Trials of the study not yet done (None: a sampler with a timeout and no trial budget)."""
-    total = opened.spec.total_trials()
-    return None if total is None else max(0, total - finished_trials(opened))
-
-
 def check_locations(spec: SweepSpec, storage: Optional[str], *, status_only: bool) -> None:
     """Before any work: the base config's output_dir (MLflow store, run folders) can be written, and the journal
     file can be (or, for --status, exists: looking at a study creates nothing)."""
-    from rlvrlab.config import compose
     from rlvrlab.sweep.storage import storage_url
     from rlvrlab.tracking.store import check_reachable, store
 
-    base = compose(spec.experiment, spec.overrides_for({}, spec.seeds[0]))
+    base = spec.base()
     url = storage_url(base.output_dir, storage)
     if not status_only:
         outputs.check_dir(base.output_dir, f"output_dir={base.output_dir}")
@@ -264,9 +284,13 @@ def _run_workers(opened: Sweep, started: WorkerPool, orders: list[tuple], report
     if stop_requested() is not None:
         raise KeyboardInterrupt
     failed = [proc.exitcode for proc in procs if proc.exitcode]
-    if not failed:
-        return
-    message = f"{len(failed)} of {workers} sweep workers exited with an error (exit codes {failed})"
+    if failed:
+        _workers_failed(opened, f"{len(failed)} of {workers} sweep workers exited with an error (exit codes "
+                        f"{failed})", warn)
+
+
+def _workers_failed(opened: Sweep, message: str, warn: Callable[[str], None]) -> None:
+    """Some workers failed: an error while trials are left (the next invocation runs them), else a warning."""
     if any(row.state in ("WAITING", "RUNNING") for row in summarize(opened).rows):
         raise RlvrlabError(f"{message}; re-run the same command to continue the study")
     warn(f"{message}; the other workers re-ran their trials")
@@ -299,10 +323,7 @@ def check_slurm(spec: SweepSpec, storage: Optional[str], warn: Callable[[str], N
         if shutil.which("sbatch") is None:
             raise RlvrlabError("--launcher slurm: sbatch is not on PATH; run on a Slurm login node (or set "
                                "slurm.cluster: local to run the same worker jobs on this machine)")
-        from rlvrlab.config import compose
-
-        base = compose(spec.experiment, spec.overrides_for({}, spec.seeds[0]))
-        if not base.tracking.uri:
+        if not spec.base().tracking.uri:
             warn("--launcher slurm with the default sqlite MLflow store: every node writes one file; point "
                  "tracking.uri= at a shared mlflow server (docs/scaling.md)")
         if not storage:
@@ -355,12 +376,9 @@ def _run_jobs(opened: Sweep, workers: int, storage: Optional[str], deadline: Opt
             time.sleep(1.0)
         raise
     failed = [f"{job.job_id}: {_job_error(job)}" for job in submitted if job.exception() is not None]
-    if not failed:
-        return
-    message = f"{len(failed)} of {workers} worker jobs failed ({'; '.join(failed)[:2000]}; logs in {folder})"
-    if any(row.state in ("WAITING", "RUNNING") for row in summarize(opened).rows):
-        raise RlvrlabError(f"{message}; re-run the same command to continue the study")
-    warn(f"{message}; the other workers re-ran their trials")
+    if failed:
+        _workers_failed(opened, f"{len(failed)} of {workers} worker jobs failed ({'; '.join(failed)[:2000]}; logs "
+                        f"in {folder})", warn)
 
 
 def _job_error(job) -> str:
@@ -377,6 +395,6 @@ def slurm_worker(spec: SweepSpec, storage: Optional[str], deadline: Optional[flo
 
     install_stop_handlers(announce=False)
     try:
-        return len(work(open_sweep(spec, storage, create=False, worker=index), deadline=deadline).outcomes)
+        return len(work(open_sweep(spec, storage, create=False, worker=index), deadline=deadline))
     except KeyboardInterrupt:  # its trial is already re-enqueued and its runs closed KILLED (run_trial)
         raise RlvrlabError("stopped by a signal; its trial was re-enqueued") from None

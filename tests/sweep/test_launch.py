@@ -135,8 +135,8 @@ def test_process_seed_runs_give_the_same_study_as_inprocess(here: Path) -> None:
     values = {}
     for launcher in ("inprocess", "process"):
         spec = load_sweep(str(_file(here, GRID)), [f"output_dir={launcher}"], launcher=launcher)
-        report = work(open_sweep(spec))
-        assert sorted(o.state for o in report.outcomes) == ["COMPLETE", "COMPLETE"]
+        outcomes = work(open_sweep(spec))
+        assert sorted(o.state for o in outcomes) == ["COMPLETE", "COMPLETE"]
         trials = open_sweep(spec).study.get_trials(states=(TrialState.COMPLETE,))
         values[launcher] = {t.params["algorithm.tau"]: (t.value, t.user_attrs[T.VALUES]) for t in trials}
         runs = _runs(here / launcher, "grid")
@@ -160,8 +160,8 @@ def test_a_failing_child_fails_its_trial_with_the_reason_and_the_worker_goes_on(
     text = GRID.replace("seeds: 2", "seeds: 1").replace("  algorithm.tau: [0.0, 1.0]\n",
                                                          "  trainer.weight_decay: [0.0, 1.0e+300]\n")
     spec = load_sweep(str(_file(here, text)), ["output_dir=runs"], launcher="process")
-    report = work(open_sweep(spec))
-    assert sorted(o.state for o in report.outcomes) == ["COMPLETE", "FAIL"]
+    outcomes = work(open_sweep(spec))
+    assert sorted(o.state for o in outcomes) == ["COMPLETE", "FAIL"]
     bad = next(t for t in open_sweep(spec).study.get_trials() if t.state == TrialState.FAIL)
     assert bad.params["trainer.weight_decay"] == 1e300 and bad.user_attrs[T.FAILURE] == "run"
     assert "(exit code 1)" in bad.user_attrs[T.FAIL_REASON]
@@ -173,11 +173,11 @@ def test_a_failing_child_fails_its_trial_with_the_reason_and_the_worker_goes_on(
                         ["output_dir=killed"], launcher="process")
     os.environ["RLVRLAB_KILL_AFTER_STEP"] = "3"  # the children SIGKILL themselves after step 3
     try:
-        report = work(open_sweep(killed))
+        outcomes = work(open_sweep(killed))
     finally:
         del os.environ["RLVRLAB_KILL_AFTER_STEP"]
-    assert [o.state for o in report.outcomes] == ["FAIL", "FAIL"]  # the worker went on to the second trial
-    assert all("killed by signal SIGKILL" in o.reason for o in report.outcomes)
+    assert [o.state for o in outcomes] == ["FAIL", "FAIL"]  # the worker went on to the second trial
+    assert all("killed by signal SIGKILL" in o.reason for o in outcomes)
     # a child that could not close its own run: the worker ends it FAILED, with the reason
     killed_seeds = _role(_runs(here / "killed", "killed"), "seed")
     assert {r.info.status for r in killed_seeds} == {"FAILED"}

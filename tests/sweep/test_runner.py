@@ -5,6 +5,7 @@ Run: .venv/bin/pytest -q tests/sweep/test_runner.py"""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -29,7 +30,7 @@ def test_the_kind_is_chosen_once_from_the_sweep_file(specs: dict[str, SweepSpec]
     assert seed_runner("t {seed}") == Command("t {seed}")
     assert specs["command"].runner == Command(specs["command"].command or "")
     members = [name for name in vars(SeedRunner) if not name.startswith("_")]
-    assert len(members) == 12  # the traits and operations of a kind
+    assert len(members) == 13  # the traits and operations of a kind
     for spec in specs.values():
         assert all(hasattr(spec.runner, name) for name in members)
 
@@ -58,6 +59,17 @@ def test_a_kinds_traits_are_what_the_sweep_file_is_checked_against(tmp_path: Pat
     assert load_sweep(str(_file(tmp_path, text.replace("metric: score", "metric: any/name")))).objective.metric \
         == "any/name"  # any_metric: a command's runs log their own names
     assert TRAINING.checks_testbed and not Command("").checks_testbed and not TRAINING.no_pruner
+
+
+def test_reproduce_asks_the_kind_whether_it_can_rerun_a_study(specs: dict[str, SweepSpec]) -> None:
+    from rlvrlab.sweep.reproduce import InputError, trial_params
+
+    with pytest.raises(InputError, match=re.escape(f"study 'cmd': {Command('').no_reproduce}")):
+        trial_params(specs["command"], {"config_hash": "0" * 12, "values": {"x": "a"}})
+    grid = specs["grid"]
+    point = {"algorithm.tau": 1.0, "trainer.staleness": 1}
+    assert not TRAINING.no_reproduce and trial_params(grid, {"config_hash": grid.trial_hash(point)}) == (
+        point, grid.trial_hash(point))
 
 
 def _file(folder: Path, text: str) -> Path:

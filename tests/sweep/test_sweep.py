@@ -263,8 +263,8 @@ def test_grid_study_runs_each_point_once_with_the_mlflow_hierarchy(here: Path) -
 
     spec = load_sweep(str(_sweep_file(here)))
     sweep = open_sweep(spec)
-    report = work(sweep)
-    assert [o.state for o in report.outcomes] == ["COMPLETE"] * 4
+    outcomes = work(sweep)
+    assert [o.state for o in outcomes] == ["COMPLETE"] * 4
 
     trials = sweep.study.get_trials()
     assert len(trials) == 4 and all(t.state == TrialState.COMPLETE for t in trials)
@@ -301,7 +301,7 @@ def test_grid_study_runs_each_point_once_with_the_mlflow_hierarchy(here: Path) -
 
     # a second invocation has nothing left to run and adds no runs
     again = work(open_sweep(spec))
-    assert again.outcomes == [] and len(_runs(here, "grid")) == len(runs)
+    assert again == [] and len(_runs(here, "grid")) == len(runs)
 
 
 @pytest.mark.slow
@@ -331,7 +331,7 @@ def test_the_objective_reads_the_same_steps_at_every_log_every(here: Path, monke
         monkeypatch.chdir(folder)
         spec = load_sweep(str(_sweep_file(folder)), [f"tracking.log_every={every}"])
         sweep = open_sweep(spec)
-        assert [o.state for o in work(sweep).outcomes] == ["COMPLETE"] * 4
+        assert [o.state for o in work(sweep)] == ["COMPLETE"] * 4
         values[every] = {tuple(sorted(t.params.items())): t.value for t in sweep.study.get_trials()}
         client = _client(folder)
         logged[every] = {tuple(sorted(m.step for m in client.get_metric_history(r.info.run_id, "train/reward")))
@@ -454,8 +454,8 @@ def test_a_failing_run_fails_its_trial_with_the_reason_and_the_sweep_goes_on(her
     text = GRID.replace("  algorithm.tau: [0.0, 1.0]\n  trainer.staleness: [0, 1]\n",
                         "  trainer.weight_decay: [0.0, 1.0e+300]\n")
     spec = load_sweep(str(_sweep_file(here, text)))
-    report = work(open_sweep(spec))
-    assert sorted(o.state for o in report.outcomes) == ["COMPLETE", "FAIL"]
+    outcomes = work(open_sweep(spec))
+    assert sorted(o.state for o in outcomes) == ["COMPLETE", "FAIL"]
     trials = open_sweep(spec).study.get_trials()
     bad = next(t for t in trials if t.state == TrialState.FAIL)
     assert bad.params["trainer.weight_decay"] == 1e300 and bad.user_attrs[T.FAILURE] == "run"
@@ -466,7 +466,7 @@ def test_a_failing_run_fails_its_trial_with_the_reason_and_the_sweep_goes_on(her
     assert trial_run.info.status == "FAILED" and "weight norm" in trial_run.data.tags[T.FAIL_REASON]
     assert Counter(r.info.status for r in _role(runs, "seed")) == {"FINISHED": 2, "FAILED": 2}
     # a deterministic failure is not repeated by a re-run
-    assert work(open_sweep(spec)).outcomes == []
+    assert work(open_sweep(spec)) == []
     rows = summarize(open_sweep(spec)).rows
     assert {r.state for r in rows} == {"COMPLETE", "FAIL"} and summarize(open_sweep(spec)).finished == 2
 
@@ -486,8 +486,8 @@ objective: {metric: policy/toy_correct_mass, direction: maximize, window: 5}
 pruner: {type: median, warmup_steps: 10, startup_trials: 1}
 """
     spec = load_sweep(str(_sweep_file(here, text)))
-    report = work(open_sweep(spec))
-    assert [o.state for o in report.outcomes] == ["COMPLETE", "PRUNED"]  # the grid runs in file order
+    outcomes = work(open_sweep(spec))
+    assert [o.state for o in outcomes] == ["COMPLETE", "PRUNED"]  # the grid runs in file order
     trials = open_sweep(spec).study.get_trials()
     pruned = next(t for t in trials if t.state == TrialState.PRUNED)
     assert pruned.params["trainer.lr"] == 1e-9
@@ -555,11 +555,11 @@ objective: {metric: train/reward, direction: maximize}
 budget: {trials: 3}
 """
     spec = load_sweep(str(_sweep_file(here, text)))
-    assert [o.state for o in work(open_sweep(spec)).outcomes] == ["COMPLETE"] * 3
+    assert [o.state for o in work(open_sweep(spec))] == ["COMPLETE"] * 3
     # more budget continues the same study (budget is not part of the fingerprint)
     more = load_sweep(str(_sweep_file(here, text.replace("trials: 3", "trials: 4"))))
     assert more.fingerprint() == spec.fingerprint()
-    assert len(work(open_sweep(more)).outcomes) == 1
+    assert len(work(open_sweep(more))) == 1
     values = [t.params["algorithm.tau"] for t in open_sweep(more).study.get_trials()]
     assert len(set(values)) == 4 and all(0.0 <= v <= 1.0 for v in values)
 

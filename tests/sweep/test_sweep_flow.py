@@ -185,17 +185,6 @@ def test_the_guard_refuses_changed_code_unless_allowed(here: Path) -> None:
     assert tagged[-1][guard.CODE_DIGESTS] == f"{first['digest']},{second['digest']}"
 
 
-def test_the_fingerprint_of_a_study_is_unchanged() -> None:
-    """A study started before issue 46 resumes: what the fingerprint hashes is the same (values computed at the
-    commit before it)."""
-    root = Path(__file__).resolve().parents[2] / "sweeps"
-    assert load_sweep(str(root / "tiny_ucpo_tau.yaml")).fingerprint() == FINGERPRINTS["tiny_ucpo_tau"]
-    assert load_sweep(str(root / "toy_lr_tpe.yaml")).fingerprint() == FINGERPRINTS["toy_lr_tpe"]
-
-
-FINGERPRINTS = {"tiny_ucpo_tau": "7b896389ccd5", "toy_lr_tpe": "e893b18f6af5"}
-
-
 # ------------------------------------------------------------------------------------------------ the flow
 @pytest.mark.slow
 def test_a_shared_failure_stops_the_sweep_then_the_fix_is_guarded_and_retried(here: Path) -> None:

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from rlvrlab.sweep.runner import Command
 from rlvrlab.sweep.spec import load_sweep
 
 REPO = Path(__file__).resolve().parents[2]
@@ -24,7 +25,7 @@ EXAMPLE = REPO / "examples" / "trl_grpo.py"
 
 def test_the_shipped_trl_sweep_file_validates() -> None:
     spec = load_sweep(str(REPO / "sweeps" / "examples" / "trl_grpo.yaml"))
-    assert spec.command is not None and "examples/trl_grpo.py" in spec.command
+    assert isinstance(spec.runner, Command) and "examples/trl_grpo.py" in spec.runner.template
     assert [p.key for p in spec.space] == ["lr"] and spec.objective.metric == "reward" and len(spec.seeds) == 2
 
 
