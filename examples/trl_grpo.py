@@ -1,9 +1,11 @@
-"""GRPO with TRL's GRPOTrainer, logging to MLflow: the script a lab adapts to sweep its own TRL training with
-`rlvrlab sweep` (sweeps/examples/trl_grpo.yaml; docs/sweeps.md, "Sweeping another trainer's command").
+"""GRPO with TRL's GRPOTrainer, logging to MLflow (or TensorBoard): the script a lab adapts to sweep its own TRL
+training with `rlvrlab sweep` (sweeps/examples/trl_grpo.yaml; docs/sweeps.md, "Sweeping another trainer's command"),
+or to report its TensorBoard event files (docs/report.md, "Sources").
 
     .venv/bin/pip install -e '.[dev]'                     # trl==1.16.0 (also in the bench extra)
     .venv/bin/python examples/trl_grpo.py --learning-rate 1e-4 --seed 0 --steps 4      # alone: its own MLflow run
     .venv/bin/rlvrlab sweep sweeps/examples/trl_grpo.yaml                              # 2 learning rates x 2 seeds
+    .venv/bin/python examples/trl_grpo.py --report-to tensorboard --seed 0 --output-dir runs/trl/learning_rate=0.0001
 
 What is TRL's and what is rlvrlab's: the trainer, its loss and its MLflow logging are TRL's (GRPOTrainer with
 `report_to=["mlflow"]`: transformers' MLflowCallback, which calls `mlflow.start_run()`, and so logs into the run
@@ -14,7 +16,9 @@ verifier as the reward function (1 for a correct equation, else 0). A lab replac
 dataset and reward; the command-line options and `report_to` are all the sweep needs.
 
 TRL logs each step's `reward`, `reward_std`, `rewards/countdown_reward/mean`, `loss`, `entropy`, ... to MLflow
-(names without a `train/` prefix), at step = TRL's global step, every --logging-steps.
+(names without a `train/` prefix), at step = TRL's global step, every --logging-steps. With --report-to tensorboard
+the same values go to OUTPUT_DIR/runs/<date_host>/ as `train/reward`, ... (float32), with the TrainingArguments
+(seed included) as the `args` text; `rlvrlab report --source tensorboard:DIR` reads them under MLflow's names.
 """
 
 from __future__ import annotations
@@ -40,6 +44,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--logging-steps", type=int, default=1)
     parser.add_argument("--output-dir", type=Path, default=None, help="TRL's output_dir (default: a temporary one)")
     parser.add_argument("--threads", type=int, default=1, help="torch threads (0: torch's default)")
+    parser.add_argument("--report-to", default="mlflow",
+                        help="TRL's report_to, comma-separated: mlflow, tensorboard or both (tensorboard,mlflow)")
     return parser.parse_args(argv)
 
 
@@ -81,7 +87,8 @@ def main(argv: list[str] | None = None) -> None:
         seed=args.seed, learning_rate=args.learning_rate, beta=args.beta, loss_type=args.loss_type,
         per_device_train_batch_size=rows_per_step, gradient_accumulation_steps=1,
         num_generations=args.num_generations, max_completion_length=args.max_completion_length,
-        use_cpu=True, bf16=False, fp16=False, logging_steps=args.logging_steps, report_to=["mlflow"],
+        use_cpu=True, bf16=False, fp16=False, logging_steps=args.logging_steps,
+        report_to=[name.strip() for name in args.report_to.split(",") if name.strip()],
         save_strategy="no", eval_strategy="no", disable_tqdm=True, dataloader_num_workers=0,
         dataloader_pin_memory=False,
     )

@@ -102,32 +102,7 @@ def select(uri: str, *, experiment: Optional[str] = None, study: Optional[str] =
     client = client_for(uri)
     if sum(bool(x) for x in (experiment, study, run_ids)) != 1:
         raise RlvrlabError("give exactly one of --experiment NAME, --study NAME or --runs ID,ID,...")
-    swept: list[str] = []
-    variant_of: dict[str, str] = {}  # trial run id -> the sweep variant it ran (studies with `variants:`)
-    trial_params: dict[str, dict[str, str]] = {}  # trial run id -> its swept values (a command study's labels)
-    if run_ids:
-        runs = runs_by_id(client, run_ids, uri=uri)
-        source = "runs"
-    else:
-        name = study or experiment
-        assert name is not None  # exactly one of experiment, study and run_ids was given (checked above)
-        found = client.get_experiment_by_name(name)
-        if found is None:
-            names = sorted(e.name for e in client.search_experiments())
-            raise unknown("study" if study else "experiment", name, names, where=uri)
-        runs = client.search_runs([found.experiment_id], max_results=50_000)
-        if study:
-            study_runs = [r for r in runs if r.data.tags.get("rlvrlab.role") == "study"]
-            if not study_runs:
-                raise RlvrlabError(f"experiment {name!r} in {uri} has no sweep study run; use --experiment {name}")
-            trial_params = {r.info.run_id: dict(r.data.params) for r in runs
-                            if r.data.tags.get("rlvrlab.role") == "trial"}
-            variant_of = {run_id: params["variant"] for run_id, params in trial_params.items() if "variant" in params}
-            runs = [r for r in runs if r.data.tags.get("rlvrlab.role") == "seed"]
-            swept = _swept_keys(client, study_runs[0].info.run_id)
-        else:
-            runs = [r for r in runs if is_training_run(r)]
-        source = name
+    runs, source, swept, trial_params = _found(client, uri, experiment, study, run_ids)
     excluded = [(r.info.run_id, f"status {r.info.status}") for r in runs if r.info.status != "FINISHED"]
     all_runs, runs = runs, [r for r in runs if r.info.status == "FINISHED" and is_training_run(r)]
     if not runs:
@@ -135,49 +110,78 @@ def select(uri: str, *, experiment: Optional[str] = None, study: Optional[str] =
                            + (f" ({len(excluded)} unfinished or failed)" if excluded else ""))
     by_hash: dict[str, list[SeedRun]] = defaultdict(list)
     for r in runs:
-        tags = r.data.tags
-        by_hash[tags["config_hash"]].append(SeedRun(r.info.run_id, seed_of(r),
-                                                    dict(r.data.params), tags.get("git_sha", "unknown"),
-                                                    r.info.status, tags.get("git_dirty", "false") == "true",
-                                                    **identity(tags)))
-    failed: dict[str, set[int]] = defaultdict(set)
-    failed_runs: dict[str, dict[int, SeedRun]] = defaultdict(dict)
+        by_hash[r.data.tags["config_hash"]].append(_seed_run(r))
+    failed: dict[str, dict[int, SeedRun]] = defaultdict(dict)  # config hash -> seed -> its FAILED run
     for r in all_runs:
         if r.info.status == "FAILED" and "config_hash" in r.data.tags and is_training_run(r):
-            failed[r.data.tags["config_hash"]].add(seed_of(r))
-            failed_runs[r.data.tags["config_hash"]][seed_of(r)] = SeedRun(
-                r.info.run_id, seed_of(r), dict(r.data.params), r.data.tags.get("git_sha", "unknown"), "FAILED",
-                r.data.tags.get("git_dirty", "false") == "true", **identity(r.data.tags))
-    every = [Group(h, sorted(by_hash.get(h, []), key=lambda m: m.seed),
-                   failed=sorted(failed[h] - {m.seed for m in by_hash.get(h, [])}))
-             for h in [*by_hash, *(h for h in failed if h not in by_hash)]]
-    for g in every:
-        g.failed_runs = [failed_runs[g.config_hash][s] for s in g.failed]
+            failed[r.data.tags["config_hash"]][seed_of(r)] = _seed_run(r)
+    every = []
+    for h in [*by_hash, *(h for h in failed if h not in by_hash)]:
+        finished, lost = sorted(by_hash.get(h, []), key=lambda m: m.seed), failed.get(h, {})
+        seeds = sorted(lost.keys() - {m.seed for m in finished})
+        every.append(Group(h, finished, failed=seeds, failed_runs=[lost[s] for s in seeds]))
     groups = [g for g in every if g.runs]
     algorithms = {r.data.tags["config_hash"]: r.data.params.get("algorithm.name", "?") for r in all_runs
                   if "config_hash" in r.data.tags}
     failed_only = [f"config {h} ({algorithms[h]}): all {len(seeds)} seeds FAILED"
                    for h, seeds in sorted(failed.items()) if h not in by_hash]
-    for g in every:  # labels from a seed run's params: a failed-only group has no finished one
-        if not g.runs:
-            g.runs = g.failed_runs
-    _label(every, only_changed, swept)
-    if any(COMMAND in r.data.tags for r in all_runs):  # a command study (rlvrlab.sweep.command): the params are
-        _label_variants(every, {r.info.run_id: variant_of.get(r.data.tags.get("mlflow.parentRunId", ""), "")
-                                for r in all_runs}, swept,  # the other trainer's; its trials' are the sweep's
-                        {r.info.run_id: trial_params.get(r.data.tags.get("mlflow.parentRunId", ""), {})
-                         for r in all_runs})
-    elif variant_of:
-        _label_variants(every, {r.info.run_id: variant_of.get(r.data.tags.get("mlflow.parentRunId", ""), "?")
-                                for r in all_runs if is_training_run(r)}, swept)
-    for g in every:
-        if g.runs is g.failed_runs:
-            g.runs = []
+    _label_all(every, all_runs, only_changed, swept, trial_params)
     _check_same_dataset(groups)
     groups.sort(key=lambda g: g.label)
     every.sort(key=lambda g: g.label)
     return Selection(uri, source, groups, excluded, study=study, swept=swept, failed_only=failed_only,
                      all_groups=every)
+
+
+def _found(client, uri: str, experiment: Optional[str], study: Optional[str],
+           run_ids: Sequence[str]) -> tuple[list[Run], str, list[str], dict[str, dict[str, str]]]:
+    """The runs asked for (a study's seed runs, an experiment's training runs, or the given ids), the source's name,
+    and for a study its swept keys and each trial run's params (its swept values; `variant` with `variants:`)."""
+    if run_ids:
+        return runs_by_id(client, run_ids, uri=uri), "runs", [], {}
+    name = study or experiment
+    assert name is not None  # exactly one of experiment, study and run_ids was given (select checks)
+    found = client.get_experiment_by_name(name)
+    if found is None:
+        names = sorted(e.name for e in client.search_experiments())
+        raise unknown("study" if study else "experiment", name, names, where=uri)
+    runs = client.search_runs([found.experiment_id], max_results=50_000)
+    if not study:
+        return [r for r in runs if is_training_run(r)], name, [], {}
+    study_runs = [r for r in runs if r.data.tags.get("rlvrlab.role") == "study"]
+    if not study_runs:
+        raise RlvrlabError(f"experiment {name!r} in {uri} has no sweep study run; use --experiment {name}")
+    trial_params = {r.info.run_id: dict(r.data.params) for r in runs if r.data.tags.get("rlvrlab.role") == "trial"}
+    return ([r for r in runs if r.data.tags.get("rlvrlab.role") == "seed"], name,
+            _swept_keys(client, study_runs[0].info.run_id), trial_params)
+
+
+def _seed_run(r: Run) -> SeedRun:
+    tags = r.data.tags
+    return SeedRun(r.info.run_id, seed_of(r), dict(r.data.params), tags.get("git_sha", "unknown"), r.info.status,
+                   tags.get("git_dirty", "false") == "true", **identity(tags))
+
+
+def _label_all(every: list[Group], all_runs: list[Run], only_changed: bool, swept: list[str],
+               trial_params: dict[str, dict[str, str]]) -> None:
+    """Every group's label from a seed run's params (a failed-only group's failed runs: it has no finished one): the
+    config keys that differ, or a study's variants; a command study's (rlvrlab.sweep.command) from its trials'
+    params, the runs' own being the other trainer's."""
+    for g in every:
+        if not g.runs:
+            g.runs = g.failed_runs
+    _label(every, only_changed, swept)
+    parent = {r.info.run_id: r.data.tags.get("mlflow.parentRunId", "") for r in all_runs}
+    variant_of = {run_id: params["variant"] for run_id, params in trial_params.items() if "variant" in params}
+    if any(COMMAND in r.data.tags for r in all_runs):
+        _label_variants(every, {run: variant_of.get(trial, "") for run, trial in parent.items()}, swept,
+                        {run: trial_params.get(trial, {}) for run, trial in parent.items()})
+    elif variant_of:
+        _label_variants(every, {r.info.run_id: variant_of.get(parent[r.info.run_id], "?") for r in all_runs
+                                if is_training_run(r)}, swept)
+    for g in every:
+        if g.runs is g.failed_runs:
+            g.runs = []
 
 
 def _swept_keys(client, study_run_id: str) -> list[str]:

@@ -5,7 +5,8 @@ per_problem.csv, PNG plots and sources.json: rlvrlab.report.write). docs/report.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import time
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Optional
 
@@ -23,6 +24,7 @@ from rlvrlab.report.write import Analysed, write
 SOURCES: dict[str, Source] = {"mlflow": from_mlflow, "csv": files.from_csv, "tensorboard": files.from_tensorboard}
 # with --reanalyse, the options that still mean something (the rest are recorded in the folder's sources.json)
 REANALYSE_OPTIONS = ("reanalyse", "out", "protocol", "command")
+UNTIMED = "the runs' start times are unknown (a CSV has none), so the protocol's preceding them cannot be checked"
 
 
 @dataclass
@@ -66,12 +68,11 @@ def analysed(request: ReportRequest, selected: Selected, pairs: list[Pair], equi
     result.notes = selected.values_noted(result.notes)
     result.notes += selected.notes
     result.notes.append(provenance.note(origin))
-    if selected.client is not None and not selection.group_by:  # others' runs do not record their initial model
+    if request.source_kind[0] == "mlflow" and not selection.group_by:  # others' runs record no initial model
         result.notes.append(render.initial_model_note(result.groups))
     registered, verdicts, event_results = None, None, []
     if request.protocol is not None:
-        start = provenance.first_run_start(selected.client, selection)
-        registered = provenance.protocol(request.protocol, origin.commits, start)
+        registered = registration(request.protocol, origin, selected)
         result.notes.append(registered.note())
     if events:
         base = find_baseline(selection.all_groups, request.baseline)
@@ -84,6 +85,18 @@ def analysed(request: ReportRequest, selected: Selected, pairs: list[Pair], equi
                                     root=provenance.results_dir().parent,
                                     events=event_dicts(event_results) if event_results else ())
     return Analysed(result, event_results, verdicts, registered)
+
+
+def registration(path: Path, origin: provenance.Provenance, selected: Selected) -> provenance.Protocol:
+    """--protocol's record (provenance.protocol) against the first run's start, which MLflow runs and TensorBoard
+    event files carry; a CSV has no start times, so that the protocol preceded the runs cannot be checked: its
+    record says so and never "pre-registered"."""
+    if selected.client is not None:
+        return provenance.protocol(path, origin.commits, provenance.first_run_start(selected.client,
+                                                                                    selected.selection))
+    record = provenance.protocol(path, origin.commits, int(time.time() * 1000))  # the file's commits, checked now
+    reason = "; ".join(filter(None, [UNTIMED, record.reason]))
+    return replace(record, first_run_start="unknown", pre_registered=False, reason=reason)
 
 
 def _reanalyse(r: ReportRequest) -> ReportOutcome:

@@ -183,15 +183,9 @@ def analyse(client, groups: Sequence[Group], events: Sequence[Event], baseline: 
         per_group = [GroupEvents(g.label, sorted((run_event(client, r, event) for r in [*g.runs, *g.failed_runs]),
                                                  key=lambda r: r.seed)) for g in groups]
         result = EventResult(event, per_group)
-        base = next((g for g in per_group if g.group == baseline), None)
-        if base is not None:
-            for g in per_group:
-                if g is base:
-                    continue
-                test, p = exact_test(g.happened(), base.happened())
-                result.comparisons.append({"group": g.group, "baseline": base.group, "test": test, "p": p})
         by_label = {g.group: g for g in per_group}
-        for a, b in pairs:
+        versus = [(g, baseline) for g in by_label if g != baseline] if baseline in by_label else []
+        for a, b in [*versus, *pairs]:
             if a not in by_label or b not in by_label:
                 raise RlvrlabError(f"--compare {a}:{b}: no group named {a if a not in by_label else b!r}; groups: "
                                    + ", ".join(by_label))

@@ -83,7 +83,7 @@ def from_tensorboard(folder: Optional[Path], request: ReportRequest, pairs: Sequ
                      equivalence: Optional[Equivalence]) -> Selected:
     """Every run folder under FOLDER (rlvrlab.report.tensorboard.read_runs), each metric's scalar series reduced
     over its last steps (--metric NAME:REDUCE:LAST, --reduce, --last) as an MLflow history is."""
-    from rlvrlab.report.tensorboard import read_runs
+    from rlvrlab.report.tensorboard import Histories, read_runs
 
     assert folder is not None  # request.source_kind gives tensorboard a folder
     found = read_runs(Path(folder))  # one-line errors: no such folder, no event files, a run without a seed
@@ -100,7 +100,9 @@ def from_tensorboard(folder: Optional[Path], request: ReportRequest, pairs: Sequ
                 raise unknown("metric", spec.name, tags, where=f"run {run.name!r} of tensorboard:{folder}")
             values[spec.label] = reduce_series(dict(run.series[spec.name]), spec.last, spec.reduce)
         runs.append(FileRun(run.name, dict(run.params), run.seed, values))
-    return grouped(runs, _keys(request.group_by), specs, f"tensorboard:{folder}", request, pairs, equivalence)
+    selected = grouped(runs, _keys(request.group_by), specs, f"tensorboard:{folder}", request, pairs, equivalence)
+    selected.client = Histories(found)  # the runs' series: curves, events and a protocol's first run start
+    return selected
 
 
 def grouped(runs: list[FileRun], keys: list[str], specs: list[MetricSpec], source: str, request: ReportRequest,

@@ -116,8 +116,8 @@ def reanalyse(folder: Path, out: Optional[Path] = None, protocol: Optional[Path]
                              "statistics": statistics_version(),
                              "protocol": _portable(protocol_path) if protocol_path is not None else None,
                              "from": _portable(folder)}
-    written.append(_write(target / "sources.json", json.dumps(sources, indent=2) + "\n"))
-    return Reanalysis(result, target, written, verdicts)
+    outputs.write_replacing(target / "sources.json", json.dumps(sources, indent=2) + "\n")
+    return Reanalysis(result, target, [*written, target / "sources.json"], verdicts)
 
 
 def select_folder(folder: Path) -> tuple[Selected, dict, dict[str, list[str]]]:
@@ -240,22 +240,18 @@ def _eval_stats(per_seed: list[dict], sections: list[str], given: Optional[str],
 def _data(folder: Path, groups: list[Group], specs: list[MetricSpec], sections: list[str], eval_stats: list[str],
           per_seed: list[dict], per_problem: list[dict]) -> dict[tuple[str, str], dict[str, np.ndarray]]:
     """(section, metric) -> group label -> [S] (per_seed.csv) or [S, P] (per_problem.csv), seeds in each group's
-    run order and problems in per_problem.csv order: the order table.values_from_runs gives."""
-    seeds: dict[tuple[str, str, str], dict[int, float]] = {}
-    for r in per_seed:
-        if r["section"] == "train":
-            seeds.setdefault(("train", r["metric"], r["group"]), {})[int(r["seed"])] = float(r["value"])
+    run order and problems in per_problem.csv order: the order table.values_from_runs gives. A training value is
+    read as the one problem "" of its seed."""
     cells: dict[tuple[str, str, str], dict[tuple[int, str], float]] = {}
-    problems: dict[str, list[str]] = {}
-    for r in per_problem:
-        cells.setdefault((r["section"], r["metric"], r["group"]), {})[(int(r["seed"]), r["problem"])] = \
-            float(r["value"])
-        problems.setdefault(r["section"], []).append(r["problem"])
+    problems: dict[str, list[str]] = {"train": [""]}
+    for r in [*(r for r in per_seed if r["section"] == "train"), *per_problem]:
+        problem = r.get("problem", "")
+        cells.setdefault((r["section"], r["metric"], r["group"]), {})[(int(r["seed"]), problem)] = float(r["value"])
+        problems.setdefault(r["section"], []).append(problem)
     problems = {s: list(dict.fromkeys(p)) for s, p in problems.items()}
     known = {g.label: set(g.seeds) for g in groups}
-    listed = [(key, set(found)) for key, found in seeds.items()] + \
-        [(key, {s for s, _ in found}) for key, found in cells.items()]
-    extra = [(key, found) for key, found in listed if key[2] not in known or found - known[key[2]]]
+    extra = [(key, found) for key, found in ((key, {s for s, _ in by}) for key, by in cells.items())
+             if key[2] not in known or found - known[key[2]]]
     if extra:
         (section, metric, label), found = extra[0]
         raise RlvrlabError(f"--reanalyse {folder}: the values of group {label!r}, {section} {metric} (seeds "
@@ -263,22 +259,18 @@ def _data(folder: Path, groups: list[Group], specs: list[MetricSpec], sections: 
                            f"({sorted(known.get(label, []))}); the values do not match the groups: restore both "
                            "from git")
     data: dict[tuple[str, str], dict[str, np.ndarray]] = {}
-    for key in [("train", s.label) for s in specs] + [(s, m) for s in sections for m in eval_stats]:
-        data[key] = {}
+    for section, metric in [("train", s.label) for s in specs] + [(s, m) for s in sections for m in eval_stats]:
+        data[(section, metric)] = {}
         for g in groups:
             try:
-                if key[0] == "train":
-                    by_seed = seeds[(key[0], key[1], g.label)]
-                    data[key][g.label] = np.array([by_seed[s] for s in g.seeds], dtype=np.float64)
-                else:
-                    by_cell = cells[(key[0], key[1], g.label)]
-                    data[key][g.label] = np.array([[by_cell[(s, p)] for p in problems[key[0]]] for s in g.seeds],
-                                                  dtype=np.float64)
+                by_cell = cells[(section, metric, g.label)]
+                matrix = np.array([[by_cell[(s, p)] for p in problems[section]] for s in g.seeds], dtype=np.float64)
             except KeyError as e:
-                where = "per_seed.csv" if key[0] == "train" else "per_problem.csv"
-                raise RlvrlabError(f"--reanalyse {folder}: {where} has no value for group {g.label!r}, {key[0]} "
-                                   f"{key[1]} ({e.args[0]}) of the seeds sources.json lists {g.seeds}; the values "
+                where = "per_seed.csv" if section == "train" else "per_problem.csv"
+                raise RlvrlabError(f"--reanalyse {folder}: {where} has no value for group {g.label!r}, {section} "
+                                   f"{metric} ({e.args[0]}) of the seeds sources.json lists {g.seeds}; the values "
                                    "do not match the groups: restore both from git") from None
+            data[(section, metric)][g.label] = matrix[:, 0] if section == "train" else matrix
     return data
 
 
@@ -318,11 +310,6 @@ def _portable(path: Path) -> str:
     root = results_dir().parent
     resolved = Path(path).resolve()
     return str(resolved.relative_to(root)) if root in resolved.parents else str(path)
-
-
-def _write(path: Path, text: str) -> Path:
-    outputs.write_replacing(path, text)
-    return path
 
 
 def _state(folder: Path, protocol: Optional[Path]) -> tuple[str, bool]:

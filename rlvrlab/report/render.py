@@ -17,7 +17,7 @@ from rlvrlab.report.collect import EvalRun, Group, Selection
 from rlvrlab.report.escape import md, tex
 from rlvrlab.report.events import EventResult
 from rlvrlab.report.provenance import environments, initial_models, portable, portable_text
-from rlvrlab.report.table import Cell, Report, Row, best_groups
+from rlvrlab.report.table import Comparison, Estimate, Report, best_groups
 
 
 def _num(x: Optional[float], digits: int = 3) -> str:
@@ -31,15 +31,20 @@ def _p(x: Optional[float]) -> str:
     return f"{x:.1e}" if x < 0.001 else f"{x:.3f}"
 
 
-def _cell_text(c: Cell, interval: str) -> str:
+TEXT = ("{}†", "{} ± {}", "{} [{}, {}]")  # an estimate without an interval (too few seeds), ± half-width, [low, high]
+TEX = ("{}$^\\dagger$", "{} $\\pm$ {}", "{} {{\\scriptsize [{}, {}]}}")
+
+
+def _cell_text(c: Estimate, interval: str, marks: tuple[str, str, str] = TEXT, mean: Optional[str] = None) -> str:
+    """An estimate's cell: its mean (`mean`: as given, e.g. in bold) with its interval as `interval` asks."""
+    mean = _num(c.mean) if mean is None else mean
     if c.flagged:
-        return f"{_num(c.mean)}†"
+        return marks[0].format(mean)
     if c.bounds is None:
-        return _num(c.mean)
+        return mean
     low, high = c.bounds
-    if interval == "pm":
-        return f"{_num(c.mean)} ± {_num((high - low) / 2)}"
-    return f"{_num(c.mean)} [{_num(low)}, {_num(high)}]"
+    return marks[1].format(mean, _num((high - low) / 2)) if interval == "pm" else \
+        marks[2].format(mean, _num(low), _num(high))
 
 
 NO_SPREAD = "0 (no spread)"  # the MDE where every seed's difference is the same: se 0, any other Δ has p = 0
@@ -59,30 +64,44 @@ def _mde(x: Optional[float], se: Optional[float] = None) -> str:
     return _num(x)
 
 
-def _delta_se(c: Cell) -> Optional[float]:
-    """A cell's comparison standard error as far as the cell tells it: 0 when its interval has no width."""
-    return 0.0 if c.delta_low is not None and c.delta_low == c.delta_high else None
+Delta = tuple[Optional[Comparison], Optional[float]]  # a group's comparison with the baseline; else Δ of means
 
 
-def _delta_text(c: Cell) -> str:
-    if c.delta is None:
-        return "—"
-    if c.delta_low is None:
-        return f"{c.delta:+.3f}†"
-    star = "*" if c.significant else ""
+def baseline_deltas(report: Report) -> dict[tuple[str, str, str], Delta]:
+    """(group, section, metric) of each group but the baseline -> its comparison with the baseline, or, where too
+    few seeds allow none, (None, the difference of the two means alone)."""
+    if report.baseline is None:
+        return {}
+    versus, estimates = report.versus_baseline(), report.estimate_of()
+    deltas: dict[tuple[str, str, str], Delta] = {}
+    for key, e in estimates.items():
+        if e.group != report.baseline:
+            r = versus.get(key)
+            deltas[key] = (r, None) if r is not None else \
+                (None, e.mean - estimates[(report.baseline, e.section, e.metric)].mean)
+    return deltas
+
+
+def _delta_text(r: Optional[Comparison], difference: Optional[float] = None) -> str:
+    """A Δ-vs-baseline cell: the comparison with its interval, Holm p and MDE; a bare difference of means † where
+    too few seeds allow no comparison."""
+    if r is None:
+        return "—" if difference is None else f"{difference:+.3f}†"
+    c = r.result
+    star = "*" if r.significant else ""
     kind = "paired" if c.test.startswith("paired") else "unpaired"
-    note = f" ({c.claim_note})" if c.claim_note else ""
-    note += f" {_equivalent(c.equivalence_margin)}" if c.equivalent else ""
-    return (f"{c.delta:+.3f} [{c.delta_low:+.3f}, {c.delta_high:+.3f}]{star} p={_p(c.p_holm)} "
-            f"MDE={_mde(c.mde_holm, _delta_se(c))} {kind}{note}")
+    note = f" ({r.claim.note})" if r.claim is not None and r.claim.note else ""
+    note += f" {_equivalent(r.margin)}" if r.equivalent else ""
+    return (f"{c.delta:+.3f} [{c.low:+.3f}, {c.high:+.3f}]{star} p={_p(r.p_holm)} "
+            f"MDE={_mde(r.claim.mde if r.claim else None, c.se)} {kind}{note}")
 
 
 def _equivalent(margin: Optional[float]) -> str:
-    """The verdict word of a TOST whose Holm p < 0.05 (Row.equivalent); nothing is written otherwise."""
+    """The verdict word of a TOST whose Holm p < 0.05 (Comparison.equivalent); nothing is written otherwise."""
     return f"equivalent within ±{margin:g}"
 
 
-def _row_text(r: Row, esc: Callable[[str], str]) -> list[str]:
+def _row_text(r: Comparison, esc: Callable[[str], str]) -> list[str]:
     """A comparison's cells; esc: how a value from the runs is written (markdown or rich markup escaped)."""
     c = r.result
     star = "*" if r.significant else ""
@@ -99,20 +118,16 @@ ROW_HEADER = ["comparison", "metric", "Δ [95% CI]", "test", "seeds", "p", "Holm
               "MDE (80%, Holm)", "P(impr.)"]
 
 
-def _lookup(report: Report) -> dict[tuple[str, str, str], Cell]:
-    return {(c.group, c.section, c.metric): c for c in report.cells}
-
-
 def _title(section: str) -> str:
     return "training metrics" if section == "train" else f"evaluation: {section}"
 
 
-def _other_rows(report: Report, section: str) -> list[Row]:
+def _other_rows(report: Report, section: str) -> list[Comparison]:
     """Comparisons not shown in the baseline's Δ table: extra pairs and selected cells."""
-    return [r for r in report.rows if r.section == section and (r.b != report.baseline or r.selected_from)]
+    return [r for r in report.comparisons if r.section == section and (r.b != report.baseline or r.selected_from)]
 
 
-def _needed_text(c: Cell) -> str:
+def _needed_text(c: Estimate) -> str:
     if c.bounds is None:
         return "†"
     low, high = c.bounds
@@ -198,57 +213,58 @@ def digest_note(groups: Sequence[Group]) -> str:
     return text + untagged
 
 
+def _grids(report: Report, section: str, interval: str, esc: Callable[[str], str],
+           bold: Callable[[str], str]) -> tuple[list[list[str]], list[list[str]]]:
+    """A section's means table (group, seeds, a cell per metric, the best mean per column in bold) and its Δ-vs-
+    baseline table (none without a baseline), as rows of text; esc: how a value from the runs is written."""
+    cells, best, deltas = report.estimate_of(), best_groups(report), baseline_deltas(report)
+    metrics = report.metrics[section]
+
+    def mean(g: Group, m: str) -> str:
+        text = _cell_text(cells[(g.label, section, m)], interval)
+        return bold(text) if best.get((section, m)) == g.label else text
+
+    means = [[esc(g.label), esc(g.seeds_text), *(mean(g, m) for m in metrics)] for g in report.groups]
+    versus = [[esc(g.label), *(_delta_text(*deltas[(g.label, section, m)]) for m in metrics)]
+              for g in report.groups if report.baseline is not None and g.label != report.baseline]
+    return means, versus
+
+
+def _md_table(header: list[str], rule: str, rows: list[list[str]]) -> list[str]:
+    return ["| " + " | ".join(header) + " |", rule, *("| " + " | ".join(row) + " |" for row in rows), ""]
+
+
 def markdown(report: Report, interval: str = "bracket") -> str:
-    cells, best = _lookup(report), best_groups(report)
+    cells = report.estimate_of()
     out = []
     for section in report.sections:
-        metrics = report.metrics[section]
+        metrics = [md(m) for m in report.metrics[section]]
+        means, versus = _grids(report, section, interval, md, lambda text: f"**{text}**")
         out.append(f"### {md(_title(section))}\n")
-        out.append("| group | seeds | " + " | ".join(map(md, metrics)) + " |")
-        out.append("|---|---:|" + "---:|" * len(metrics))
-        for g in report.groups:
-            row = []
-            for m in metrics:
-                c = cells[(g.label, section, m)]
-                text = _cell_text(c, interval)
-                row.append(f"**{text}**" if best.get((section, m)) == g.label else text)
-            out.append(f"| {md(g.label)} | {md(g.seeds_text)} | " + " | ".join(row) + " |")
-        out.append("")
+        out += _md_table(["group", "seeds", *metrics], "|---|---:|" + "---:|" * len(metrics), means)
         if report.baseline:
             out.append(f"Δ vs **{md(report.baseline)}** (95% interval; Holm-adjusted p; MDE at 80% power at the Holm "
                        "first-step level; * Holm p < 0.05 with ≥ 5 seeds per group, and for max-statistics the "
                        "sign-flip p < 0.05)\n")
-            out.append("| group | " + " | ".join(map(md, metrics)) + " |")
-            out.append("|---|" + "---|" * len(metrics))
-            for g in report.groups:
-                if g.label == report.baseline:
-                    continue
-                deltas = [_delta_text(cells[(g.label, section, m)]) for m in metrics]
-                out.append(f"| {md(g.label)} | " + " | ".join(deltas) + " |")
-            out.append("")
+            out += _md_table(["group", *metrics], "|---|" + "---|" * len(metrics), versus)
         others = _other_rows(report, section)
         if others:
             out.append("Other comparisons (same Holm family)\n")
-            out.append("| " + " | ".join(ROW_HEADER) + " |")
-            out.append("|---|---|---|---|---:|---:|---:|---:|---:|---:|")
-            out += ["| " + " | ".join(_row_text(r, md)) + " |" for r in others]
-            out.append("")
+            out += _md_table(ROW_HEADER, "|---|---|---|---|---:|---:|---:|---:|---:|---:|",
+                             [_row_text(r, md) for r in others])
         if report.target_halfwidth is not None:
             out.append(f"Seeds needed for a 95% half-width of {report.target_halfwidth:g} "
                        "(half-width now (seeds) → seeds needed)\n")
-            out.append("| group | " + " | ".join(map(md, metrics)) + " |")
-            out.append("|---|" + "---|" * len(metrics))
-            for g in report.groups:
-                out.append(f"| {md(g.label)} | " + " | ".join(_needed_text(cells[(g.label, section, m)])
-                                                           for m in metrics) + " |")
-            out.append("")
+            out += _md_table(["group", *metrics], "|---|" + "---|" * len(metrics),
+                             [[md(g.label), *(_needed_text(cells[(g.label, section, m)])
+                                              for m in report.metrics[section])] for g in report.groups])
     out += [f"- {md(note)}" for note in report.notes]
     return "\n".join(out) + "\n"
 
 
 def latex(report: Report, interval: str = "bracket") -> str:
     """One booktabs tabular per section; the best mean per column in bold; † marks groups without an interval."""
-    cells, best = _lookup(report), best_groups(report)
+    cells, best = report.estimate_of(), best_groups(report)
     out = ["% generated by rlvrlab report; needs \\usepackage{booktabs}"]
     for section in report.sections:
         metrics = report.metrics[section]
@@ -261,16 +277,8 @@ def latex(report: Report, interval: str = "bracket") -> str:
             row = []
             for m in metrics:
                 c = cells[(g.label, section, m)]
-                mean = _num(c.mean)
-                mean = f"\\textbf{{{mean}}}" if best.get((section, m)) == g.label else mean
-                if c.flagged:
-                    row.append(f"{mean}$^\\dagger$")
-                elif c.bounds is None:
-                    row.append(mean)
-                elif interval == "pm":
-                    row.append(f"{mean} $\\pm$ {_num((c.bounds[1] - c.bounds[0]) / 2)}")
-                else:
-                    row.append(f"{mean} {{\\scriptsize [{_num(c.bounds[0])}, {_num(c.bounds[1])}]}}")
+                mean = f"\\textbf{{{_num(c.mean)}}}" if best.get((section, m)) == g.label else _num(c.mean)
+                row.append(_cell_text(c, interval, TEX, mean))
             out.append(f"{tex(g.label)} & {tex(g.seeds_text)} & " + " & ".join(row) + " \\\\")
         out.append("\\bottomrule")
         out.append("\\end{tabular}")
@@ -288,13 +296,26 @@ def to_csv(report: Report) -> str:
     buffer = io.StringIO()
     writer = csv.DictWriter(buffer, fieldnames=["baseline", *CSV_FIELDS, "config_hash", "seeds", "failed_seeds"])
     writer.writeheader()
-    hashes = {g.label: g for g in report.groups}
-    for c in report.cells:
-        row = {k: v for k, v in asdict(c).items() if k in CSV_FIELDS}
-        g = hashes[c.group]
-        writer.writerow({**row, "baseline": report.baseline or "", "config_hash": g.config_hash,
+    hashes, deltas = {g.label: g for g in report.groups}, baseline_deltas(report)
+    for e in report.estimates:
+        row = {k: v for k, v in asdict(e).items() if k in CSV_FIELDS}
+        g = hashes[e.group]
+        writer.writerow({**row, **_delta_fields(*deltas.get((e.group, e.section, e.metric), (None, None))),
+                         "baseline": report.baseline or "", "config_hash": g.config_hash,
                          "seeds": " ".join(map(str, g.seeds)), "failed_seeds": " ".join(map(str, g.failed))})
     return buffer.getvalue()
+
+
+def _delta_fields(r: Optional[Comparison], difference: Optional[float]) -> dict:
+    """table.csv's columns of an estimate's comparison with the baseline (empty for the baseline's own row; the
+    difference of means alone where too few seeds allow no comparison)."""
+    if r is None:
+        return {"delta": difference, "significant": False}
+    c = r.result
+    return {"delta": c.delta, "delta_low": c.low, "delta_high": c.high, "test": c.test, "p": c.p, "p_holm": r.p_holm,
+            "p_signflip": c.p_signflip, "mde": c.mde, "mde_holm": r.claim.mde if r.claim else None,
+            "claim_note": r.claim.note if r.claim else "", "significant": r.significant,
+            "prob_improvement": c.prob_improvement}
 
 
 COMPARISON_FIELDS = ["a", "b", "section", "metric", "delta", "low", "high", "se", "df", "test", "paired", "n_a",
@@ -311,7 +332,7 @@ def comparison_fields(report: Report) -> list[str]:
     return COMPARISON_FIELDS + (EQUIVALENCE_FIELDS if report.equivalence is not None else [])
 
 
-def comparison_record(r: Row) -> dict:
+def comparison_record(r: Comparison) -> dict:
     """One row of comparisons.csv as values (the protocol's verdict rules read these too)."""
     result = {k: v for k, v in asdict(r.result).items() if k in COMPARISON_FIELDS}
     tost = r.margin is not None
@@ -330,7 +351,7 @@ def comparisons_csv(report: Report) -> str:
     fields = comparison_fields(report)
     writer = csv.DictWriter(buffer, fieldnames=fields, extrasaction="ignore")
     writer.writeheader()
-    for r in report.rows:
+    for r in report.comparisons:
         writer.writerow(comparison_record(r))
     return buffer.getvalue()
 
@@ -392,39 +413,25 @@ def rich_tables(report: Report):
     from rich.markup import escape
     from rich.table import Table
 
-    cells, best = _lookup(report), best_groups(report)
+    def table(title: str, header: list[str], rows: list[list[str]], justify: str = "right") -> Table:
+        made = Table(title=escape(title))
+        for i, name in enumerate(header):
+            made.add_column(name, justify="left" if i == 0 else justify)  # type: ignore[arg-type]
+        for row in rows:
+            made.add_row(*row)
+        return made
+
     tables = []
     for section in report.sections:
-        metrics = report.metrics[section]
-        table = Table(title=escape(_title(section)))
-        table.add_column("group")
-        table.add_column("seeds", justify="right")
-        for m in metrics:
-            table.add_column(escape(m), justify="right")
-        for g in report.groups:
-            row = []
-            for m in metrics:
-                text = _cell_text(cells[(g.label, section, m)], "bracket")
-                row.append(f"[bold]{text}[/]" if best.get((section, m)) == g.label else text)
-            table.add_row(escape(g.label), escape(g.seeds_text), *row)
-        tables.append(table)
+        metrics = [escape(m) for m in report.metrics[section]]
+        means, versus = _grids(report, section, "bracket", escape, lambda text: f"[bold]{text}[/]")
+        tables.append(table(_title(section), ["group", "seeds", *metrics], means))
         if report.baseline:
-            delta = Table(title=escape(f"{_title(section)}: Δ vs {report.baseline}"))
-            delta.add_column("group")
-            for m in metrics:
-                delta.add_column(escape(m), justify="right")
-            for g in report.groups:
-                if g.label != report.baseline:
-                    delta.add_row(escape(g.label), *[_delta_text(cells[(g.label, section, m)]) for m in metrics])
-            tables.append(delta)
+            tables.append(table(f"{_title(section)}: Δ vs {report.baseline}", ["group", *metrics], versus))
         others = _other_rows(report, section)
         if others:
-            table = Table(title=escape(f"{_title(section)}: other comparisons"))
-            for name in ROW_HEADER:
-                table.add_column(name)
-            for r in others:
-                table.add_row(*_row_text(r, escape))
-            tables.append(table)
+            tables.append(table(f"{_title(section)}: other comparisons", ROW_HEADER,
+                                [_row_text(r, escape) for r in others], "left"))
     return tables
 
 

@@ -4,35 +4,18 @@ command from these fields; rlvrlab.report.reanalyse parses a recorded command wi
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Optional
 
 from rlvrlab import outputs
+from rlvrlab.config.flags import Option as Option, option as _opt
 from rlvrlab.errors import RlvrlabError
 from rlvrlab.report.columns import REDUCTIONS
 
 FORMATS = ("md", "tex", "csv")
 INTERVALS = ("bracket", "pm")
 SOURCES = ("mlflow", "csv", "tensorboard")  # --source KIND[:PATH] (rlvrlab.report.sources)
-
-
-@dataclass(frozen=True)
-class Option:
-    """A field's command-line form: `flag` ("--x", or "--x/--no-x" for a switch), its help, the typer `min`."""
-
-    flag: str
-    help: str
-    show_default: bool = False
-    min: Optional[float] = None
-
-    @property
-    def flags(self) -> tuple[str, ...]:
-        return tuple(self.flag.split("/"))
-
-
-def _opt(default, flag: str, text: str, *, shown: bool = False, minimum: Optional[float] = None):
-    return field(default=default, metadata={"cli": Option(flag, text, shown, minimum)})
 
 
 @dataclass(frozen=True)
@@ -144,9 +127,15 @@ class ReportRequest:
             self._check_file_source()
 
     def _check_file_source(self) -> None:
-        mlflow_only = [f for f in fields(self) if f.name in MLFLOW_ONLY and getattr(self, f.name) != f.default]
+        given = self.given()
+        mlflow_only = [name for name in MLFLOW_ONLY if name in given]
         if mlflow_only:
-            raise RlvrlabError(f"--source {self.source} reads no MLflow runs; drop {flag_of(mlflow_only[0].name)}")
+            raise RlvrlabError(f"--source {self.source} reads no MLflow runs; drop {flag_of(mlflow_only[0])}")
+        per_step = [name for name in PER_STEP if name in given]
+        if per_step and self.source_kind[0] == "csv":
+            raise RlvrlabError(f"--source {self.source}: {flag_of(per_step[0])} reads each run's per-step series and a "
+                               "CSV has one value per seed run; drop it, or report the runs' logged steps "
+                               "(--source tensorboard:DIR, or their MLflow runs)")
 
     def given(self, *, but: tuple[str, ...] = ()) -> list[str]:
         """The fields set to something other than their default, except `but`."""
@@ -154,8 +143,10 @@ class ReportRequest:
 
 
 # with --source csv:FILE or tensorboard:DIR, the options that select or read MLflow runs (refused)
-MLFLOW_ONLY = ("experiment", "study", "runs", "seed_key", "tracking_uri", "output_dir", "events", "eval_stats",
-               "heatmap_keys", "protocol")
+MLFLOW_ONLY = ("experiment", "study", "runs", "seed_key", "tracking_uri", "output_dir", "eval_stats", "heatmap_keys")
+# the options that read each run's per-step series (events, training curves): MLflow histories, TensorBoard scalars;
+# refused with --source csv:FILE
+PER_STEP = ("events", "smooth")
 
 
 def options() -> list[tuple[str, Option]]:

@@ -29,7 +29,9 @@ class Selected:
     data: Data
     eval_stats: list[str] = field(default_factory=list)  # the columns of each evaluation section
     evals: Optional[collect.EvalRecords] = None
-    client: Any = None  # an MLflow client (training curves, events, plots); None for a source of files
+    # what the curves, events and a protocol's first run start read: an MLflow client, or the same reads of
+    # TensorBoard runs' series (rlvrlab.report.tensorboard.Histories); None for a CSV (no series)
+    client: Any = None
     stage_one: Optional[int] = None  # n0 of an adaptive-seed study (table.stage_one_of)
     notes: list[str] = field(default_factory=list)  # the source's own footer lines
     values_note: Optional[str] = None  # what a training value is, when not a reduction of a logged series

@@ -1,9 +1,10 @@
-"""The numbers of a report: one Cell per (group, section, metric) with its interval, and one Row per comparison,
-all comparisons of one report in one Holm family. Sections: "train" (training metrics, one value per seed) and
-one per evaluation dataset (per seed and problem). The statistics are in rlvrlab.stats. An adaptive-seed
-study's training metrics take Stein's two-stage interval and paired test (stats.stein; _stein says which groups).
-build reads the values from MLflow (values_from_runs) and analyses them (analyse); what is asked (metrics,
-comparisons, margins) is parsed in rlvrlab.report.columns, imported here for its callers."""
+"""The numbers of a report: one Estimate per (group, section, metric) with its interval, and one Comparison per
+pair of groups compared on a column, all comparisons of one report in one Holm family. Sections: "train" (training
+metrics, one value per seed) and one per evaluation dataset (per seed and problem). The statistics are in
+rlvrlab.stats. An adaptive-seed study's training metrics take Stein's two-stage interval and paired test
+(stats.stein; _stein says which groups). build reads the values from MLflow (values_from_runs) and analyses them
+(analyse); what is asked (metrics, comparisons, margins) is parsed in rlvrlab.report.columns, imported here for its
+callers."""
 
 from __future__ import annotations
 
@@ -31,7 +32,10 @@ from rlvrlab.report.columns import (
 
 
 @dataclass
-class Cell:
+class Estimate:
+    """One (group, section, metric) of the report: its mean and interval. Its comparison with the baseline is in
+    Report.comparisons (Report.versus_baseline finds it)."""
+
     group: str
     section: str  # "train" or an evaluation dataset
     metric: str
@@ -46,23 +50,7 @@ class Cell:
     seed_low: Optional[float] = None  # evaluations: the t-interval of the seed scores (the benchmark held fixed)
     seed_high: Optional[float] = None
     seeds_needed: Optional[int] = None  # for --target-halfwidth (None: not asked, or unreachable)
-    # the comparison with the baseline group (also in Report.rows)
-    delta: Optional[float] = None
-    delta_low: Optional[float] = None
-    delta_high: Optional[float] = None
-    p: Optional[float] = None
-    p_holm: Optional[float] = None
-    p_signflip: Optional[float] = None
-    mde: Optional[float] = None  # at alpha 0.05 per comparison
-    mde_holm: Optional[float] = None  # at the Holm first-step level of the report's family: the claim's MDE
-    claim_note: str = ""  # why a max-statistic cannot be a claim (stats.claim)
-    test: str = ""
-    prob_improvement: Optional[float] = None
-    significant: bool = False
     note: str = ""
-    equivalence_margin: Optional[float] = None  # --equivalence: the TOST's margin and its Holm p (not in table.csv)
-    p_equivalence_holm: Optional[float] = None
-    equivalent: bool = False
 
     @property
     def flagged(self) -> bool:
@@ -70,13 +58,14 @@ class Cell:
 
     @property
     def bounds(self) -> Optional[tuple[float, float]]:
-        """(low, high) of the interval; None when the cell has none."""
+        """(low, high) of the interval; None when the estimate has none."""
         return None if self.low is None or self.high is None else (self.low, self.high)
 
 
 @dataclass
-class Row:
-    """One comparison of the report's family."""
+class Comparison:
+    """One comparison of the report's family: a vs b on one column, its test (stats.Comparison) and its place in
+    the family (Holm p, the claim, the TOST)."""
 
     a: str
     b: str
@@ -113,12 +102,12 @@ class Row:
 
 @dataclass
 class Report:
-    cells: list[Cell]
+    estimates: list[Estimate]
     groups: list[Group]
     baseline: Optional[str]
     sections: list[str]
     metrics: dict[str, list[str]]  # section -> metric columns
-    rows: list[Row] = field(default_factory=list)
+    comparisons: list[Comparison] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     higher_is_better: dict[str, bool] = field(default_factory=dict)
     target_halfwidth: Optional[float] = None
@@ -128,7 +117,16 @@ class Report:
     @property
     def family_size(self) -> int:
         """The tests Holm adjusts together: every comparison, and with --equivalence every TOST."""
-        return len(self.rows) + sum(r.margin is not None for r in self.rows)
+        return len(self.comparisons) + sum(r.margin is not None for r in self.comparisons)
+
+    def versus_baseline(self) -> dict[tuple[str, str, str], Comparison]:
+        """(group, section, metric) -> that group's comparison with the baseline (not a selected cell's)."""
+        return {(r.a, r.section, r.metric): r for r in self.comparisons
+                if r.b == self.baseline and r.selected_from is None}
+
+    def estimate_of(self) -> dict[tuple[str, str, str], Estimate]:
+        """(group, section, metric) -> its estimate."""
+        return {(e.group, e.section, e.metric): e for e in self.estimates}
 
 
 def lower_is_better(metric: str) -> bool:
@@ -211,8 +209,9 @@ def analyse(selection: Selection, data: dict[tuple[str, str], dict[str, np.ndarr
             metrics: Sequence[MetricSpec], eval_stats: Sequence[str], baseline: Optional[str],
             pairs: Sequence[Pair] = (), target_halfwidth: Optional[float] = None,
             equivalence: Optional[Equivalence] = None, stage_one: Optional[int] = None) -> Report:
-    """The report of given values (values_from_runs, or a folder's per-seed values: rlvrlab.report.reanalyse): cells,
-    comparisons in one Holm family, notes. eval_stats: the columns of each evaluation section (after "train")."""
+    """The report of given values (values_from_runs, or a folder's per-seed values: rlvrlab.report.reanalyse):
+    estimates, comparisons in one Holm family, notes. eval_stats: the columns of each evaluation section (after
+    "train")."""
     groups = selection.groups
     check_columns([m.label for m in metrics] + list(eval_stats), groups, baseline, pairs, equivalence)
     base = find_baseline(groups, baseline)
@@ -222,57 +221,56 @@ def analyse(selection: Selection, data: dict[tuple[str, str], dict[str, np.ndarr
     extremes = {m.label for m in metrics if max_statistic(m)}
     higher = {label: not lower_is_better(label) for cols in columns.values() for label in cols}
 
-    cells: dict[tuple[str, str, str], Cell] = {}
-    for (section, metric), values in data.items():
-        for g in groups:
-            cells[(g.label, section, metric)] = _cell(g, section, metric, values[g.label], target_halfwidth,
-                                                      _stein(stage_one, section, g))
-
-    rows: list[Row] = []
-    for (section, metric), values in data.items():
-        wanted: list[tuple[Group, Group, Optional[int]]] = []
-        if base is not None:
-            wanted += [(g, base, None) for g in groups if g is not base]
-        for pair in pairs:
-            if pair.metrics and metric not in pair.metrics:
-                continue
-            ref = find_group(groups, pair.b, "--compare")
-            if pair.a == BEST:
-                candidates = [g for g in groups if g is not ref]
-                sign = 1 if higher[metric] else -1
-                best = max(candidates, key=lambda g: sign * _score(values[g.label]))
-                wanted.append((best, ref, len(candidates)))
-            else:
-                wanted.append((find_group(groups, pair.a, "--compare"), ref, None))
-        for a, b, selected_from in wanted:
-            if a is b or min(len(a.runs), len(b.runs)) < stats.MIN_SEEDS:
-                continue
-            n0 = _stein(stage_one, section, a)
-            if n0 is not None and _stein(stage_one, section, b) is not None:
-                result = stats.paired_stein(values[a.label], values[b.label], n0)
-            else:
-                result = stats.compare(values[a.label], values[b.label], paired=a.seeds == b.seeds)
-            rows.append(Row(a.label, b.label, section, metric, result, selected_from,
+    estimates = [_estimate(g, section, metric, values[g.label], target_halfwidth, _stein(stage_one, section, g))
+                 for (section, metric), values in data.items() for g in groups]
+    comparisons = [_compare(a, b, section, metric, values, selected_from, stage_one,
                             max_statistic=section == "train" and metric in extremes,
-                            margin=equivalence.margin(metric) if equivalence else None))
-    adjust_family(rows)
-    if base is not None:
-        for row in rows:
-            if row.b == base.label and row.selected_from is None:
-                _attach(cells[(row.a, row.section, row.metric)], row)
-        for g in groups:  # too few seeds for a comparison: the difference of means alone
-            for (section, metric), values in data.items():
-                cell = cells[(g.label, section, metric)]
-                if g is not base and cell.delta is None:
-                    cell.delta = _score(values[g.label]) - _score(values[base.label])
-    report = Report(list(cells.values()), groups, base.label if base else None, sections, columns, rows,
+                            margin=equivalence.margin(metric) if equivalence else None)
+                   for (section, metric), values in data.items()
+                   for a, b, selected_from in _wanted(groups, base, pairs, metric, values, higher[metric])
+                   if a is not b and min(len(a.runs), len(b.runs)) >= stats.MIN_SEEDS]
+    adjust_family(comparisons)
+    report = Report(estimates, groups, base.label if base else None, sections, columns, comparisons,
                     higher_is_better=higher, target_halfwidth=target_halfwidth, equivalence=equivalence,
                     stage_one=stage_one)
     report.notes = _notes(report, metrics, selection)
     return report
 
 
-def adjust_family(rows: list[Row]) -> None:
+def _wanted(groups: list[Group], base: Optional[Group], pairs: Sequence[Pair], metric: str,
+            values: dict[str, np.ndarray], higher: bool) -> list[tuple[Group, Group, Optional[int]]]:
+    """(a, b, selected_from) of one column: every group against the baseline, then the --compare pairs (a `best`
+    pair's a is the best group by mean among the N others, selected_from N)."""
+    wanted: list[tuple[Group, Group, Optional[int]]] = [(g, base, None) for g in groups if g is not base] \
+        if base is not None else []
+    for pair in pairs:
+        if pair.metrics and metric not in pair.metrics:
+            continue
+        ref = find_group(groups, pair.b, "--compare")
+        if pair.a == BEST:
+            candidates = [g for g in groups if g is not ref]
+            sign = 1 if higher else -1
+            wanted.append((max(candidates, key=lambda g: sign * _score(values[g.label])), ref, len(candidates)))
+        else:
+            wanted.append((find_group(groups, pair.a, "--compare"), ref, None))
+    return wanted
+
+
+def _compare(a: Group, b: Group, section: str, metric: str, values: dict[str, np.ndarray],
+             selected_from: Optional[int], stage_one: Optional[int], *, max_statistic: bool,
+             margin: Optional[float]) -> Comparison:
+    """a vs b on one column: paired Stein for two groups of an adaptive study (_stein), else stats.compare (paired
+    when both ran the same seeds)."""
+    if _stein(stage_one, section, a) is not None and _stein(stage_one, section, b) is not None:
+        assert stage_one is not None
+        result = stats.paired_stein(values[a.label], values[b.label], stage_one)
+    else:
+        result = stats.compare(values[a.label], values[b.label], paired=a.seeds == b.seeds)
+    return Comparison(a.label, b.label, section, metric, result, selected_from, max_statistic=max_statistic,
+                      margin=margin)
+
+
+def adjust_family(rows: list[Comparison]) -> None:
     """One Holm family: each row's p entering Holm (times N for a cell selected from N), its Holm p, and its claim
     (stats.claim) with the MDE at the Holm first-step level 0.05/(m·N) of this family of m. Rows with an equivalence
     margin add their TOST p (stats.equivalence_p, times N for a selected cell: Bonferroni over the cells it was
@@ -309,29 +307,30 @@ def _stein(stage_one: Optional[int], section: str, g: Group) -> Optional[int]:
     return stage_one
 
 
-def _cell(g: Group, section: str, metric: str, x: np.ndarray, target: Optional[float],
-          stage_one: Optional[int] = None) -> Cell:
+def _estimate(g: Group, section: str, metric: str, x: np.ndarray, target: Optional[float],
+              stage_one: Optional[int] = None) -> Estimate:
     x = np.asarray(x, dtype=np.float64)
+    n_problems = x.shape[1] if x.ndim == 2 else 0
+    seed_only = None
     if stage_one is not None:  # an adaptive study's two-stage trial (_stein): Stein's interval, exact
-        cell = Cell(g.label, section, metric, float(x.mean()), x.shape[0])
+        e = Estimate(g.label, section, metric, float(x.mean()), x.shape[0])
         iv = stats.stein_interval(x, stage_one)
     elif x.ndim == 2 and np.isnan(x).any():  # undefined on some problems (diversity, rarefaction): per-seed means
         scores = stats.seed_scores(x)
-        cell = Cell(g.label, section, metric, float(scores.mean()), x.shape[0], x.shape[1],
-                    note="mean over the problems where it is defined; t-interval over seeds")
-        iv = stats.t_interval(scores)
-        cell.seed_low, cell.seed_high = iv.low, iv.high
+        e = Estimate(g.label, section, metric, float(scores.mean()), x.shape[0], n_problems,
+                     note="mean over the problems where it is defined; t-interval over seeds")
+        iv = seed_only = stats.t_interval(scores)
     else:
-        cell = Cell(g.label, section, metric, float(x.mean()), x.shape[0], x.shape[1] if x.ndim == 2 else 0)
+        e = Estimate(g.label, section, metric, float(x.mean()), x.shape[0], n_problems)
         iv = stats.interval(x)
-        if x.ndim == 2:
-            seed_only = stats.t_interval(x.mean(axis=1))
-            cell.seed_low, cell.seed_high = seed_only.low, seed_only.high
-    if not cell.flagged:
-        cell.low, cell.high, cell.se, cell.df, cell.method = iv.low, iv.high, iv.se, iv.df, iv.method
+        seed_only = stats.t_interval(x.mean(axis=1)) if x.ndim == 2 else None
+    if seed_only is not None:
+        e.seed_low, e.seed_high = seed_only.low, seed_only.high
+    if not e.flagged:
+        e.low, e.high, e.se, e.df, e.method = iv.low, iv.high, iv.se, iv.df, iv.method
         if target is not None:
-            cell.seeds_needed = _seeds_needed(x, target)
-    return cell
+            e.seeds_needed = _seeds_needed(x, target)
+    return e
 
 
 def _seeds_needed(x: np.ndarray, target: float) -> Optional[int]:
@@ -339,18 +338,6 @@ def _seeds_needed(x: np.ndarray, target: float) -> Optional[int]:
     if x.ndim == 1 or np.isnan(x).any():
         return stats.seeds_for_halfwidth(float(np.std(stats.seed_scores(x), ddof=1)), target)
     return stats.seeds_for_halfwidth_crossed(x, target)
-
-
-def _attach(cell: Cell, row: Row) -> None:
-    r = row.result
-    cell.delta, cell.delta_low, cell.delta_high = r.delta, r.low, r.high
-    cell.p, cell.p_holm, cell.p_signflip, cell.mde = r.p, row.p_holm, r.p_signflip, r.mde
-    if row.claim is not None:
-        cell.mde_holm, cell.claim_note = row.claim.mde, row.claim.note
-    cell.test, cell.prob_improvement, cell.significant = r.test, r.prob_improvement, row.significant
-    if row.margin is not None:
-        cell.equivalence_margin, cell.p_equivalence_holm, cell.equivalent = \
-            row.margin, row.p_equivalence_holm, row.equivalent
 
 
 def _notes(report: Report, metrics: Sequence[MetricSpec], selection: Selection) -> list[str]:
@@ -369,11 +356,11 @@ def _notes(report: Report, metrics: Sequence[MetricSpec], selection: Selection) 
                      "quantile on Satterthwaite df with the seed term on S-1; docs/report.md); the CSV also has the "
                      "seed-only t-interval" + ("; not adjusted for the adaptive seed count (N was chosen from "
                                                "stage one)" if report.stage_one is not None else ""))
-    if report.rows:
-        tests = sorted({r.result.test for r in report.rows})
-        m, tosts = report.family_size, report.family_size - len(report.rows)
+    if report.comparisons:
+        tests = sorted({r.result.test for r in report.comparisons})
+        m, tosts = report.family_size, report.family_size - len(report.comparisons)
         family = f"all {m} comparisons of this report" if not tosts else \
-            f"all {len(report.rows)} comparisons and {tosts} equivalence tests of this report, {m} tests"
+            f"all {len(report.comparisons)} comparisons and {tosts} equivalence tests of this report, {m} tests"
         notes.append(f"comparisons ({', '.join(tests)}): paired when both groups ran the same seeds (same initial "
                      "weights, prompt order and sampling seeds), else Welch; evaluation metrics are also paired by "
                      f"problem; Holm-adjusted (Holm 1979) over {family}; "
@@ -388,7 +375,7 @@ def _notes(report: Report, metrics: Sequence[MetricSpec], selection: Selection) 
                          f"{stats.MIN_SEEDS_SIGNIFICANCE} seeds in each group, never on a max-statistic; a row "
                          "without it shows no equivalence "
                          "(comparisons.csv: p_equivalence, p_equivalence_holm, equivalence_margin)")
-        if any(r.max_statistic for r in report.rows):
+        if any(r.max_statistic for r in report.comparisons):
             notes.append("max-statistics (a run's max or min over its window): skewed, so a claim on one also "
                          "needs its exact sign-flip p < 0.05 (paired seeds; its smallest value is 2/2^S, so at least 6 "
                          "seeds: 'sign-flip needs ≥ 6 seeds'); a mean difference of zero with skewed differences can "
@@ -399,14 +386,14 @@ def _notes(report: Report, metrics: Sequence[MetricSpec], selection: Selection) 
                      "have little power, their validity rests on normality that so few seeds cannot check, and "
                      "the exact sign-flip test cannot confirm them (its smallest p is 2/2^S: 0.25 at 3 seeds, "
                      "0.125 at 4)")
-        if any(r.selected_from for r in report.rows):
+        if any(r.selected_from for r in report.comparisons):
             notes.append("selected: the best group by mean among N groups, compared after multiplying its p by N "
                          "(Bonferroni over the cells it was picked from), then in the Holm family")
     if any(g.failed for g in selection.groups) or selection.failed_only:
         notes.append("failed: seed runs that ended FAILED (non-finite loss, weights or gradients, or a crash) are "
                      "not in the means; the seeds column counts them")
     notes += selection.failed_only
-    if any(c.flagged for c in report.cells):
+    if any(e.flagged for e in report.estimates):
         notes.append(f"† fewer than {stats.MIN_SEEDS} seeds: no interval")
     if report.target_halfwidth is not None:
         notes.append(f"seeds needed: for a 95% half-width of {report.target_halfwidth:g}, from the observed spread "
@@ -431,8 +418,8 @@ def _stein_note(report: Report, selection: Selection) -> str:
 
 def best_groups(report: Report) -> dict[tuple[str, str], str]:
     """(section, metric) -> the label of the best group by mean (higher or lower by metric)."""
-    best: dict[tuple[str, str], Cell] = {}
-    for c in report.cells:
+    best: dict[tuple[str, str], Estimate] = {}
+    for c in report.estimates:
         if math.isnan(c.mean):
             continue
         key = (c.section, c.metric)

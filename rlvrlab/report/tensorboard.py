@@ -23,22 +23,31 @@ The rule, from DIR down:
 - **Series**: every scalar tag -> its (step, value) pairs in step order, one value a step (the last written wins;
   TensorBoard's reader already drops the steps a restarted writer logged again). Old-style scalars
   (`add_scalar`, TRL's) are float32 as stored; new-style ones written with `double_precision=True` are float64.
+- **Names**: a tag is the metric's name, except in a run whose event files hold transformers' `args` text (the
+  runs of a transformers Trainer: TRL, ...): there the prefix TensorBoardCallback's `rewrite_logs` adds is undone,
+  `train/X` -> `X`, `eval/X` -> `eval_X`, `test/X` -> `test_X`, so that a metric has the name transformers'
+  MLflowCallback logs it under (`reward`, `entropy`, `eval_loss`) and `--metric` is the same for both stores.
+- **Start**: the wall time of the run's first event (its writer's creation), for a protocol's "first run started".
 """
 
 from __future__ import annotations
 
 import json
+import math
 import re
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
+from types import SimpleNamespace
 from typing import Any, Optional
 
 from rlvrlab.errors import RlvrlabError
+from rlvrlab.tracking.tags import NONFINITE_STEP
 
 SEED_PART = re.compile(r"seed[=_-]?(\d+)", re.IGNORECASE)  # a whole folder-name part: seed=3, seed_3, seed-3, seed3
 PART_SEPARATORS = re.compile(r"[/,]")
 ARGS_TAGS = ("args", "args/text_summary")  # transformers' add_text("args", ...): TF's name, torch's legacy name
 SEED_KEY = "seed"
+TRANSFORMERS_PREFIXES = {"train/": "", "eval/": "eval_", "test/": "test_"}  # TensorBoardCallback's, undone
 INSTALL = "pip install 'rlvrlab[tensorboard]'"
 
 
@@ -49,7 +58,8 @@ class TBRun:
     name: str                                   # the run folder, relative to DIR
     params: dict[str, str]                      # hparams (HParams plugin), else key=value parts of the folder name
     seed: Optional[int]                         # hparams "seed", else a "seed=N" / "seed_N" / "seedN" folder part
-    series: dict[str, list[tuple[int, float]]]  # scalar tag -> (step, value), in step order
+    series: dict[str, list[tuple[int, float]]]  # metric name (its tag) -> (step, value), in step order
+    started: Optional[float] = None             # wall time (s) of the run's first event
 
 
 @dataclass
@@ -59,8 +69,9 @@ class _Folder:
     name: str
     hparams: dict[str, str]
     metric_tags: set[str]                       # the values the HParams session names (its experiment's metrics)
-    args_seed: Optional[int]
+    args: Optional[dict]                        # transformers' TrainingArguments, when it logged them
     series: dict[str, dict[int, float]]         # tag -> step -> value
+    started: Optional[float] = None
 
     @property
     def is_hparams_record(self) -> bool:
@@ -124,17 +135,28 @@ def _seed_of(name: str, text: str, where: str) -> int:
     return int(number)
 
 
-def _args_seed(accumulator, tensor_util, tags: list[str]) -> Optional[int]:
-    """The seed in transformers' `args` text (TrainingArguments.to_json_string()), if the folder logged it."""
+def _args(accumulator, tensor_util, tags: list[str]) -> Optional[dict]:
+    """transformers' `args` text (TrainingArguments.to_json_string()) as a dict, if the folder logged it."""
     for tag in ARGS_TAGS:
         if tag in tags and (events := accumulator.Tensors(tag)):
             text = tensor_util.make_ndarray(events[-1].tensor_proto).reshape(-1)[0]
             try:
-                seed = json.loads(text.decode() if isinstance(text, bytes) else str(text)).get(SEED_KEY)
-            except (ValueError, AttributeError):
+                args = json.loads(text.decode() if isinstance(text, bytes) else str(text))
+            except ValueError:
                 return None
-            return seed if isinstance(seed, int) and not isinstance(seed, bool) else None
+            return args if isinstance(args, dict) else None
     return None
+
+
+def _args_seed(args: Optional[dict]) -> Optional[int]:
+    seed = (args or {}).get(SEED_KEY)
+    return seed if isinstance(seed, int) and not isinstance(seed, bool) else None
+
+
+def mlflow_name(tag: str) -> str:
+    """A tag of transformers' TensorBoardCallback as its MLflowCallback names the metric: rewrite_logs undone."""
+    prefix = next((p for p in TRANSFORMERS_PREFIXES if tag.startswith(p)), None)
+    return tag if prefix is None else TRANSFORMERS_PREFIXES[prefix] + tag[len(prefix):]
 
 
 def _read_folder(path: Path, name: str, modules) -> _Folder:
@@ -160,7 +182,11 @@ def _read_folder(path: Path, name: str, modules) -> _Folder:
     for tag in tags["tensors"]:  # new-style scalars (tf.summary.scalar, add_scalar(new_style=True))
         if accumulator.SummaryMetadata(tag).plugin_data.plugin_name == "scalars":
             series[tag] = {e.step: float(tensor_util.make_ndarray(e.tensor_proto)) for e in accumulator.Tensors(tag)}
-    return _Folder(name, hparams, metric_tags, _args_seed(accumulator, tensor_util, tags["tensors"]), series)
+    try:
+        started: Optional[float] = accumulator.FirstEventTimestamp()
+    except ValueError:  # no event at all
+        started = None
+    return _Folder(name, hparams, metric_tags, _args(accumulator, tensor_util, tags["tensors"]), series, started)
 
 
 def _merge_record(run: _Folder, record: _Folder) -> None:
@@ -178,13 +204,21 @@ def _run(folder: _Folder) -> TBRun:
     named, named_seed = folder_name_parts(folder.name)
     params = dict(folder.hparams) if folder.hparams else named
     seed = _seed_of(folder.name, params[SEED_KEY], "hparams") if SEED_KEY in params else None
-    seed = next((s for s in (seed, named_seed, folder.args_seed) if s is not None), None)
+    seed = next((s for s in (seed, named_seed, _args_seed(folder.args)) if s is not None), None)
     if seed is None:
         raise RlvrlabError(f"TensorBoard run {folder.name!r} has no seed: log it as an hparam (add_hparams "
                            f"{{'seed': N, ...}}) or name the run's folder seed=N")
     params = {key: value for key, value in sorted(params.items()) if key != SEED_KEY}
     series = {tag: sorted(values.items()) for tag, values in sorted(folder.series.items())}
-    return TBRun(folder.name, params, seed, series)
+    if folder.args is not None:  # a transformers Trainer's run: the names its MLflowCallback logs
+        named_as = {tag: mlflow_name(tag) for tag in series}
+        clash = next((tag for tag in series if tag != named_as[tag] and named_as[tag] in series), None)
+        if clash is not None:
+            raise RlvrlabError(f"TensorBoard run {folder.name!r} logs both {clash!r} and {named_as[clash]!r}, one "
+                               f"metric name once transformers' {clash.split('/')[0]}/ prefix is undone: log the "
+                               "second under another name")
+        series = {named_as[tag]: values for tag, values in sorted(series.items(), key=lambda i: named_as[i[0]])}
+    return TBRun(folder.name, params, seed, series, folder.started)
 
 
 def read_runs(directory: Path) -> list[TBRun]:
@@ -195,7 +229,7 @@ def read_runs(directory: Path) -> list[TBRun]:
                            f"TensorBoard event files into")
     modules = _tensorboard()
     root = directory.resolve()
-    paths = sorted(Path(p) for p in modules[1].GetLogdirSubdirectories(str(root)))
+    paths = tuple(sorted(Path(p) for p in modules[1].GetLogdirSubdirectories(str(root))))
     if not paths:
         raise RlvrlabError(f"--source tensorboard:{directory}: no TensorBoard event files (events.out.tfevents.*) "
                            f"under it: give the folder SummaryWriter or report_to='tensorboard' logged into")
@@ -209,3 +243,24 @@ def read_runs(directory: Path) -> list[TBRun]:
         if name != "." and parent in folders and folder.is_hparams_record:
             _merge_record(folders[parent], folders.pop(name))
     return [_run(folder) for _, folder in sorted(folders.items())]
+
+
+class Histories:
+    """The runs' series served as the part of MLflow's client that the report's curves, events and protocol read
+    (`get_metric_history`, `get_run`), keyed by run name: rlvrlab.report.plots, rlvrlab.report.events and
+    rlvrlab.report.provenance then read TensorBoard runs as they read MLflow runs. A run's tags hold `nonfinite_step`
+    (rlvrlab's tag for the `nonfinite` event) at the first step where any of its scalars is NaN or infinite."""
+
+    def __init__(self, runs: list[TBRun]):
+        self.runs = {run.name: run for run in runs}
+
+    def get_metric_history(self, run_id: str, key: str) -> list[SimpleNamespace]:
+        return [SimpleNamespace(key=key, step=step, value=value, timestamp=0)
+                for step, value in self.runs[run_id].series.get(key, [])]
+
+    def get_run(self, run_id: str) -> SimpleNamespace:
+        run = self.runs[run_id]
+        bad = [step for points in run.series.values() for step, value in points if not math.isfinite(value)]
+        tags = {NONFINITE_STEP: str(min(bad))} if bad else {}
+        start = round(run.started * 1000) if run.started is not None else None  # ms, as MLflow's start_time
+        return SimpleNamespace(data=SimpleNamespace(tags=tags), info=SimpleNamespace(run_id=run_id, start_time=start))

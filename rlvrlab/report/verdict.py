@@ -266,7 +266,7 @@ def evaluate(protocol: Path, questions: tuple[Question, ...], report: Report, *,
     """Every rule of every block on the report's comparisons (and its events, in sources.json's form); one-line
     errors for a comparison, column or field the report does not have. `folder`: where the report is written; a
     block that names another folder (or any folder, when `folder` is not given) is listed, not evaluated."""
-    rows = tuple(comparison_record(r) for r in report.rows)
+    rows = tuple(comparison_record(r) for r in report.comparisons)
     return _evaluate(protocol, questions, Records(rows, tuple(events)), folder, root)
 
 

@@ -58,7 +58,7 @@ def tables(folder: Path, chosen: list[str], interval: str, done: Analysed) -> li
              "tex": render.latex(result, interval),
              "csv": render.to_csv(result)}
     written = [_write(folder / f"table.{fmt}", texts[fmt]) for fmt in chosen]
-    if "csv" in chosen and result.rows:
+    if "csv" in chosen and result.comparisons:
         written.append(_write(folder / "comparisons.csv", render.comparisons_csv(result)))
     return written
 
@@ -86,7 +86,7 @@ def plots(folder: Path, request: ReportRequest, selected: Selected, result: Repo
     keys = heatmap_keys(selection, request.heatmap_keys)
     if keys is not None:
         first = selected.specs[0].label
-        means = {c.group: c.mean for c in result.cells if c.section == "train" and c.metric == first}
+        means = {c.group: c.mean for c in result.estimates if c.section == "train" and c.metric == first}
         written.append(plotting.heatmap(selection, means, keys, first, folder, not lower_is_better(first)))
     return written
 

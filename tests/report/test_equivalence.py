@@ -11,7 +11,7 @@ import pytest
 
 from rlvrlab import stats
 from rlvrlab.errors import RlvrlabError
-from rlvrlab.report.table import Equivalence, Row, adjust_family, parse_equivalence
+from rlvrlab.report.table import Comparison, Equivalence, adjust_family, parse_equivalence
 
 
 def test_tost_by_hand_at_two_df() -> None:
@@ -65,7 +65,7 @@ def test_equivalence_tests_join_the_holm_family() -> None:
         seeds = 3 if index == 3 else 5
         a = 0.5 + shift + shared[:seeds] + rng.normal(0, 0.002, seeds)
         b = 0.5 + shared[:seeds] + rng.normal(0, 0.002, seeds)
-        rows.append(Row(f"g{index}", "base", "train", "m" if index != 2 else "other", stats.compare(a, b, paired=True),
+        rows.append(Comparison(f"g{index}", "base", "train", "m" if index != 2 else "other", stats.compare(a, b, paired=True),
                         selected_from=3 if index == 1 else None, margin=None if index == 2 else 0.02))
     adjust_family(rows)
     tested = [r for r in rows if r.margin is not None]

@@ -75,7 +75,7 @@ def test_an_adaptive_studys_folder_reanalyses_with_steins_stage_one(tmp_path: Pa
     values = {("train", m.label): {g: 0.5 + 0.01 * rng.normal(size=len(run)) for g, run in seeds.items()}
               for m in specs}
     report = analyse(selection, values, metrics=specs, eval_stats=[], baseline="b", stage_one=5)
-    assert {c.method for c in report.cells} == {"stein", "t"}
+    assert {c.method for c in report.estimates} == {"stein", "t"}
     (tmp_path / "per_seed.csv").write_text(render.per_seed_csv(report, values))
     (tmp_path / "sources.json").write_text(json.dumps({
         "command": ["rlvrlab", "report", "--study", "study", "--baseline", "b", "--metric", "train/reward,loss/kl",

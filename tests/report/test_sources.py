@@ -1,11 +1,14 @@
 """`rlvrlab report --source csv:FILE` and `--source tensorboard:DIR` (rlvrlab.report.files): the same runs read from
-a CSV of per-seed values, or as TensorBoard runs, give the MLflow report's comparisons.csv byte for byte; the
-report's options are ReportRequest's fields, one definition (rlvrlab.report.request)."""
+a CSV of per-seed values, or as TensorBoard runs, give the MLflow report's comparisons.csv byte for byte, TensorBoard
+runs the same events and curves too, and a protocol's verdicts work from every source; the report's options are
+ReportRequest's fields, one definition (rlvrlab.report.request)."""
 
 from __future__ import annotations
 
 import csv
 import dataclasses
+import json
+from datetime import datetime, timezone
 from pathlib import Path
 
 import numpy as np
@@ -120,7 +123,10 @@ def test_the_cli_reports_a_csv(store: dict, tmp_path: Path) -> None:
     ({"source": "parquet:x"}, "give csv:FILE or tensorboard:DIR"),
     ({"source": "csv:"}, "give csv:FILE or tensorboard:DIR"),
     ({"source": "csv:x.csv", "experiment": "toy"}, "drop --experiment"),
-    ({"source": "csv:x.csv", "events": ("a: reward < 0",)}, "drop --event"),
+    ({"source": "csv:x.csv", "events": ("a: reward < 0",)}, "--event reads each run's per-step series and a CSV "
+                                                            "has one value per seed run; drop it"),
+    ({"source": "csv:x.csv", "smooth": 5}, "--smooth reads each run's per-step series"),
+    ({"source": "tensorboard:x", "seed_key": "s"}, "drop --seed-key"),
     ({"source": "csv:x.csv", "heatmap_keys": "a,b"}, "drop --heatmap"),
 ])
 def test_bad_sources_are_one_line_errors(kwargs: dict, fragment: str, tmp_path: Path) -> None:
@@ -167,3 +173,79 @@ def test_a_csv_sourced_folder_reanalyses_to_the_same_comparisons(tmp_path: Path)
     assert (out / "comparisons.csv").read_bytes() == first
     assert any(note.startswith("training metrics, per run: reward: the value in runs.csv")
                for note in again.result.notes)
+
+
+def _tensorboard_runs(store: dict, monkeypatch: pytest.MonkeyPatch, started: float = 1.7e9) -> list[TBRun]:
+    """The store's runs as TensorBoard runs (read_runs replaced): the same histories, named by folder, started at
+    `started` + the run's index (s)."""
+    runs = [TBRun(f"lr={lr},seed={seed}", {"lr": lr}, seed, {"reward": list(enumerate(history))}, started + i)
+            for i, ((lr, seed), history) in enumerate(store["histories"].items())]
+    from rlvrlab.report import tensorboard
+
+    monkeypatch.setattr(tensorboard, "read_runs", lambda directory: runs)
+    return runs
+
+
+def _events(folder: Path) -> list[dict]:
+    """sources.json's events without the run ids (MLflow's ids, TensorBoard's folder names)."""
+    found = json.loads((folder / "sources.json").read_text())["events"]
+    return [{**event, "groups": {group: [{k: v for k, v in run.items() if k != "run_id"} for run in runs]
+                                 for group, runs in event["groups"].items()}} for event in found]
+
+
+def test_tensorboard_runs_give_the_same_events_and_curves_as_mlflow(store: dict, tmp_path: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    events = ("reach: reward >= 0.5 for 2", "fall: reward < 0.3*initial | nonfinite")
+    common = dict(metric=(METRIC,), baseline="lr=1e-05", events=events, smooth=3)
+    make_report(ReportRequest(experiment="toy", group_by="lr", tracking_uri=store["uri"], out=tmp_path / "mlflow",
+                              **common))
+    _tensorboard_runs(store, monkeypatch)
+    make_report(ReportRequest(source=f"tensorboard:{tmp_path}", out=tmp_path / "tb", **common))
+    found = _events(tmp_path / "tb")
+    assert found == _events(tmp_path / "mlflow") and len(found) == 2
+    assert any(run["step"] is not None for group in found[0]["groups"].values() for run in group)  # it happened
+    assert (tmp_path / "tb" / "comparisons.csv").read_bytes() == (tmp_path / "mlflow" / "comparisons.csv").read_bytes()
+    assert (tmp_path / "tb" / "per_seed.csv").read_text().count("\n") == \
+        (tmp_path / "mlflow" / "per_seed.csv").read_text().count("\n")
+    assert (tmp_path / "tb" / "curve_reward.png").stat().st_size > 0  # from the runs' series, as from MLflow's
+
+
+PROTOCOL = """# Does a larger learning rate help?
+
+```verdict
+precedence: first
+rules:
+  - verdict: helps
+    all:
+      - {comparison: lr=3e-05 vs lr=1e-05, metric: "reward:mean:4", where: delta > 0}
+  - verdict: not shown
+```
+"""
+
+
+def test_a_protocol_s_verdicts_come_from_every_source(store: dict, tmp_path: Path,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    from rlvrlab.report.verdict import lines
+
+    protocol = tmp_path / "protocol.md"
+    protocol.write_text(PROTOCOL)
+    common = dict(metric=(METRIC,), baseline="lr=1e-05", plots=False, protocol=protocol)
+    by_mlflow = make_report(ReportRequest(experiment="toy", group_by="lr", tracking_uri=store["uri"],
+                                          out=tmp_path / "mlflow", **common))
+    rows = [r for r in csv.DictReader((tmp_path / "mlflow" / "per_seed.csv").open()) if r["section"] == "train"]
+    table = tmp_path / "runs.csv"
+    table.write_text("lr,seed,reward\n" + "".join(f"{r['group'].removeprefix('lr=')},{r['seed']},{r['value']}\n"
+                                                  for r in rows))
+    by_csv = make_report(ReportRequest(source=f"csv:{table}", out=tmp_path / "csv", **common))
+    runs = _tensorboard_runs(store, monkeypatch, started=1.7e9)
+    by_tb = make_report(ReportRequest(source=f"tensorboard:{tmp_path}", out=tmp_path / "tb", **common))
+    shown = lines(by_mlflow.verdicts)
+    assert ": helps (" in shown[-1] and lines(by_csv.verdicts) == shown and lines(by_tb.verdicts) == shown
+    recorded = {name: json.loads((tmp_path / name / "sources.json").read_text())["protocol"]
+                for name in ("mlflow", "csv", "tb")}
+    first = datetime.fromtimestamp(min(run.started for run in runs), tz=timezone.utc).isoformat()
+    assert recorded["tb"]["first_run_start"] == first  # the first event's wall time
+    assert recorded["csv"]["first_run_start"] == "unknown" and not recorded["csv"]["pre_registered"]
+    assert recorded["csv"]["reason"].startswith("the runs' start times are unknown (a CSV has none)")
+    assert "the file is not committed" in recorded["csv"]["reason"]  # the file's own state still checked
+    assert any("NOT pre-registered: the runs' start times are unknown" in n for n in by_csv.result.notes)

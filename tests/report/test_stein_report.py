@@ -151,7 +151,7 @@ def test_an_adaptive_study_reports_stein_cells_and_paired_stein_rows(tmp_path: P
     results/recompute.py recomputes every number from the CSVs the report writes."""
     client, selection, x = adaptive_selection()
     report = build(client, selection, metrics=METRICS, evals=None, eval_stats=[], baseline="b", stage_one=5)
-    cells = {(c.group, c.metric): c for c in report.cells}
+    cells = {(c.group, c.metric): c for c in report.estimates}
     for label in ("a", "b", "c"):
         for m in ("train/reward", "loss/kl"):
             v, cell = x[(label, m)], cells[(label, m)]
@@ -163,7 +163,7 @@ def test_an_adaptive_study_reports_stein_cells_and_paired_stein_rows(tmp_path: P
         assert (sweep.low, sweep.high) == pytest.approx((cells[(label, "train/reward")].low,
                                                          cells[(label, "train/reward")].high), rel=1e-12)
     assert cells[("d", "loss/kl")].method == "t" and cells[("d", "loss/kl")].df == 6
-    rows = {(r.a, r.metric): r.result for r in report.rows}
+    rows = {(r.a, r.metric): r.result for r in report.comparisons}
     for m in ("train/reward", "loss/kl"):
         r = rows[("a", m)]
         d = x[("a", m)] - x[("b", m)][:9]
@@ -178,7 +178,7 @@ def test_an_adaptive_study_reports_stein_cells_and_paired_stein_rows(tmp_path: P
     footer = " ".join(report.notes)
     assert "Stein two-stage, n0 = 5" in footer and "Student t, paired t or Welch for d" in footer
     plain = build(client, selection, metrics=METRICS, evals=None, eval_stats=[], baseline="b")
-    assert {r.result.test for r in plain.rows} == {"Welch"} and "Stein" not in " ".join(plain.notes)
+    assert {r.result.test for r in plain.comparisons} == {"Welch"} and "Stein" not in " ".join(plain.notes)
 
     values = {("train", m.label): {g: x[(g, m.label)] for g in SEEDS} for m in METRICS}
     (tmp_path / "table.csv").write_text(render.to_csv(report))
@@ -235,8 +235,8 @@ def test_rlvrlab_report_on_an_adaptive_study_reads_its_stage_one(tmp_path: Path)
     request = ReportRequest(study="s", tracking_uri=uri, baseline="dapo", formats="csv,md", plots=False,
                             evaluations=False, out=tmp_path / "out")
     report = make_report(request).result
-    assert report.stage_one == 5 and {c.method for c in report.cells} == {"stein"}
-    assert [r.result.test for r in report.rows] == ["paired Stein"] and report.rows[0].result.n_a == 7
+    assert report.stage_one == 5 and {c.method for c in report.estimates} == {"stein"}
+    assert [r.result.test for r in report.comparisons] == ["paired Stein"] and report.comparisons[0].result.n_a == 7
     assert any("Stein two-stage, n0 = 5" in note for note in report.notes)
     result = subprocess.run([sys.executable, str(ROOT / "results" / "recompute.py"), str(tmp_path / "out")],
                             capture_output=True, text=True, timeout=120)

@@ -1,21 +1,27 @@
-"""TensorBoard event files as seed runs (rlvrlab.report.tensorboard): folders, params and seeds by the documented rule,
-written here with torch's SummaryWriter (what transformers' TensorBoardCallback, and so TRL's report_to=
-"tensorboard", uses), and once by TRL's GRPOTrainer itself (slow).
+"""TensorBoard event files as seed runs (rlvrlab.report.tensorboard): folders, params, seeds and metric names by the
+documented rule, written here with torch's SummaryWriter (what transformers' TensorBoardCallback, and so TRL's
+report_to="tensorboard", uses), and once by TRL's GRPOTrainer itself, logging the same runs to TensorBoard and MLflow,
+whose reports agree byte for byte (slow).
 Run: .venv/bin/pytest -q tests/report/test_tensorboard.py"""
 
 from __future__ import annotations
 
+import csv
 import importlib.util
 import json
+import math
 import sys
+import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 from google.protobuf import struct_pb2
 from torch.utils.tensorboard import SummaryWriter
 
 from rlvrlab.errors import RlvrlabError
-from rlvrlab.report.tensorboard import TBRun, folder_name_parts, hparam_text, read_runs
+from rlvrlab.report.tensorboard import Histories, TBRun, folder_name_parts, hparam_text, mlflow_name, read_runs
+from rlvrlab.tracking.tags import NONFINITE_STEP
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -142,34 +148,103 @@ def test_without_tensorboard_the_error_says_what_to_install(tmp_path: Path, monk
         read_runs(tmp_path)
 
 
-# ---------------------------------------------------------------- TRL's own event files
-@pytest.mark.slow  # ~1 min on 2 busy cores: importing TRL, building the tiny tier's model folder; the steps take a second
-def test_trl_grpo_trainer_with_report_to_tensorboard_gives_a_run_per_seed(tmp_path: Path) -> None:
-    pytest.importorskip("trl")
-    import torch
-    from datasets import Dataset
-    from transformers import AutoModelForCausalLM
-    from trl import GRPOConfig, GRPOTrainer
+def test_a_transformers_run_has_the_metric_names_its_mlflow_callback_logs(tmp_path: Path) -> None:
+    args = {"seed": 3, "learning_rate": 0.001}
+    tags = {"train/reward": [(1, 0.5)], "train/rewards/countdown_reward/mean": [(1, 0.5)], "eval/loss": [(1, 2.0)],
+            "test/accuracy": [(1, 0.25)], "mine/kl": [(1, 0.125)]}
+    write(tmp_path / "trainer" / "runs" / "Dec07_13-33-36_vm", tags, args=args)
+    write(tmp_path / "script" / "seed=3", tags)  # no `args` text: not a transformers Trainer's run, tags as logged
+    script, trainer = read_runs(tmp_path)  # name order
+    assert list(trainer.series) == ["eval_loss", "mine/kl", "reward", "rewards/countdown_reward/mean",
+                                    "test_accuracy"]
+    assert trainer.series["reward"] == [(1, 0.5)] and trainer.series["eval_loss"] == [(1, 2.0)]
+    assert list(script.series) == sorted(tags)
+    assert [mlflow_name(t) for t in ("train/loss", "eval/runtime", "test/f1", "loss", "trainer/x")] == \
+        ["loss", "eval_runtime", "test_f1", "loss", "trainer/x"]
 
+
+def test_a_transformers_run_logging_a_name_twice_is_one_line_error(tmp_path: Path) -> None:
+    write(tmp_path / "seed=1", {"train/reward": [(1, 0.5)], "reward": [(1, 0.25)]}, args={"seed": 1})
+    with pytest.raises(RlvrlabError, match="logs both 'train/reward' and 'reward'") as e:
+        read_runs(tmp_path)
+    assert "\n" not in str(e.value)
+
+
+def test_histories_serve_series_start_and_the_nonfinite_step_as_mlflow_s_client_does(tmp_path: Path) -> None:
+    before = time.time()
+    write(tmp_path / "a" / "seed=1", {"loss": [(1, 0.5), (2, float("nan")), (3, 1.0)], "kl": [(1, math.inf)]})
+    write(tmp_path / "b" / "seed=1", {"loss": [(1, 0.5), (2, 0.25)]})
+    runs = read_runs(tmp_path)
+    client = Histories(runs)
+    assert [(m.step, m.value) for m in client.get_metric_history("b/seed=1", "loss")] == [(1, 0.5), (2, 0.25)]
+    assert client.get_metric_history("b/seed=1", "absent") == []
+    assert client.get_run("a/seed=1").data.tags == {NONFINITE_STEP: "1"}  # the first non-finite step of any scalar
+    assert client.get_run("b/seed=1").data.tags == {}
+    for run in runs:  # ms, from the run's first event
+        assert before - 1 <= client.get_run(run.name).info.start_time / 1000 <= time.time() + 1
+
+
+# ---------------------------------------------------------------- TRL's own event files
+def _example():
     spec = importlib.util.spec_from_file_location("trl_grpo_example", REPO / "examples" / "trl_grpo.py")
     assert spec is not None and spec.loader is not None
     example = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(example)
-    folder, tokenizer, rows, reward = example.countdown_task(None, 4)  # the example's task, as in its main()
-    for seed in (0, 1):
-        config = GRPOConfig(
-            output_dir=str(tmp_path / "lr=0.0001" / f"out{seed}"), max_steps=2, seed=seed, learning_rate=1e-4,
-            beta=0.0, per_device_train_batch_size=4, num_generations=2, max_completion_length=8, use_cpu=True,
-            logging_steps=1, report_to=["tensorboard"], save_strategy="no", disable_tqdm=True,
-            dataloader_num_workers=0, dataloader_pin_memory=False)
-        model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32)
-        GRPOTrainer(model=model, reward_funcs=reward, args=config, train_dataset=Dataset.from_list(rows),
-                    processing_class=tokenizer).train()
-    runs = read_runs(tmp_path)
-    # transformers' TensorBoardCallback: output_dir/runs/<date_host>/, the seed in its `args` text, tags train/...
-    assert [run.name.split("/runs/")[0] for run in runs] == ["lr=0.0001/out0", "lr=0.0001/out1"]
-    assert [(run.params, run.seed) for run in runs] == [({"lr": "0.0001"}, 0), ({"lr": "0.0001"}, 1)]
-    for run in runs:
-        assert [step for step, _ in run.series["train/reward"]] == [1, 2]
-        assert all(0.0 <= value <= 1.0 for _, value in run.series["train/reward"])
-        assert "train/entropy" in run.series and "train/loss" in run.series
+    return example
+
+
+def _rows(path: Path) -> list[dict]:
+    return list(csv.DictReader(path.open()))
+
+
+@pytest.mark.slow  # 1-3 min on 2 busy cores: importing TRL, building the tiny model folder once, 6 runs of 2 steps
+def test_trl_runs_logged_to_tensorboard_and_mlflow_give_the_same_report(tmp_path: Path, monkeypatch) -> None:
+    """examples/trl_grpo.py --report-to tensorboard,mlflow: one run per (learning rate, seed) logs each step to both
+    stores. The TensorBoard report equals the MLflow report byte for byte in comparisons.csv for TRL's reward (k/4 of
+    4 completions) and entropy (a float32 tensor's item()), which float32 keeps exactly; a float64 value (the step's
+    wall time) is the float32 rounding of MLflow's."""
+    pytest.importorskip("trl")
+    import mlflow
+
+    from rlvrlab.report.command import ReportRequest, make_report
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    monkeypatch.setenv("MLFLOW_EXPERIMENT_NAME", "trl")  # transformers' MLflowCallback: one run per training
+    previous = mlflow.get_tracking_uri()
+    mlflow.set_tracking_uri(uri)
+    example = _example()
+    try:
+        for lr in ("0.0001", "0.01"):
+            for seed in (0, 1, 2):  # the seed only in TRL's `args` text: the folder says out<seed>
+                example.main(["--learning-rate", lr, "--seed", str(seed), "--steps", "2", "--prompts-per-step", "2",
+                              "--num-generations", "2", "--max-completion-length", "8", "--threads", "0",
+                              "--report-to", "tensorboard,mlflow",
+                              "--output-dir", str(tmp_path / "tb" / f"learning_rate={lr}" / f"out{seed}")])
+    finally:
+        mlflow.set_tracking_uri(previous)
+    runs = read_runs(tmp_path / "tb")  # transformers' TensorBoardCallback: output_dir/runs/<date_host>/
+    assert [(run.name.split("/runs/")[0], run.params, run.seed) for run in runs] == [
+        (f"learning_rate={lr}/out{seed}", {"learning_rate": lr}, seed) for lr in ("0.0001", "0.01") for seed in range(3)]
+    assert all({"reward", "entropy", "loss"} <= set(run.series) for run in runs)  # MLflow's names, no train/
+
+    def both(metrics: tuple[str, ...], name: str) -> tuple[Path, Path]:
+        common = dict(metric=metrics, baseline="learning_rate=0.0001", plots=False)
+        make_report(ReportRequest(experiment="trl", group_by="learning_rate", tracking_uri=uri,
+                                  out=tmp_path / f"mlflow_{name}", **common))
+        make_report(ReportRequest(source=f"tensorboard:{tmp_path / 'tb'}", out=tmp_path / f"tb_{name}", **common))
+        return tmp_path / f"mlflow_{name}", tmp_path / f"tb_{name}"
+
+    from_mlflow, from_tb = both(("reward:mean:1", "entropy:mean:2"), "exact")
+    assert (from_tb / "comparisons.csv").read_bytes() == (from_mlflow / "comparisons.csv").read_bytes()
+    assert (from_tb / "table.csv").read_bytes() == (from_mlflow / "table.csv").read_bytes()
+    values = [float(r["value"]) for r in _rows(from_mlflow / "per_seed.csv") if r["metric"] == "reward:mean:1"]
+    assert len(values) == 6 and all(4 * v == int(4 * v) for v in values)  # k/4: exact in float32
+
+    from_mlflow, from_tb = both(("step_time:mean:1",), "float64")  # seconds, a float64 when logged
+    logged, kept = (_rows(folder / "per_seed.csv") for folder in (from_mlflow, from_tb))
+    assert [(r["group"], r["seed"]) for r in kept] == [(r["group"], r["seed"]) for r in logged]
+    assert [float(r["value"]) for r in kept] == [float(np.float32(float(r["value"]))) for r in logged]
+    for a, b in zip(_rows(from_mlflow / "comparisons.csv"), _rows(from_tb / "comparisons.csv"), strict=True):
+        for column in ("delta", "low", "high"):
+            assert float(b[column]) == pytest.approx(float(a[column]), rel=1e-6, abs=1e-6)

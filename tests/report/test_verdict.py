@@ -13,7 +13,7 @@ import pytest
 from rlvrlab import stats
 from rlvrlab.errors import RlvrlabError
 from rlvrlab.report import verdict
-from rlvrlab.report.table import Equivalence, Report, Row, adjust_family
+from rlvrlab.report.table import Comparison, Equivalence, Report, adjust_family
 
 UNIFORMITY, PASS1 = "eval/heldout/uniformity:mean:1", "eval/heldout/pass_at_1:mean:1"
 
@@ -53,9 +53,9 @@ def _report(equivalence: bool = False) -> Report:
     arms = {"ucpo": {UNIFORMITY: grpo + 0.010 + rng.normal(0, 0.001, 6), PASS1: grpo + 0.001 + rng.normal(0, 0.002, 6)},
             "ent_reg": {UNIFORMITY: grpo - 0.05 + rng.normal(0, 0.001, 6), PASS1: grpo + rng.normal(0, 0.002, 6)}}
     margin = 0.02 if equivalence else None
-    rows = [Row(arm, "grpo", "train", metric, stats.compare(values[metric], grpo, paired=True), margin=margin)
+    rows = [Comparison(arm, "grpo", "train", metric, stats.compare(values[metric], grpo, paired=True), margin=margin)
             for arm, values in arms.items() for metric in (UNIFORMITY, PASS1)]
-    rows.append(Row("ucpo", "grpo", "train", UNIFORMITY, rows[0].result, selected_from=2, margin=margin))
+    rows.append(Comparison("ucpo", "grpo", "train", UNIFORMITY, rows[0].result, selected_from=2, margin=margin))
     adjust_family(rows)
     return Report([], [], "grpo", ["train"], {"train": [UNIFORMITY, PASS1]}, rows,
                   equivalence=Equivalence(0.02) if equivalence else None)
@@ -76,7 +76,7 @@ def test_the_first_rule_that_holds_is_the_verdict(tmp_path: Path) -> None:
     """Both "negligible" and "reproduced" hold; the first listed is the verdict, the table says the other holds too;
     listed the other way round the verdict is "reproduced"."""
     report = _report()
-    ucpo = next(r for r in report.rows if r.a == "ucpo" and r.metric == UNIFORMITY)
+    ucpo = next(r for r in report.comparisons if r.a == "ucpo" and r.metric == UNIFORMITY)
     assert ucpo.p_holm < 0.05 and 0 < ucpo.result.delta and ucpo.result.high < 0.02  # the case the rules are for
     outcome = _verdicts(tmp_path, RULES, report).questions[0]
     assert [(r.verdict, r.holds) for r in outcome.rules] == [("negligible", True), ("reproduced", True),

@@ -15,7 +15,7 @@ import pytest
 from rlvrlab import stats
 from rlvrlab.errors import RlvrlabError
 from rlvrlab.report import render, verdict
-from rlvrlab.report.table import Equivalence, Report, Row, adjust_family
+from rlvrlab.report.table import Comparison, Equivalence, Report, adjust_family
 
 U, P = "eval/heldout/uniformity:mean:1", "eval/heldout/pass_at_1:mean:1"
 RULES = """
@@ -49,9 +49,9 @@ def _report() -> Report:
     grpo = rng.normal(0.5, 0.05, 6)
     arms = {"ucpo": {U: grpo + 0.01 + rng.normal(0, 0.001, 6), P: grpo + rng.normal(0, 0.002, 6)},
             "ent_reg": {U: grpo + 0.04 + rng.normal(0, 0.01, 6), P: grpo + rng.normal(0, 0.002, 6)}}
-    rows = [Row(arm, "grpo", "train", m, stats.compare(values[m], grpo, paired=True), margin=0.02)
+    rows = [Comparison(arm, "grpo", "train", m, stats.compare(values[m], grpo, paired=True), margin=0.02)
             for arm, values in arms.items() for m in (U, P)]
-    rows.append(Row("ent_reg", "grpo", "train", U, rows[2].result, selected_from=2, margin=0.02))
+    rows.append(Comparison("ent_reg", "grpo", "train", U, rows[2].result, selected_from=2, margin=0.02))
     adjust_family(rows)
     return Report([], [], "grpo", ["train"], {"train": [U, P]}, rows, equivalence=Equivalence(0.02))
 
@@ -73,7 +73,7 @@ def test_comparisons_csv_read_back_gives_the_reports_outcomes(tmp_path: Path) ->
     csv_path = _write(tmp_path / "study" / "comparisons.csv", render.comparisons_csv(report))
     from_report = verdict.evaluate(protocol, questions, report)
     from_csv = verdict.evaluate_records(protocol, questions, verdict.read_comparisons(csv_path))
-    from_records = verdict.evaluate_records(protocol, questions, [render.comparison_record(r) for r in report.rows])
+    from_records = verdict.evaluate_records(protocol, questions, [render.comparison_record(r) for r in report.comparisons])
     assert _outcome(from_report) == _outcome(from_csv) == _outcome(from_records)
     assert [r.holds for r in from_csv.questions[0].rules] == [True, True, True]  # the selected cell is significant
     assert from_csv.questions[0].verdict == "refuted"

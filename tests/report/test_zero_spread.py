@@ -10,9 +10,10 @@ from pathlib import Path
 
 from typer.testing import CliRunner
 
+from rlvrlab import stats
 from rlvrlab.cli.main import app
 from rlvrlab.report.render import NO_SPREAD, _delta_text, _mde
-from rlvrlab.report.table import Cell
+from rlvrlab.report.table import Comparison
 
 SHA = "0123456789abcdef0123456789abcdef01234567"
 SEEDS = [1, 2, 3, 4, 5]
@@ -24,9 +25,11 @@ def test_mde_text_says_why_it_has_no_number() -> None:
     assert _mde(0.1234) == "0.123"
     assert _mde(math.nan, 0.0) == NO_SPREAD == "0 (no spread)"
     assert _mde(math.nan) == "—" and _mde(math.nan, 0.2) == "—"  # undefined for another reason (no df)
-    cell = Cell("arm=b", "train", "reward", 0.5, 5, delta=0.0, delta_low=0.0, delta_high=0.0, p=1.0, p_holm=1.0,
-                mde=math.nan, mde_holm=math.nan, test="paired t")
-    assert _delta_text(cell) == "+0.000 [+0.000, +0.000] p=1.000 MDE=0 (no spread) paired"
+    same = stats.Comparison(0.0, 0.0, 0.0, 0.0, 4.0, 1.0, 1.0, math.nan, True, "paired t", 5, 5, 0.5)
+    row = Comparison("arm=b", "arm=a", "train", "reward", same, p_holm=1.0,
+                     claim=stats.Claim(0.05, math.nan, False, ""))
+    assert _delta_text(row) == "+0.000 [+0.000, +0.000] p=1.000 MDE=0 (no spread) paired"
+    assert _delta_text(None, 0.01234) == "+0.012†" and _delta_text(None) == "—"  # too few seeds; the baseline
 
 
 def test_identical_arms_print_an_mde_in_table_md(tmp_path: Path) -> None:

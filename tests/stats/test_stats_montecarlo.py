@@ -12,7 +12,7 @@ import pytest
 from scipy import special
 
 from rlvrlab import stats
-from rlvrlab.report.table import Row, adjust_family, max_statistic, parse_metrics
+from rlvrlab.report.table import Comparison, adjust_family, max_statistic, parse_metrics
 
 
 def _covers(low: np.ndarray, high: np.ndarray, truth: float) -> np.ndarray:
@@ -54,7 +54,7 @@ def test_the_table_reports_the_mde_at_its_familys_holm_level() -> None:
     for index, shift in enumerate((0.03, 0.0, 0.05, 0.2)):
         a = 0.5 + shift + seed_effect + rng.normal(0, 0.01, 5)
         b = 0.5 + seed_effect + rng.normal(0, 0.01, 5)
-        rows.append(Row(f"g{index}", "base", "train", "m", stats.compare(a, b, paired=True),
+        rows.append(Comparison(f"g{index}", "base", "train", "m", stats.compare(a, b, paired=True),
                         selected_from=3 if index == 1 else None, max_statistic=index == 3))
     adjust_family(rows)
     assert [r.p_holm for r in rows] == pytest.approx(stats.holm([r.p_family for r in rows]))
