@@ -309,3 +309,13 @@ def path_part(name: str) -> str:
 
     part = re.sub(r"[^\w.+=@-]", "_", name, flags=re.ASCII) or "_"
     return "_" + part if part.startswith(".") else part
+
+
+def storage_line(error: BaseException, trouble: str) -> str:
+    """The one line a command shows for a full disk or a held store it did not word itself (full_or_held)."""
+    first = str(error).strip().splitlines()[0] if str(error).strip() else ""
+    if trouble == "full":
+        return (f"no space left on the device ({type(error).__name__}: {first}); free space there, then run the "
+                "command again")
+    return (f"a sqlite database is locked by another process ({type(error).__name__}: {first}); wait for the process "
+            "writing it to end, then run the command again")

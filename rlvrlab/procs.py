@@ -3,6 +3,7 @@ their parent."""
 
 from __future__ import annotations
 
+import os
 import signal
 import sys
 from collections.abc import Iterator
@@ -146,3 +147,21 @@ def exit_now(code: int | str | None) -> NoReturn:
         ignore_further_signals()
     _exit_code = code or 0
     sys.exit(_exit_code)
+
+
+def quiet_library_bars() -> None:
+    """No tqdm bars from transformers or huggingface_hub in this process or the processes it starts (a sweep's
+    seed runs), unless the user set HF_HUB_DISABLE_PROGRESS_BARS. huggingface_hub reads that variable when it is
+    first imported and transformers takes its initial setting from there (transformers.utils.logging); a library
+    imported already is told through its public switch."""
+    if "HF_HUB_DISABLE_PROGRESS_BARS" in os.environ:
+        return
+    os.environ["HF_HUB_DISABLE_PROGRESS_BARS"] = "1"
+    if "transformers" in sys.modules:
+        from transformers.utils import logging as transformers_logging
+
+        transformers_logging.disable_progress_bar()  # turns huggingface_hub's bars off too
+    elif "huggingface_hub" in sys.modules:
+        from huggingface_hub.utils import disable_progress_bars
+
+        disable_progress_bars()

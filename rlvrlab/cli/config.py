@@ -28,28 +28,14 @@ def show(experiment: ExperimentArg = None, overrides: OverridesArg = None,
     cfg = compose(experiment, overrides)
     text = f"{to_yaml(cfg)}# config hash (without seed): {config_hash(cfg)}\n"
     if memory:
-        text += memory_lines(cfg)
+        from rlvrlab.config.memory import comment_lines
+
+        text += comment_lines(cfg)
     console = Console()
     if console.is_terminal:
         console.print(Syntax(text.rstrip("\n"), "yaml", background_color="default"))
     else:
         sys.stdout.write(text)
-
-
-def memory_lines(cfg) -> str:
-    """The memory estimate as YAML comments (rlvrlab.config.memory), or why there is none."""
-    from rlvrlab.config import memory as mem
-
-    if cfg.model.tier == "toy":
-        return (f"# memory (toy tier, this machine's memory): ~{mem.toy_bytes(cfg) / mem.MIB:,.1f} MiB for its table "
-                "and a step's batch\n")
-    arch = mem.architecture(cfg)
-    if arch is None:
-        return "# memory: no estimate (model.path has no config.json here and model.architecture is not given)\n"
-    found = mem.estimate(cfg, arch, world_size=mem.planned_world_size(cfg),
-                         device_bytes=int(cfg.trainer.device_memory_gib * mem.GIB))
-    rows = "".join(f"#   {name:<31} {gib:9.2f} GiB\n" for name, gib in found.rows())
-    return f"# memory per GPU ({arch.params / 1e9:.3f}B parameters): {found.summary()}\n{rows}"
 
 
 @config_app.command()

@@ -9,14 +9,15 @@ from rich.console import Console
 from rlvrlab.cli.config import config_app
 from rlvrlab.cli.eval import eval_app
 from rlvrlab.cli.model import model_app
-from rlvrlab.cli.options import check_arguments
 from rlvrlab.cli.report import report
 from rlvrlab.cli.reproduce import reproduce
 from rlvrlab.cli.sweep import sweep
 from rlvrlab.cli.train import train
+from rlvrlab.config.compose import check_arguments
 from rlvrlab.errors import RlvrlabError
-from rlvrlab.outputs import full_or_held
+from rlvrlab.outputs import full_or_held, storage_line
 from rlvrlab.procs import ignore_further_signals, install_stop_handlers, stop_requested
+from rlvrlab.sweep.exits import SweepExit
 
 app = typer.Typer(
     name="rlvrlab",
@@ -44,30 +45,21 @@ def main() -> None:
     except RlvrlabError as error:
         if stop_requested() is not None:  # a second Ctrl-C must not cut the message short
             ignore_further_signals()
-        if os.environ.get("RLVRLAB_DEBUG") == "1":
+        if os.environ.get("RLVRLAB_DEBUG") == "1" and not isinstance(error, SweepExit):
             raise
         # soft_wrap: the message stays one line however narrow the terminal
         Console(stderr=True).print(f"error: {error}", style="red", markup=False, highlight=False, soft_wrap=True)
-        sys.exit(1)
+        sys.exit(error.code if isinstance(error, SweepExit) else 1)  # a sweep's own codes (rlvrlab.sweep.exits)
     except Exception as error:  # a full disk or a held store the command did not word itself: one line too
         trouble = full_or_held(error)
         if trouble is None or os.environ.get("RLVRLAB_DEBUG") == "1":
             raise
-        Console(stderr=True).print(f"error: {_storage_line(error, trouble)}", style="red", markup=False,
+        Console(stderr=True).print(f"error: {storage_line(error, trouble)}", style="red", markup=False,
                                    highlight=False, soft_wrap=True)
         sys.exit(1)
     finally:
         if stop_requested() is not None:  # on its way out after a stop: a late signal must not break the exit
             ignore_further_signals()
-
-
-def _storage_line(error: BaseException, trouble: str) -> str:
-    first = str(error).strip().splitlines()[0] if str(error).strip() else ""
-    if trouble == "full":
-        return (f"no space left on the device ({type(error).__name__}: {first}); free space there, then run the "
-                "command again")
-    return (f"a sqlite database is locked by another process ({type(error).__name__}: {first}); wait for the process "
-            "writing it to end, then run the command again")
 
 
 if __name__ == "__main__":

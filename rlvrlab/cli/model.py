@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import shlex
 import time
 from pathlib import Path
 from typing import Annotated, Optional
@@ -11,7 +10,7 @@ from typing import Annotated, Optional
 import typer
 from rich.console import Console
 
-from rlvrlab.cli.options import ExperimentArg, OverridesArg, split_experiment
+from rlvrlab.cli.options import ExperimentArg, OverridesArg, say, split_experiment
 
 model_app = typer.Typer(help="Bring pretrained models in as Hugging Face folders.", no_args_is_help=True)
 
@@ -36,7 +35,7 @@ def import_(
     """
     from rlvrlab import outputs
     from rlvrlab.components import cache_root
-    from rlvrlab.policy.gguf_import import import_model
+    from rlvrlab.policy.gguf_import import import_model, summary_lines
 
     outputs.check_dir(out if out is not None else Path("models"), f"--out {out}" if out is not None else "models")
 
@@ -49,12 +48,8 @@ def import_(
 
         folder, done = import_model(source, out, dtype=dtype, downloads=cache_root() / "downloads", stage=stage,
                                     force=force)
-    seconds = time.perf_counter() - start
-    size = sum(p.stat().st_size for p in folder.iterdir() if p.is_file()) / 1e6
-    verb = "imported" if done else "already imported (same file and dtype)"
-    Console(soft_wrap=True).print(f"[green]{verb}[/]: {folder} ({size:.0f} MB, {seconds:.1f} s)")
-    Console(soft_wrap=True).print(f"  use it: rlvrlab train model.tier=real model.path={shlex.quote(str(folder))} "
-                                  "dataset.use_chat_template=true ...", markup=False, highlight=False)
+    say(Console(soft_wrap=True), summary_lines(folder, done, time.perf_counter() - start),
+        green=("imported", "already imported (same file and dtype)"))
 
 
 @model_app.command("digest")
@@ -77,18 +72,11 @@ def digest(
     from rlvrlab import components
     from rlvrlab.config import compose
     from rlvrlab.data import load_split
-    from rlvrlab.errors import RlvrlabError
+    from rlvrlab.tracking.identity import check_digest, wanted_digest
 
-    wanted = (expect or "").strip().lower()
-    if expect is not None and not (12 <= len(wanted) <= 64 and all(c in "0123456789abcdef" for c in wanted)):
-        raise RlvrlabError(f"--expect {expect!r}: give the digest as hex, its first 12 to 64 digits")
+    wanted = wanted_digest(expect)  # a malformed --expect: one line before anything is built
     experiment, overrides = split_experiment(experiment, overrides)
     cfg = compose(experiment, overrides)
     initial = components.initial_model(cfg, load_split(cfg.dataset, cfg.model))  # as `rlvrlab train` builds it
-    out = Console(soft_wrap=True)
-    out.print(initial.sha256, markup=False, highlight=False)
-    out.print(f"  source: {initial.source}", markup=False, highlight=False)
-    if expect is not None and not initial.sha256.startswith(wanted):
-        raise RlvrlabError(f"the initial model has digest {initial.sha256[:12]}, not the expected {wanted[:12]}; "
-                           "the config, the code or the environment (library versions, CPU) differs from the one "
-                           "that built it")
+    say(Console(soft_wrap=True), [initial.sha256, f"  source: {initial.source}"])
+    check_digest(initial.sha256, wanted)

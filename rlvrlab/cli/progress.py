@@ -11,13 +11,22 @@ and keeps libraries' own tqdm bars (transformers' "Loading weights", Hugging Fac
 from __future__ import annotations
 
 import datetime
-import os
-import sys
 from collections.abc import Callable
 from typing import Any, Optional
 
 from rich.console import Console
-from rich.progress import Progress, ProgressColumn, TaskID
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    ProgressColumn,
+    TaskID,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
+
+from rlvrlab.procs import quiet_library_bars
 
 PLAIN_EVERY_PERCENT = 10  # a plain line each time the done share crosses a multiple of this ...
 PLAIN_EVERY_SECONDS = 30.0  # ... or once this long has passed since the last line, whichever comes first
@@ -34,22 +43,12 @@ def progress_display(console: Console, *columns: str | ProgressColumn, unit: str
     return PlainProgress(console, unit=unit, disable=disable)
 
 
-def quiet_library_bars() -> None:
-    """No tqdm bars from transformers or huggingface_hub in this process or the processes it starts (a sweep's
-    seed runs), unless the user set HF_HUB_DISABLE_PROGRESS_BARS. huggingface_hub reads that variable when it is
-    first imported and transformers takes its initial setting from there (transformers.utils.logging); a library
-    imported already is told through its public switch."""
-    if "HF_HUB_DISABLE_PROGRESS_BARS" in os.environ:
-        return
-    os.environ["HF_HUB_DISABLE_PROGRESS_BARS"] = "1"
-    if "transformers" in sys.modules:
-        from transformers.utils import logging as transformers_logging
-
-        transformers_logging.disable_progress_bar()  # turns huggingface_hub's bars off too
-    elif "huggingface_hub" in sys.modules:
-        from huggingface_hub.utils import disable_progress_bars
-
-        disable_progress_bars()
+def bar(console: Console, label: str, *, left: bool = False, status: bool = False, **options: Any) -> Progress:
+    """The commands' bar (progress_display): the label, the bar, done/total and the time elapsed; with `left` the
+    time left, with `status` the task's `status` field."""
+    return progress_display(console, TextColumn(label), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                            *([TimeRemainingColumn()] if left else []),
+                            *([TextColumn("{task.fields[status]}")] if status else []), **options)
 
 
 def _step(done: float, total: float) -> float:

@@ -9,6 +9,8 @@ from typing import Annotated, Optional
 import typer
 from rich.console import Console
 
+from rlvrlab.cli.options import print_table, say
+
 
 def reproduce(
     folder: Annotated[Path, typer.Argument(help="A study folder written by `rlvrlab report --study`, e.g. "
@@ -35,6 +37,7 @@ def reproduce(
     rlvrlab reproduce results/ucpo_pairs --seeds 2 --at-recorded-commit[/dim]
     """
     from rlvrlab.errors import StorageError
+    from rlvrlab.sweep import view
     from rlvrlab.sweep.reproduce import InputError, Request, reproduce as rerun
 
     console = Console(soft_wrap=True)
@@ -49,81 +52,8 @@ def reproduce(
             raise
         Console(stderr=True).print(f"error: {error}", style="red", markup=False, highlight=False, soft_wrap=True)
         raise typer.Exit(2) from None
-    for line in _header(outcome):
-        console.print(line, markup=False, highlight=False)
-    for title, columns, rows in _tables(outcome):
-        _print_table(console, title, columns, rows)
-    for line in outcome.footer():
-        console.print(line, markup=False, highlight=False)
-    console.print(f"re-runs: {outcome.output_dir} (MLflow experiment {outcome.study}-reproduce); exit "
-                  f"{outcome.exit_code}", markup=False, highlight=False)
+    say(console, view.reproduce_header(outcome))
+    for table in view.reproduce_tables(outcome):
+        print_table(console, table, marked_style="red", plain=True)
+    say(console, view.reproduce_footer(outcome))
     raise typer.Exit(outcome.exit_code)
-
-
-def _header(o) -> list[str]:
-    sha, dirty = o.checkout
-    recorded = ", ".join(c[:12] for c in o.recorded_commits)
-    same = o.recorded_commits == [sha]
-    lines = [f"reproduce {o.folder} (study {o.study}, sweep file {o.sweep_file}), seeds "
-             f"{' '.join(map(str, o.seeds))} of {o.committed_seeds}",
-             f"RECORDED COMMIT: {recorded}   THIS CHECKOUT: {sha[:12]}{' (dirty)' if dirty else ''}"
-             f"   ({_versus(same, dirty)})"]
-    if o.at_commit:
-        lines.append(f"RE-RUN WITH THE CODE OF THE RECORDED COMMIT {o.at_commit[:12]} (a temporary shared clone, "
-                     "removed after), not this checkout's")
-    elif not same:
-        lines.append("  to re-run with the recorded commit's code: add --at-recorded-commit "
-                     "(docs/reproducibility.md)")
-    return lines
-
-
-def _versus(same: bool, dirty: bool) -> str:
-    if same:
-        return "same commit, with uncommitted changes here" if dirty else "same commit"
-    return "DIFFERENT: the re-runs run this checkout's code" + (", with uncommitted changes" if dirty else "")
-
-
-def _number(value: Optional[float]) -> str:
-    return "-" if value is None else f"{value:.6g}"
-
-
-def _tables(o) -> list[tuple[str, list[str], list[list[str]]]]:
-    seeds = [[r.group, r.metric, str(r.seed), _number(r.committed), _number(r.rerun), _number(r.difference),
-              f"[{r.low:.4g}, {r.high:.4g}]", r.status + (f": {r.failed}" if r.failed else "")] for r in o.rows]
-    groups = [[g.group, g.metric, f"{g.mean:.4g} [{g.low:.4g}, {g.high:.4g}] ({g.n_committed} seeds)",
-               _number(g.committed_mean), _number(g.rerun_mean),
-               "-" if g.inside is None else "inside" if g.inside else "outside"] for g in o.groups]
-    comparisons = [[f"{c.a} - {c.b}", c.metric, f"{c.delta:.4g} [{c.low:.4g}, {c.high:.4g}]",
-                    f"{_number(c.rerun_delta)} ({c.n} paired seed{'s' * (c.n != 1)})",
-                    "-" if c.inside is None else "inside" if c.inside else "outside"] for c in o.comparisons]
-    identities = [[i.what, i.committed, i.rerun, i.verdict] for i in o.identities]
-    n = len(o.seeds)
-    return [
-        ("per seed", ["group", "metric", "seed", "committed", "re-run", "|difference|", "committed interval",
-                      "lands"], seeds),
-        ("per group", ["group", "metric", "committed mean [95% CI]", f"committed, these {n} seed{'s' * (n != 1)}",
-                       f"re-run, {n} seed{'s' * (n != 1)}", "re-run mean lands"], groups),
-        *([("per comparison", ["a - b", "metric", "committed delta [95% CI]", "re-run delta", "re-run delta lands"],
-            comparisons)] if comparisons else []),
-        ("recorded identity", ["what", "committed runs", "re-runs", "verdict"], identities),
-    ]
-
-
-def _print_table(console: Console, title: str, columns: list[str], rows: list[list[str]]) -> None:
-    """A rich table on a terminal; aligned plain text otherwise (logs, pipes, tests)."""
-    if console.is_terminal:
-        from rich.table import Table
-
-        table = Table(title=title)
-        for column in columns:
-            table.add_column(column)
-        for row in rows:
-            table.add_row(*row, style="red" if any(cell.startswith(("OUTSIDE", "run failed", "differs"))
-                                                   for cell in row) else None)
-        console.print(table)
-        return
-    widths = [max(len(cell) for cell in column) for column in zip(columns, *rows)]
-    console.print(f"{title}:", markup=False, highlight=False)
-    for row in [columns, *rows]:
-        console.print("  " + "  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip(),
-                      markup=False, highlight=False)

@@ -29,7 +29,7 @@ from rlvrlab.config.rules import not_utf8, require_utf8, show, unknown, validate
 from rlvrlab.config.schema import RunConfig
 from rlvrlab.config.shipped import shipped_dir
 from rlvrlab.config.yamlfile import load as load_yaml
-from rlvrlab.errors import ConfigError
+from rlvrlab.errors import ConfigError, RlvrlabError
 
 # config section -> its folder of group files
 GROUP_FOLDERS = {"algorithm": "algorithms", "model": "models", "dataset": "datasets"}
@@ -426,3 +426,24 @@ def _display(path: Path) -> str:
         return str(path.resolve().relative_to(Path.cwd()))
     except ValueError:
         return str(path)
+
+
+def check_arguments(argv: list[str]) -> None:
+    """Every command-line argument is UTF-8 text, or one line naming it: Python turns a byte of argv that is not
+    UTF-8 (Latin-1 from another terminal's encoding) into a lone surrogate, which no message, log, YAML file or
+    MLflow store can hold (`rlvrlab config show` failed with a UnicodeEncodeError traceback). Checked once for every
+    command, before any of them reads its arguments; composition checks the config's text again (files included)."""
+    for index, arg in enumerate(argv):
+        problem = not_utf8(arg)
+        if problem is None:
+            continue
+        name, equals, value = arg.partition("=")
+        before = argv[index - 1] if index > 0 else ""
+        if before.startswith("-") and "=" not in before and not not_utf8(before):
+            what = f"the value of {before}"  # --option VALUE
+        elif equals and not not_utf8(name):
+            what, problem = f"the value of {name}", not_utf8(value)  # an override KEY=VALUE or --option=VALUE
+        else:
+            what = f"argument {index + 1}"
+        raise RlvrlabError(f"{what}: {problem}, as from a terminal or file in another encoding (Latin-1); retype it "
+                           "in UTF-8")

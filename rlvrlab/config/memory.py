@@ -418,3 +418,17 @@ def check_toy_fits(cfg: RunConfig, available: int | None = None) -> int:
                           f"rollout.prompts_per_step={r.prompts_per_step} x rollout.group_size={r.group_size}, more "
                           f"than this machine's {available / GIB:.1f} GiB of memory; lower one of them")
     return need
+
+
+def comment_lines(cfg) -> str:
+    """The estimate as YAML comments below `rlvrlab config show --memory`'s config, or why there is none."""
+    if cfg.model.tier == "toy":
+        return (f"# memory (toy tier, this machine's memory): ~{toy_bytes(cfg) / MIB:,.1f} MiB for its table "
+                "and a step's batch\n")
+    arch = architecture(cfg)
+    if arch is None:
+        return "# memory: no estimate (model.path has no config.json here and model.architecture is not given)\n"
+    found = estimate(cfg, arch, world_size=planned_world_size(cfg),
+                     device_bytes=int(cfg.trainer.device_memory_gib * GIB))
+    rows = "".join(f"#   {name:<31} {gib:9.2f} GiB\n" for name, gib in found.rows())
+    return f"# memory per GPU ({arch.params / 1e9:.3f}B parameters): {found.summary()}\n{rows}"

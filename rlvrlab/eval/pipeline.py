@@ -11,7 +11,6 @@ evaluation run in the same store as training.
 from __future__ import annotations
 
 import functools
-import hashlib
 import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
@@ -25,6 +24,7 @@ from rlvrlab.config.schema import DatasetConfig, RunConfig
 from rlvrlab.data import answer_space, load_problems
 from rlvrlab.data.problems import Problem
 from rlvrlab.errors import RlvrlabError
+from rlvrlab.eval.request import EvalRequest
 from rlvrlab.eval.run import aggregate, check_ks, evaluate, mlflow_metrics, open_sampler, write_outputs
 from rlvrlab.tracking import tags as T
 from rlvrlab.tracking.identity import InitialModel, environment_tags
@@ -36,34 +36,6 @@ SPLITS = ("auto", "train", "eval", "all")
 
 # progress(dataset label, problems done, problems in all)
 Progress = Callable[[str, int, int], None]
-
-
-@dataclass(frozen=True)
-class EvalRequest:
-    """One `rlvrlab eval pass-at-k` invocation. Unset sampling fields default to the run's (or the default
-    experiment's) rollout settings."""
-
-    model: Optional[Path] = None
-    run: Optional[str] = None
-    study: Optional[str] = None
-    runs_of: Optional[str] = None  # an MLflow experiment: every finished training run of it
-    checkpoint: Optional[int] = None
-    output_dir: Path = Path("runs")
-    datasets: tuple[str, ...] = ()
-    sets: tuple[str, ...] = ()
-    split: str = "auto"
-    n: int = 64
-    k: str = "1,4,16,64"
-    temperature: Optional[float] = None
-    top_p: Optional[float] = None
-    max_new_tokens: Optional[int] = None
-    engine: Optional[str] = None
-    seed: int = 0
-    limit: Optional[int] = None
-    batch_prompts: Optional[int] = None
-    out: Optional[Path] = None
-    experiment: Optional[str] = None
-    testbed: Optional[Testbed] = None  # --protocol: the initial model its test bed fixes (rlvrlab.tracking.testbed)
 
 
 @dataclass
@@ -204,14 +176,6 @@ def _target(model: Optional[Path], run: Optional[str], checkpoint: Optional[int]
     return Target(folder, f"{run[:12]}-step{step}", SourceRun(run, step, run_cfg, config_file))
 
 
-def _file_sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def _datasets(names: list[str], sets: list[str], split: str, limit: Optional[int],
               source: Optional[SourceRun] = None) -> list[Dataset]:
     """The --dataset files with their --set overrides; with --run and no --dataset, the run's own dataset as it
@@ -251,7 +215,7 @@ def _datasets(names: list[str], sets: list[str], split: str, limit: Optional[int
         if limit is not None:
             problems = problems[:limit]
         # config.rules: a synthetic dataset has no path, a file format always has one
-        sha = "synthetic" if ds.path is None else _file_sha256(Path(ds.path).expanduser())
+        sha = "synthetic" if ds.path is None else rundir.file_sha256(Path(ds.path).expanduser())
         out.append(Dataset(replace(ds, split=chosen), problems, sha))
     return out
 

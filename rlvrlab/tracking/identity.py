@@ -21,6 +21,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from rlvrlab.errors import RlvrlabError
 from rlvrlab.tracking import tags as T
 
 
@@ -117,3 +118,20 @@ def _driver() -> str:
     except (OSError, subprocess.SubprocessError):
         return ""
     return out.strip().splitlines()[0].strip() if out.strip() else ""
+
+
+def wanted_digest(expect: str | None) -> str | None:
+    """`rlvrlab model digest --expect` as lowercase hex (its first 12 to 64 digits), or a one-line error."""
+    if expect is None:
+        return None
+    wanted = expect.strip().lower()
+    if not (12 <= len(wanted) <= 64 and all(c in "0123456789abcdef" for c in wanted)):
+        raise RlvrlabError(f"--expect {expect!r}: give the digest as hex, its first 12 to 64 digits")
+    return wanted
+
+
+def check_digest(sha256: str, wanted: str | None) -> None:
+    """A one-line error when an initial model's digest is not the expected one (None: nothing expected)."""
+    if wanted is not None and not sha256.startswith(wanted):
+        raise RlvrlabError(f"the initial model has digest {sha256[:12]}, not the expected {wanted[:12]}; the config, "
+                           "the code or the environment (library versions, CPU) differs from the one that built it")

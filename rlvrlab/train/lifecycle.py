@@ -1,5 +1,6 @@
-"""A run's life around its steps: how it ends (stopped, interrupted, nothing left), where a resume starts, what an
-extension records, what a full disk or a held store says, and the toy tier's one torch thread."""
+"""A run's life around its steps: how it ends (stopped, interrupted, nothing left) and what `rlvrlab train` says
+then, its --tag options, where a resume starts and the command that does it, what an extension records, what a full
+disk or a held store says, and the toy tier's one torch thread."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ import torch
 
 from rlvrlab import outputs, rundir
 from rlvrlab.config.schema import RunConfig
-from rlvrlab.errors import StorageError
+from rlvrlab.errors import RlvrlabError, StorageError
 from rlvrlab.tracking import tags as T
 from rlvrlab.tracking.store import StoreLost, store
 from rlvrlab.train import checkpoint
@@ -174,3 +175,54 @@ def kill_after_step() -> str | None:
 def fault_injection(step: int, kill_after: str | None) -> None:
     if kill_after == str(step):
         os.kill(os.getpid(), signal.SIGKILL)
+
+
+def parse_tags(pairs: list[str]) -> dict[str, str]:
+    """`--tag KEY=VALUE` options as a dict; a malformed one is a one-line error."""
+    tags = {}
+    for pair in pairs:
+        key, equals, value = pair.partition("=")
+        if not equals or not key.strip():
+            raise RlvrlabError(f"--tag {pair}: give KEY=VALUE, e.g. --tag team=rl")
+        tags[key.strip()] = value
+    return tags
+
+
+def resume_command(cfg: RunConfig, run_id: str) -> str:
+    """The command that continues a run, shell-quoted for copy and paste."""
+    words = ["rlvrlab", "train", "--resume", run_id]
+    if cfg.output_dir != RunConfig.output_dir:
+        words.append(f"output_dir={cfg.output_dir}")
+    if cfg.tracking.uri:
+        words.append(f"tracking.uri={cfg.tracking.uri}")
+    return shlex.join(words)
+
+
+def interrupted_error(cfg: RunConfig, stopped: RunInterrupted) -> RlvrlabError:
+    """The one line after Ctrl-C or SIGTERM stopped a run: where it stopped and how it continues."""
+    saved = (f"continue it from step {stopped.checkpoint_step} with `{resume_command(cfg, stopped.run_id)}`"
+             if stopped.checkpoint_step is not None else "no checkpoint was saved yet (trainer.checkpoint_every)")
+    return RlvrlabError(f"stopped at step {stopped.step}: MLflow run {stopped.run_id} ended KILLED; {saved}")
+
+
+def nothing_left_line(cfg: RunConfig, finished: NothingLeft) -> str:
+    """What `--resume` of a run that has trained all its steps says (nothing was done), and how to extend it."""
+    return (f"nothing to do: run {finished.run_id} is FINISHED and has trained all its {finished.steps} steps; its "
+            f"records are unchanged (to train it further: `{resume_command(cfg, finished.run_id)} "
+            f"steps={2 * finished.steps}`)")
+
+
+def done_lines(cfg: RunConfig, run_id: str) -> list[str]:
+    """Where a finished run is recorded and its files are; none under torchrun but on rank 0 (the others have no
+    run id)."""
+    from rlvrlab.tracking.mlflow_tracker import ui_hint
+
+    if os.environ.get("RANK", "0") != "0":
+        return []
+    output_dir = Path(cfg.output_dir).expanduser().resolve()
+    files = f"  checkpoints and resolved config: {output_dir / run_id}"
+    if cfg.tracking.backend == "none":
+        return [f"done: run {run_id}, not recorded (tracking.backend=none)", files]
+    uri = store(output_dir, cfg.tracking.uri).uri
+    return [f"done: MLflow run {run_id} (experiment {cfg.experiment!r}) in {uri}",
+            f"  look at it: {ui_hint(uri, run_id)}", files]

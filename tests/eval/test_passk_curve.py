@@ -22,8 +22,9 @@ from rlvrlab.algorithms.passk import (
     sampled_curves,
     too_few_samples,
 )
-from rlvrlab.cli.eval import summary_table
+from rlvrlab.cli.options import print_table
 from rlvrlab.eval.run import aggregate
+from rlvrlab.eval.view import seeds_table, summary_table
 from rlvrlab.report.passk_curve import COLUMNS, curve_points, to_csv
 
 
@@ -146,7 +147,7 @@ def test_the_printed_table_has_the_per_problem_se_and_interval():
                 "pass@1": c / 4, "pass@4": float(c > 0), "maj@1": c / 4, "maj@4": float(c > 2), "diversity": None,
                 "correct_distinct": 0, "no_answer": 0, "reasons": {"correct": c}} for i, c in enumerate((0, 2, 4, 2))]
     console = Console(record=True, width=200)
-    console.print(summary_table(aggregate(records, [1, 4]), [1, 4], 4))
+    print_table(console, summary_table(aggregate(records, [1, 4]), [1, 4], 4))
     text = console.export_text()
     half = sps.t.ppf(0.975, 3) * math.sqrt(1 / 6) / 2
     assert f"0.500 (se 0.204) [{0.5 - half:.3f}, {0.5 + half:.3f}]" in text  # pass@1 = (0, 0.5, 1, 0.5)
@@ -223,7 +224,6 @@ def test_report_on_pairs_runs_has_exact_curves(tmp_path):
 def test_the_printed_table_over_seeds_has_the_crossed_interval():
     """`rlvrlab eval pass-at-k --study/--runs-of`: per configuration with 2+ seeds, the crossed seeds x problems
     interval of the report (the same numbers as stats.crossed_interval of the seeds x problems matrix)."""
-    from rlvrlab.cli.eval import seeds_table
     from rlvrlab.eval.pipeline import EvalOutcome
 
     matrix = np.array([[0.0, 0.5, 1.0], [0.25, 0.5, 0.75], [0.0, 0.75, 1.0]])
@@ -234,7 +234,7 @@ def test_the_printed_table_over_seeds_has_the_crossed_interval():
         return EvalOutcome("t", {}, [1], 4, records=records, config_hash=config)
 
     console = Console(record=True, width=200)
-    console.print(seeds_table([outcome(row, "abc") for row in matrix] + [outcome(matrix[0], "lonely")]))
+    print_table(console, seeds_table([outcome(row, "abc") for row in matrix] + [outcome(matrix[0], "lonely")]))
     text = console.export_text()
     iv = stats.crossed_interval(matrix)
     assert f"{iv.mean:.3f} [{iv.low:.3f}, {iv.high:.3f}]" in text and "pass@1" in text and "lonely" not in text
