@@ -9,6 +9,7 @@ from rich.console import Console
 from rlvrlab.cli.config import config_app
 from rlvrlab.cli.eval import eval_app
 from rlvrlab.cli.model import model_app
+from rlvrlab.cli.plan import plan
 from rlvrlab.cli.report import report
 from rlvrlab.cli.reproduce import reproduce
 from rlvrlab.cli.sweep import sweep
@@ -33,6 +34,7 @@ app.command()(train)
 app.command()(sweep)
 app.command()(report)
 app.command()(reproduce)
+app.command("plan")(plan)
 
 
 def main() -> None:

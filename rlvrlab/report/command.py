@@ -23,7 +23,7 @@ from rlvrlab.report.write import Analysed, write
 
 SOURCES: dict[str, Source] = {"mlflow": from_mlflow, "csv": files.from_csv, "tensorboard": files.from_tensorboard}
 # with --reanalyse, the options that still mean something (the rest are recorded in the folder's sources.json)
-REANALYSE_OPTIONS = ("reanalyse", "out", "protocol", "command")
+REANALYSE_OPTIONS = ("reanalyse", "out", "protocol", "command", "simultaneous", "interaction")
 UNTIMED = "the runs' start times are unknown (a CSV has none), so the protocol's preceding them cannot be checked"
 
 
@@ -64,7 +64,8 @@ def analysed(request: ReportRequest, selected: Selected, pairs: list[Pair], equi
     selection = selected.selection
     result = analyse(selection, selected.data, metrics=selected.specs, eval_stats=selected.eval_stats,
                      baseline=request.baseline, pairs=pairs, target_halfwidth=request.target_halfwidth,
-                     equivalence=equivalence, stage_one=selected.stage_one)
+                     equivalence=equivalence, stage_one=selected.stage_one, simultaneous=request.simultaneous,
+                     interaction=request.interaction_pairs)
     result.notes = selected.values_noted(result.notes)
     result.notes += selected.notes
     result.notes.append(provenance.note(origin))
@@ -100,11 +101,15 @@ def registration(path: Path, origin: provenance.Provenance, selected: Selected) 
 
 
 def _reanalyse(r: ReportRequest) -> ReportOutcome:
-    """`--reanalyse FOLDER [--out DIR] [--protocol FILE]`: the folder's tables from its recorded values and options."""
+    """`--reanalyse FOLDER [--out DIR] [--protocol FILE] [--simultaneous] [--interaction A,B]`: the folder's tables
+    from its recorded values and options, with the joint intervals and interaction tests added when asked."""
     given = r.given(but=REANALYSE_OPTIONS)
     if given:
         raise RlvrlabError(f"--reanalyse takes the options recorded in {r.reanalyse}/sources.json (and --out, "
-                           f"--protocol); drop {flag_of(given[0])}, or run rlvrlab report on the runs to change it")
+                           f"--protocol, --simultaneous, --interaction); drop {flag_of(given[0])}, or run rlvrlab "
+                           "report on the runs to change it")
     assert r.reanalyse is not None  # make_report calls this with --reanalyse only
-    done = reanalysis.reanalyse(r.reanalyse, out=r.out, protocol=r.protocol, command=r.command)
+    added = {**({"simultaneous": True} if r.simultaneous else {}),
+             **({"interaction": r.interaction_pairs} if r.interaction else {})}
+    done = reanalysis.reanalyse(r.reanalyse, out=r.out, protocol=r.protocol, command=r.command, **added)
     return ReportOutcome(done.result, done.folder, done.written, done.verdicts)

@@ -185,6 +185,52 @@ def heatmap(selection: Selection, values: dict[str, float], keys: tuple[str, str
     return path
 
 
+def interaction_maps(report, out: Path) -> list[Path]:
+    """--interaction A,B: interaction_<A>_<B>.png per pair with rows (rlvrlab.report.table.InteractionRow)."""
+    pairs = dict.fromkeys(r.keys for r in report.interactions or [])
+    return [interaction_map([r for r in report.interactions if r.keys == keys], out) for keys in pairs]
+
+
+def interaction_map(rows: list, out: Path) -> Path:
+    """One pair's map, a panel per stratum of its first column: each (A, B) cell's Δ against the grid's reference
+    cell (a0, b0) with its 95% paired t half-width, and a mask: a cell whose interaction contrast has Holm p < 0.05
+    is boxed in red and starred (B's effect there differs from B's effect at a0)."""
+    column = (rows[0].section, rows[0].metric)
+    grids = list({id(r.grid): r.grid for r in rows if (r.section, r.metric) == column}.values())
+    marked = {(id(r.grid), r.contrast.i, r.contrast.j) for r in rows if r.significant}
+    a_key, b_key = rows[0].keys
+    plt = _pyplot()
+    first = grids[0]
+    fig, axes = plt.subplots(1, len(grids), figsize=((1.6 * len(first.b_levels) + 1.8) * len(grids),
+                                                     1.1 * len(first.a_levels) + 2.0), squeeze=False)
+    for ax, grid in zip(axes[0], grids):
+        d = grid.y - grid.y[:, :1, :1]
+        delta = d.mean(axis=0)
+        half = stats.t_ppf(0.975, d.shape[0] - 1) * d.std(axis=0, ddof=1) / math.sqrt(d.shape[0])
+        limit = float(np.max(np.abs(delta))) or 1.0
+        ax.imshow(delta, cmap="RdBu_r", vmin=-limit, vmax=limit, aspect="auto")
+        ax.set_xticks(range(len(grid.b_levels)), grid.b_levels)
+        ax.set_yticks(range(len(grid.a_levels)), grid.a_levels)
+        ax.set_xlabel(b_key)
+        ax.set_ylabel(a_key)
+        for i in range(delta.shape[0]):
+            for j in range(delta.shape[1]):
+                star = "*" if (id(grid), i, j) in marked else ""
+                text = "ref" if i == j == 0 else f"{delta[i, j]:+.3f}{star}\n±{half[i, j]:.3f}"
+                ax.text(j, i, text, ha="center", va="center", fontsize=7,
+                        color="white" if abs(delta[i, j]) > 0.6 * limit else "black")
+                if star:
+                    ax.add_patch(plt.Rectangle((j - 0.5, i - 0.5), 1, 1, fill=False, edgecolor="red", linewidth=2))
+        ax.set_title((grid.stratum or "all cells") + f" ({len(grid.seeds)} seeds)", fontsize=8)
+    fig.suptitle(f"{column[1]}: Δ vs ({a_key}={first.a_levels[0]}, {b_key}={first.b_levels[0]}) ± 95% paired t; "
+                 "boxed *: interaction Holm p < 0.05; exploratory", fontsize=8)
+    path = out / f"interaction_{_slug(a_key)}_{_slug(b_key)}.png"
+    fig.tight_layout()
+    _save(fig, path)
+    plt.close(fig)
+    return path
+
+
 def _trailing_mean(v: np.ndarray, window: int) -> np.ndarray:
     """out[t] = mean(v[max(0, t - window + 1) : t + 1])"""
     c = np.concatenate([[0.0], np.cumsum(v)])

@@ -79,17 +79,20 @@ def parse_command(command: Sequence[str]) -> dict[str, list[str]]:
 
 
 def reanalyse(folder: Path, out: Optional[Path] = None, protocol: Optional[Path] = None,
-              command: Sequence[str] = ("rlvrlab", "report", "--reanalyse")) -> Reanalysis:
+              command: Sequence[str] = ("rlvrlab", "report", "--reanalyse"), simultaneous: bool = False,
+              interaction: Sequence[tuple[str, str]] = ()) -> Reanalysis:
     """Re-compute FOLDER's tables from its recorded values (module docstring) into `out` (default FOLDER itself);
     `protocol`: evaluate this protocol's verdict rules instead of the recorded protocol's. The report's stages:
     select (the folder is the source: select_folder), analyse (table.analyse), render (write.tables)."""
     folder = Path(folder)
     selected, sources, options = select_folder(folder)
     one = {name: values[-1] for name, values in options.items() if values}
+    simultaneous, interaction = _added(sources, options, simultaneous, interaction)
     result = analyse(selected.selection, selected.data, metrics=selected.specs, eval_stats=selected.eval_stats,
                      baseline=one.get("--baseline"), pairs=parse_pairs(options.get("--compare", [])),
                      target_halfwidth=float(one["--target-halfwidth"]) if "--target-halfwidth" in one else None,
-                     equivalence=parse_equivalence(one.get("--equivalence")), stage_one=selected.stage_one)
+                     equivalence=parse_equivalence(one.get("--equivalence")), stage_one=selected.stage_one,
+                     simultaneous=simultaneous, interaction=interaction)
     result.notes = selected.values_noted(result.notes)
     protocol_path = Path(protocol) if protocol is not None else _protocol(sources, one.get("--protocol"), folder)
     sha, dirty = _state(folder, protocol_path)
@@ -112,10 +115,13 @@ def reanalyse(folder: Path, out: Optional[Path] = None, protocol: Optional[Path]
     written = write.tables(target, [f for f in chosen if f in FORMATS], one.get("--interval", "bracket"),
                            write.Analysed(result, events, verdicts))
     sources["notes"] = result.notes
+    sources["outputs"] = list(dict.fromkeys([*sources.get("outputs", []), *(p.name for p in written)]))
     sources["reanalysed"] = {"commit": sha, "dirty": dirty, "command": list(command), "date": today,
                              "statistics": statistics_version(),
                              "protocol": _portable(protocol_path) if protocol_path is not None else None,
-                             "from": _portable(folder)}
+                             "from": _portable(folder),
+                             **({"simultaneous": True} if simultaneous else {}),
+                             **({"interaction": [",".join(keys) for keys in interaction]} if interaction else {})}
     outputs.write_replacing(target / "sources.json", json.dumps(sources, indent=2) + "\n")
     return Reanalysis(result, target, [*written, target / "sources.json"], verdicts)
 
@@ -137,6 +143,16 @@ def select_folder(folder: Path) -> tuple[Selected, dict, dict[str, list[str]]]:
     kind, _, path = one.get("--source", "").partition(":")
     values_note = f"the value in {Path(path).name}" if kind == "csv" else None  # rlvrlab.report.files.from_csv
     return Selected(selection, specs, data, eval_stats, stage_one=stein, values_note=values_note), sources, options
+
+
+def _added(sources: dict, options: dict[str, list[str]], simultaneous: bool,
+           interaction: Sequence[tuple[str, str]]) -> tuple[bool, tuple[tuple[str, str], ...]]:
+    """--simultaneous and --interaction A,B (each pair): as given now, the recorded command and an earlier
+    re-analysis (its `reanalysed` block records them) gave them, so that re-analysing again keeps them."""
+    before = sources.get("reanalysed") or {}
+    recorded = request.interaction_pairs((*options.get("--interaction", []), *before.get("interaction", [])))
+    return (simultaneous or "--simultaneous" in options or bool(before.get("simultaneous")),
+            tuple(dict.fromkeys((*recorded, *interaction))))
 
 
 def _notes(computed: list[str], recorded: Sequence[str], events: bool, when: str) -> list[str]:

@@ -234,6 +234,9 @@ def _md_table(header: list[str], rule: str, rows: list[list[str]]) -> list[str]:
     return ["| " + " | ".join(header) + " |", rule, *("| " + " | ".join(row) + " |" for row in rows), ""]
 
 
+md_table, p_text = _md_table, _p  # for the sections rlvrlab.report.write adds (events', interactions')
+
+
 def markdown(report: Report, interval: str = "bracket") -> str:
     cells = report.estimate_of()
     out = []
@@ -260,6 +263,7 @@ def markdown(report: Report, interval: str = "bracket") -> str:
                                               for m in report.metrics[section])] for g in report.groups])
     out += [f"- {md(note)}" for note in report.notes]
     return "\n".join(out) + "\n"
+
 
 
 def latex(report: Report, interval: str = "bracket") -> str:
@@ -328,8 +332,22 @@ COMPARISON_FIELDS = ["a", "b", "section", "metric", "delta", "low", "high", "se"
 EQUIVALENCE_FIELDS = ["equivalence_margin", "p_equivalence", "p_equivalence_holm", "equivalent"]
 
 
+# with --simultaneous only: the row's joint max-t interval (rlvrlab.stats.simultaneous), its multiplier and
+# Bonferroni's; empty on rows that are not a paired comparison with the baseline
+SIMULTANEOUS_FIELDS = ["sim_low", "sim_high", "sim_crit", "sim_bonferroni"]
+
+
 def comparison_fields(report: Report) -> list[str]:
-    return COMPARISON_FIELDS + (EQUIVALENCE_FIELDS if report.equivalence is not None else [])
+    return COMPARISON_FIELDS + (EQUIVALENCE_FIELDS if report.equivalence is not None else []) + \
+        (SIMULTANEOUS_FIELDS if report.simultaneous else [])
+
+
+def _simultaneous_fields(r: Comparison) -> dict:
+    joint, k = r.simultaneous, r.sim_index
+    if joint is None:
+        return dict.fromkeys(SIMULTANEOUS_FIELDS, "")
+    return {"sim_low": joint.low[k], "sim_high": joint.high[k], "sim_crit": joint.critical,
+            "sim_bonferroni": joint.bonferroni}
 
 
 def comparison_record(r: Comparison) -> dict:
@@ -342,7 +360,8 @@ def comparison_record(r: Comparison) -> dict:
             "mde_holm": r.claim.mde if r.claim else "", "claim_note": r.claim.note if r.claim else "",
             "significant": r.significant, "equivalence_margin": r.margin if tost else "",
             "p_equivalence": r.p_equivalence if tost else "",
-            "p_equivalence_holm": r.p_equivalence_holm if tost else "", "equivalent": r.equivalent if tost else ""}
+            "p_equivalence_holm": r.p_equivalence_holm if tost else "", "equivalent": r.equivalent if tost else "",
+            **_simultaneous_fields(r)}
 
 
 def comparisons_csv(report: Report) -> str:

@@ -85,12 +85,27 @@ class ReportRequest:
                                       "metric's units: M for every column, or NAME=M per column, comma-separated; "
                                       "they join the Holm family, and a row reads 'equivalent within ±M' when its "
                                       "Holm p < 0.05.")
+    simultaneous: bool = _opt(False, "--simultaneous", "Add to comparisons.csv, for every group against --baseline "
+                              "per column, intervals that hold jointly (max-t on paired seeds, 95% family-wise "
+                              "coverage): sim_low, sim_high, sim_crit, sim_bonferroni (docs/report.md, \"Simultaneous "
+                              "intervals\").", shown=True)
+    interaction: tuple[str, ...] = _opt((), "--interaction", "Test the A x B interaction of two config keys A,B "
+                                        "(e.g. algorithm.tau,trainer.staleness; repeat for more pairs) on the "
+                                        "per-seed values, seeds as blocks, Holm over every contrast: "
+                                        "interactions.csv, a table.md section and interaction_<A>_<B>.png "
+                                        "(docs/report.md, \"Interactions\").")
     reanalyse: Optional[Path] = _opt(None, "--reanalyse", "Re-compute the tables of this results folder from its "
                                      "recorded values (per_seed.csv, per_problem.csv) and options (sources.json), "
-                                     "without the runs; with --out (default: the folder itself) and --protocol only.")
+                                     "without the runs; with --out (default: the folder itself), --protocol, "
+                                     "--simultaneous and --interaction only.")
     output_dir: Path = _opt(Path("runs"), "--output-dir", "The runs' output_dir (for the default MLflow store).",
                             shown=True)
     command: tuple[str, ...] = ("rlvrlab", "report")  # recorded in sources.json (no option)
+
+    @property
+    def interaction_pairs(self) -> tuple[tuple[str, str], ...]:
+        """Each --interaction A,B as (A, B), in order, once each."""
+        return interaction_pairs(self.interaction)
 
     @property
     def chosen_formats(self) -> list[str]:
@@ -123,6 +138,9 @@ class ReportRequest:
         outputs.check_dir(out if out is not None else Path("results"), f"--out {out}" if out is not None else "results")
         if self.target_halfwidth is not None and not self.target_halfwidth > 0:
             raise RlvrlabError(f"--target-halfwidth {self.target_halfwidth}: give a half-width > 0, e.g. 0.02")
+        if self.simultaneous and self.baseline is None:
+            raise RlvrlabError("--simultaneous compares every group with --baseline; give --baseline GROUP")
+        _ = self.interaction_pairs  # its check
         if self.source_kind[0] != "mlflow":
             self._check_file_source()
 
@@ -147,6 +165,18 @@ MLFLOW_ONLY = ("experiment", "study", "runs", "seed_key", "tracking_uri", "outpu
 # the options that read each run's per-step series (events, training curves): MLflow histories, TensorBoard scalars;
 # refused with --source csv:FILE
 PER_STEP = ("events", "smooth")
+
+
+def interaction_pairs(given: tuple[str, ...]) -> tuple[tuple[str, str], ...]:
+    """`A,B` values (of --interaction, or as a results folder records them) as (A, B) pairs, once each."""
+    pairs = []
+    for text in given:
+        keys = [k.strip() for k in text.split(",") if k.strip()]
+        if len(keys) != 2 or keys[0] == keys[1]:
+            raise RlvrlabError(f"--interaction {text!r}: give two different config keys A,B, e.g. "
+                               "--interaction algorithm.tau,trainer.staleness")
+        pairs.append((keys[0], keys[1]))
+    return tuple(dict.fromkeys(pairs))
 
 
 def options() -> list[tuple[str, Option]]:

@@ -29,6 +29,8 @@ from rlvrlab.report.columns import (
     parse_metrics as parse_metrics,
     parse_pairs as parse_pairs,
 )
+from rlvrlab.stats.interaction import Contrast, Grid, grids, interaction as interaction_contrasts
+from rlvrlab.stats.simultaneous import Simultaneous, simultaneous as joint_intervals
 
 
 @dataclass
@@ -81,6 +83,8 @@ class Comparison:
     p_equivalence: float = math.nan  # TOST p (stats.equivalence_p)
     p_equivalence_family: float = math.nan  # entering Holm: times selected_from for a selected cell
     p_equivalence_holm: float = math.nan
+    simultaneous: Optional[Simultaneous] = None  # --simultaneous: the joint intervals of its column's baseline rows
+    sim_index: int = -1  # this row's place in them
 
     @property
     def significant(self) -> bool:
@@ -113,6 +117,8 @@ class Report:
     target_halfwidth: Optional[float] = None
     equivalence: Optional[Equivalence] = None
     stage_one: Optional[int] = None  # n0 of an adaptive-seed study (Stein's two-stage rule); None: fixed seeds
+    simultaneous: bool = False  # --simultaneous: the baseline rows carry joint intervals (comparisons.csv sim_*)
+    interactions: Optional[list[InteractionRow]] = None  # --interaction A,B (each pair): contrasts, one Holm family
 
     @property
     def family_size(self) -> int:
@@ -208,10 +214,12 @@ def check_columns(columns_given: list[str], groups: list[Group], baseline: Optio
 def analyse(selection: Selection, data: dict[tuple[str, str], dict[str, np.ndarray]], *,
             metrics: Sequence[MetricSpec], eval_stats: Sequence[str], baseline: Optional[str],
             pairs: Sequence[Pair] = (), target_halfwidth: Optional[float] = None,
-            equivalence: Optional[Equivalence] = None, stage_one: Optional[int] = None) -> Report:
+            equivalence: Optional[Equivalence] = None, stage_one: Optional[int] = None, simultaneous: bool = False,
+            interaction: Sequence[tuple[str, str]] = ()) -> Report:
     """The report of given values (values_from_runs, or a folder's per-seed values: rlvrlab.report.reanalyse):
     estimates, comparisons in one Holm family, notes. eval_stats: the columns of each evaluation section (after
-    "train")."""
+    "train"). simultaneous: joint intervals for the baseline rows (add_simultaneous); interaction: (A, B) pairs of
+    config keys whose interaction contrasts are tested (interaction_rows)."""
     groups = selection.groups
     check_columns([m.label for m in metrics] + list(eval_stats), groups, baseline, pairs, equivalence)
     base = find_baseline(groups, baseline)
@@ -232,8 +240,14 @@ def analyse(selection: Selection, data: dict[tuple[str, str], dict[str, np.ndarr
     adjust_family(comparisons)
     report = Report(estimates, groups, base.label if base else None, sections, columns, comparisons,
                     higher_is_better=higher, target_halfwidth=target_halfwidth, equivalence=equivalence,
-                    stage_one=stage_one)
-    report.notes = _notes(report, metrics, selection)
+                    stage_one=stage_one, simultaneous=simultaneous)
+    if simultaneous:
+        add_simultaneous(comparisons, data, {g.label: g for g in groups})
+    skipped: list[str] = []
+    if interaction:
+        report.interactions, skipped = interaction_rows(groups, data, interaction, report.baseline)
+    report.notes = _notes(report, metrics, selection) + ([f"interaction: left out {'; '.join(skipped)}"]
+                                                         if skipped else [])
     return report
 
 
@@ -293,6 +307,60 @@ def adjust_family(rows: list[Comparison]) -> None:
                                 max_statistic=row.max_statistic)
     for row, p_holm in zip(tested, adjusted[len(rows):]):
         row.p_equivalence_holm = p_holm
+
+
+def add_simultaneous(rows: list[Comparison], data: dict[tuple[str, str], dict[str, np.ndarray]],
+                     groups: dict[str, Group]) -> None:
+    """--simultaneous: per column, the joint max-t intervals (stats.simultaneous) of every group minus the baseline
+    over their per-seed scores, on each baseline row that ran the baseline's seeds (the others have none)."""
+    by_column: dict[tuple[str, str, str], list[Comparison]] = {}
+    for r in rows:
+        if r.selected_from is None and groups[r.a].seeds == groups[r.b].seeds and len(groups[r.b].seeds) >= 2:
+            by_column.setdefault((r.section, r.metric, r.b), []).append(r)
+    for (section, metric, base), column in by_column.items():
+        values = data[(section, metric)]
+        joint = joint_intervals([stats.seed_scores(values[r.a]) for r in column], stats.seed_scores(values[base]))
+        for k, r in enumerate(column):
+            r.simultaneous, r.sim_index = joint, k
+
+
+@dataclass
+class InteractionRow:
+    """One A × B interaction contrast (stats.interaction) of one column in one stratum of the other keys."""
+
+    keys: tuple[str, str]  # (A, B)
+    section: str
+    metric: str
+    grid: Grid
+    contrast: Contrast
+    p_holm: float = math.nan  # over every contrast of the report (one family)
+    status: str = "exploratory"  # no protocol names interaction rows (docs/report.md, "Interactions")
+
+    @property
+    def significant(self) -> bool:
+        return self.p_holm < stats.ALPHA
+
+
+def interaction_rows(groups: list[Group], data: dict[tuple[str, str], dict[str, np.ndarray]],
+                     pairs: Sequence[tuple[str, str]],
+                     baseline: Optional[str]) -> tuple[list[InteractionRow], list[str]]:
+    """--interaction A,B (each pair): every contrast of every column's complete grids (stats.interaction.grids: one
+    per stratum of the other differing keys, reference levels the baseline's), Holm-adjusted together as one
+    family; and the strata left out."""
+    config = {g.label: {**g.runs[0].params, **g.values} for g in groups}
+    seeds = {g.label: g.seeds for g in groups}
+    rows, skipped = [], []
+    for keys in pairs:
+        others, left = sorted({k for g in groups for k in g.values} - set(keys)), list[str]()
+        for (section, metric), values in data.items():
+            scores = {label: stats.seed_scores(x) for label, x in values.items()}
+            found, left = grids(config, seeds, scores, keys, others, baseline)
+            rows += [InteractionRow(keys, section, metric, grid, c) for grid in found
+                     for c in interaction_contrasts(grid.y)]
+        skipped += [f"{' × '.join(keys)}: {text}" for text in left]
+    for row, p in zip(rows, stats.holm([r.contrast.p for r in rows])):
+        row.p_holm = p
+    return rows, skipped
 
 
 def _score(x: np.ndarray) -> float:
@@ -389,6 +457,19 @@ def _notes(report: Report, metrics: Sequence[MetricSpec], selection: Selection) 
         if any(r.selected_from for r in report.comparisons):
             notes.append("selected: the best group by mean among N groups, compared after multiplying its p by N "
                          "(Bonferroni over the cells it was picked from), then in the Holm family")
+    if report.simultaneous:
+        notes.append("simultaneous intervals (--simultaneous; comparisons.csv sim_low, sim_high): max-t "
+                     "(Dunnett-type) on paired seeds, each column's Δ vs the baseline ± sim_crit·se with sim_crit the "
+                     "95% quantile of the largest |paired t| of the column's groups (simulated under the Dunnett "
+                     "model, fixed seed; never above Bonferroni's, sim_bonferroni); they cover every true difference "
+                     "of a column together in 95% of repeated experiments (family-wise per column), on per-seed "
+                     "scores (evaluations: the seed's mean over problems)")
+    if report.interactions is not None:
+        pairs = ", ".join(dict.fromkeys(" × ".join(r.keys) for r in report.interactions)) or "none tested"
+        notes.append(f"interactions ({pairs}; interactions.csv): per seed, B's effect at a level of A minus "
+                     f"its effect at the reference level, a paired t over the seeds common to the grid's cells, "
+                     f"Holm-adjusted over all {len(report.interactions)} contrasts (a family of their own): the "
+                     "chance of any false interaction claim is at most 0.05; exploratory (no protocol names them)")
     if any(g.failed for g in selection.groups) or selection.failed_only:
         notes.append("failed: seed runs that ended FAILED (non-finite loss, weights or gradients, or a crash) are "
                      "not in the means; the seeds column counts them")

@@ -4,6 +4,8 @@ and sources.json (rlvrlab.report.render formats them; rlvrlab.report.plots draws
 
 from __future__ import annotations
 
+import csv
+import io
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
@@ -11,6 +13,7 @@ from typing import Optional
 from rlvrlab import outputs
 from rlvrlab.errors import RlvrlabError
 from rlvrlab.report import plots as plotting, provenance, render, verdict
+from rlvrlab.report.escape import md
 from rlvrlab.report.events import EventResult, as_dict as event_dicts, markdown as event_markdown
 from rlvrlab.report.request import ReportRequest
 from rlvrlab.report.sources import Selected
@@ -32,7 +35,7 @@ def write(folder: Path, request: ReportRequest, selected: Selected, done: Analys
     """Every file of the report, sources.json last (it lists the others)."""
     folder.mkdir(parents=True, exist_ok=True)
     chosen = request.chosen_formats
-    written = tables(folder, chosen, request.interval, done)
+    written = tables(folder, chosen, request.interval, done, request.plots)
     if "csv" in chosen:  # the numbers behind every cell and comparison, for a reader to recompute them
         written += values(folder, selected, done)
     if request.plots:
@@ -50,16 +53,23 @@ def write(folder: Path, request: ReportRequest, selected: Selected, done: Analys
     return [*written, sidecar]
 
 
-def tables(folder: Path, chosen: list[str], interval: str, done: Analysed) -> list[Path]:
-    """table.md (with its events and verdicts), table.tex, table.csv as chosen; comparisons.csv with the CSV."""
+def tables(folder: Path, chosen: list[str], interval: str, done: Analysed, plots: bool = True) -> list[Path]:
+    """table.md (with its interactions, events and verdicts), table.tex, table.csv as chosen; comparisons.csv with
+    the CSV; with --interaction, interactions.csv and (plots) its heat map."""
     result = done.result
-    texts = {"md": render.markdown(result, interval) + ("\n" + event_markdown(done.events) if done.events else "")
+    interactions = "\n".join(interaction_markdown(result)) if result.interactions is not None else ""
+    texts = {"md": render.markdown(result, interval) + ("\n" + interactions if interactions else "")
+             + ("\n" + event_markdown(done.events) if done.events else "")
              + ("\n" + verdict.markdown(done.verdicts) if done.verdicts is not None else ""),
              "tex": render.latex(result, interval),
              "csv": render.to_csv(result)}
     written = [_write(folder / f"table.{fmt}", texts[fmt]) for fmt in chosen]
     if "csv" in chosen and result.comparisons:
         written.append(_write(folder / "comparisons.csv", render.comparisons_csv(result)))
+    if result.interactions is not None:  # --interaction A,B: its rows and heat map, with every format
+        written.append(_write(folder / "interactions.csv", interactions_csv(result)))
+        if plots:
+            written += plotting.interaction_maps(result, folder)
     return written
 
 
@@ -101,6 +111,46 @@ def heatmap_keys(selection, text: Optional[str]) -> Optional[tuple[str, str]]:
     if selection.study and len(selection.swept) >= 2:
         return selection.swept[0], selection.swept[1]
     return None
+
+
+INTERACTION_FIELDS = ["a_key", "b_key", "section", "metric", "stratum", "a_ref", "b_ref", "a", "b", "contrast", "low",
+                      "high", "se", "df", "n_seeds", "seeds", "p", "p_holm", "significant", "status"]
+
+
+def interaction_records(report: Report) -> list[dict]:
+    """interactions.csv's rows: one per contrast (rlvrlab.report.table.InteractionRow)."""
+    return [{"a_key": r.keys[0], "b_key": r.keys[1], "section": r.section, "metric": r.metric,
+             "stratum": r.grid.stratum,
+             "a_ref": r.grid.a_levels[0], "b_ref": r.grid.b_levels[0], "a": r.grid.a_levels[r.contrast.i],
+             "b": r.grid.b_levels[r.contrast.j], "contrast": r.contrast.estimate, "low": r.contrast.low,
+             "high": r.contrast.high, "se": r.contrast.se, "df": r.contrast.df, "n_seeds": r.contrast.n_seeds,
+             "seeds": " ".join(map(str, r.grid.seeds)), "p": r.contrast.p, "p_holm": r.p_holm,
+             "significant": r.significant, "status": r.status} for r in report.interactions or []]
+
+
+def interactions_csv(report: Report) -> str:
+    buffer = io.StringIO()
+    writer = csv.DictWriter(buffer, fieldnames=INTERACTION_FIELDS)
+    writer.writeheader()
+    writer.writerows(interaction_records(report))
+    return buffer.getvalue()
+
+
+def interaction_markdown(report: Report) -> list[str]:
+    """table.md's section of --interaction A,B: one row per contrast."""
+    out = ["### Interactions (exploratory)\n",
+           "Per seed: (B = b vs b0 at A = a) − (the same at A = a0); 95% t-interval over the seeds; Holm p over every "
+           "contrast below; * Holm p < 0.05\n"]
+    rows = [[md(r["a_key"]), md(r["b_key"]), md(r["section"]), md(r["metric"]), md(r["stratum"]) or "—",
+             f"{md(r['a'])} vs {md(r['a_ref'])}", f"{md(r['b'])} vs {md(r['b_ref'])}",
+             f"{r['contrast']:+.3f} [{r['low']:+.3f}, {r['high']:+.3f}]{'*' if r['significant'] else ''}",
+             str(r["n_seeds"]), render.p_text(r["p"]), render.p_text(r["p_holm"]), r["status"]]
+            for r in interaction_records(report)]
+    if not rows:
+        return out + ["No complete grid of both keys (see the notes).\n"]
+    return out + render.md_table(["A", "B", "section", "metric", "held at", "a", "b", "interaction [95% CI]", "seeds",
+                                  "p", "Holm p", "status"], "|---|---|---|---|---|---|---|---|---:|---:|---:|---|",
+                                  rows)
 
 
 def _write(path: Path, text: str) -> Path:

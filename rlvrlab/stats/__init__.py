@@ -5,8 +5,13 @@ Pure numpy/scipy functions with typed results; no resampling, so a table is the 
 - intervals: Student-t seed intervals, the crossed seeds × problems interval, curve bands, their moments.
 - comparisons: paired t / Welch (crossed for evaluations), sign-flip p, MDE, TOST, Holm, the claim rule.
 - seeds: seeds needed for a target half-width.
+- design: variance components of a pilot and the smallest seeds × samples × problems design for a target MDE.
 - stein: Stein's two-stage intervals and paired comparisons of an adaptive-seed study.
+- sequential: seed-by-seed comparison of a trial with the incumbent, a β-spending futility bound (prune) and an
+  α-spending efficacy bound.
 - diversity: rarefied and expected distinct correct forms.
+- simultaneous: joint (family-wise 95%) max-t intervals of every cell against the baseline on paired seeds.
+- interaction: A × B interaction contrasts on paired seeds, Holm over the family, analytic power.
 
 Every public name of the submodules is importable from here (`from rlvrlab import stats; stats.compare`).
 None of them imports scipy.stats at import time (a sweep worker scores trials with t_interval alone).
@@ -36,7 +41,28 @@ from rlvrlab.stats.comparisons import (
     welch,
     welch_crossed,
 )
+from rlvrlab.stats.design import (
+    Components,
+    Design,
+    bernoulli_variance,
+    components,
+    design_mde,
+    noncentrality,
+    pooled,
+    problems_needed,
+    seeds_only,
+    smallest_design,
+)
 from rlvrlab.stats.diversity import distinct_combinations, expected_distinct, rarefied_distinct
+from rlvrlab.stats.interaction import (
+    Contrast,
+    Grid as InteractionGrid,
+    contrasts,
+    grids as interaction_grids,
+    holm_rejects,
+    interaction,
+    power as interaction_power,
+)
 from rlvrlab.stats.intervals import (
     LEVEL,
     MIN_SEEDS,
@@ -59,6 +85,28 @@ from rlvrlab.stats.intervals import (
     welch_moments,
 )
 from rlvrlab.stats.seeds import seeds_for_halfwidth, seeds_for_halfwidth_crossed
+from rlvrlab.stats.sequential import (
+    BETA,
+    BETTER,
+    COMPLETE,
+    CONTINUE,
+    MIN_LOOK,
+    PRUNE,
+    SEQUENTIAL_DECISIONS,
+    SPENDING_RHO,
+    SequentialDesign,
+    running_t,
+    sequential_decision,
+    sequential_stops,
+)
+from rlvrlab.stats.simultaneous import (
+    Simultaneous,
+    bonferroni_critical,
+    critical_values,
+    dunnett_correlation,
+    max_t_critical,
+    simultaneous,
+)
 from rlvrlab.stats.stein import (
     PAIRED_STEIN,
     STEIN,
@@ -71,6 +119,12 @@ from rlvrlab.stats.stein import (
 )
 
 __all__ = [
+    "Components", "Design", "bernoulli_variance", "components", "design_mde", "noncentrality", "pooled",
+    "problems_needed", "seeds_only", "smallest_design",
+    "Contrast", "InteractionGrid", "contrasts", "interaction_grids", "holm_rejects", "interaction", "interaction_power",
+    "Simultaneous", "bonferroni_critical", "critical_values", "dunnett_correlation", "max_t_critical", "simultaneous",
+    "BETA", "BETTER", "COMPLETE", "CONTINUE", "MIN_LOOK", "PRUNE", "SEQUENTIAL_DECISIONS", "SPENDING_RHO",
+    "SequentialDesign", "running_t", "sequential_decision", "sequential_stops",
     "ALPHA", "LEVEL", "MAX_EXACT_FLIPS", "MIN_SEEDS", "MIN_SEEDS_SIGNIFICANCE", "PAIRED_STEIN", "POWER",
     "STEIN", "TIE_TOLERANCE",
     "Claim", "Comparison", "Interval", "MeanSquares", "Moments", "claim", "compare", "crossed_interval",
