@@ -68,7 +68,7 @@ def _defaults(value: Any) -> dict[str, Any]:
 
 OBJECTIVE = Part("Objective", ("metric", "direction", "window", "aggregate"))
 PARAM = Part("Param", ("key", "values", "low", "high", "log", "step"))
-PRUNER = Part("Pruner", ("type", "warmup_steps", "startup_trials"))
+PRUNER = Part("Pruner", ("type", "warmup_steps", "startup_trials"), added=("delta", "n_min"))
 ADAPTIVE = Part("AdaptiveSeeds", ("initial", "max", "halfwidth", "rule"))
 SPEC = Part(
     "SweepSpec",

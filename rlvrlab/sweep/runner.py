@@ -38,8 +38,12 @@ class SeedFailed:
     reason: str
 
 
+SEQUENTIAL = "sequential"  # the pruner that reads each finished seed's value, not its steps (rlvrlab.sweep.trials)
+NO_STEPS = ("none", SEQUENTIAL)  # pruner types that are told no step of a running seed
+
+
 class Pruned(Exception):
-    """The pruner stopped a running seed: its trial is pruned."""
+    """The pruner stopped a running seed, or (sequential) the trial between seeds: its trial is pruned."""
 
 
 class SeedRunner(Protocol):
@@ -153,7 +157,7 @@ class Training:
             pass
 
         def report(step: int, batch, run, stats) -> None:
-            if spec.pruner.type == "none" or stats is None:  # stats: None on steps that log nothing
+            if spec.pruner.type in NO_STEPS or stats is None:  # stats: None on steps that log nothing
                 return
             value = step_metrics(stats).get(metric)
             if value is None:
@@ -193,7 +197,7 @@ class Command:
     any_metric: bool = True
     own_process: bool = True
     checks_testbed: bool = False
-    no_pruner: str = "pruning needs the steps of a running seed, which a command reports to MLflow only"
+    no_pruner: str = "a step pruner needs the steps of a running seed, which a command reports to MLflow only"
     no_reproduce: str = ("it runs another trainer's command; rlvrlab reproduce re-runs rlvrlab training studies: "
                          "re-run its command (sources.json) by hand")
 

@@ -25,7 +25,8 @@ before any storage is opened or run started; every mistake is one ConfigError li
       aggregate: mean                          # over seeds: mean | lcb95 (maximize) | ucb95 (minimize),
                                                # the entries of rlvrlab.sweep.objective.AGGREGATES
     budget: {trials: null, timeout: null}      # trials (samplers; grid: every point) and seconds per invocation
-    pruner: {type: none}                       # none | median | hyperband; warmup_steps, startup_trials
+    pruner: {type: none}                       # none | median | hyperband (warmup_steps, startup_trials) |
+                                               # sequential (delta, n_min: docs/sweeps.md, "Sequential seeds")
     launcher: inprocess                        # how a seed run runs (not part of the study's fingerprint):
                                                # inprocess | process | slurm, or {type: process, nproc: 2,
                                                # gpus_per_run: 2} (nproc > 1: torchrun with that many ranks)
@@ -49,17 +50,18 @@ from rlvrlab.config.rules import unknown
 from rlvrlab.config.shipped import shipped_dir
 from rlvrlab.config.yamlfile import load as load_yaml
 from rlvrlab.errors import ConfigError
+from rlvrlab.stats.sequential import MIN_LOOK
 from rlvrlab.sweep import limits as seed_limits
 from rlvrlab.sweep.fingerprint import fingerprint as fingerprint_of
 from rlvrlab.sweep.objective import AGGREGATES, DIRECTIONS, MEAN, Objective
-from rlvrlab.sweep.runner import SeedRunner, seed_runner
+from rlvrlab.sweep.runner import NO_STEPS, SEQUENTIAL, SeedRunner, seed_runner
 from rlvrlab.sweep.seeds import MIN_INITIAL, AdaptiveSeeds
 from rlvrlab.sweep.space import FIXED_KEYS, VARIANT, Param, format_value, parse_space, parse_variants
 from rlvrlab.sweep.template import SEED, STUDY, parse_command, variant_values
 from rlvrlab.tracking.testbed import Testbed
 
 SAMPLERS = ("grid", "tpe", "random")
-PRUNERS = ("none", "median", "hyperband")
+PRUNERS = ("none", "median", "hyperband", SEQUENTIAL)
 TOP_KEYS = ("name", "experiment", "command", "overrides", "variants", "sampler", "sampler_seed", "seeds", "space",
             "objective", "budget", "pruner", "launcher", "slurm", *seed_limits.KEYS, "watch")  # watch: sweep/guard.py
 LAUNCHERS = ("inprocess", "process", "slurm")
@@ -75,6 +77,8 @@ class Pruner:
     type: str = "none"
     warmup_steps: int = 0  # per seed run: steps before a trial may be pruned
     startup_trials: int = 5  # trials that finish before pruning starts (median)
+    delta: Optional[float] = None  # sequential: the least gain over the incumbent worth finding (objective units)
+    n_min: int = MIN_LOOK  # sequential: seeds before the first look (rlvrlab.stats.sequential)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -234,6 +238,7 @@ def load_sweep(name: str, overrides: Sequence[str] = (), *, seeds: Optional[int]
         raise ConfigError(f"objective.aggregate {objective.aggregate} in {where} needs at least {needs} seeds")
     trials, timeout = _budget(body.get("budget"), sampler, where)
     pruner = _pruner(body.get("pruner"), where)
+    _check_sequential(pruner, adaptive, seed_list, where)
     sweep_name = study or body.get("name") or path.stem
     if not isinstance(sweep_name, str) or not sweep_name.strip():
         raise ConfigError(f"name in {where} must be a non-empty string")
@@ -299,10 +304,35 @@ def _budget(body: Any, sampler: str, where: str) -> tuple[Optional[int], Optiona
 
 
 def _pruner(body: Any, where: str) -> Pruner:
-    fields = _mapping(body, ("type", "warmup_steps", "startup_trials"), "pruner", where)
-    return Pruner(type=_choice(fields.get("type", "none"), PRUNERS, "pruner.type", where),
-                  warmup_steps=_integer(fields.get("warmup_steps", 0), "pruner.warmup_steps", where),
-                  startup_trials=_integer(fields.get("startup_trials", 5), "pruner.startup_trials", where))
+    fields = _mapping(body, ("type", "warmup_steps", "startup_trials", "delta", "n_min"), "pruner", where)
+    kind = _choice(fields.get("type", "none"), PRUNERS, "pruner.type", where)
+    delta, example = fields.get("delta"), "pruner: {type: sequential, delta: 0.05}"
+    if kind != SEQUENTIAL and ("delta" in fields or "n_min" in fields):
+        raise ConfigError(f"pruner.delta and pruner.n_min in {where} are for pruner type {SEQUENTIAL}; remove them "
+                          f"or use {example}")
+    if kind == SEQUENTIAL and (isinstance(delta, bool) or not isinstance(delta, (int, float))
+                               or not 0 < delta <= MAX_NUMBER):
+        raise ConfigError(f"pruner {SEQUENTIAL} in {where} needs delta > 0, the least gain over the best trial worth "
+                          f"finding in objective units, e.g. {example}")
+    n_min = _integer(fields.get("n_min", MIN_LOOK), "pruner.n_min", where)
+    if n_min < MIN_LOOK:
+        raise ConfigError(f"pruner.n_min {n_min} in {where} must be at least {MIN_LOOK} (a look at fewer seeds "
+                          f"has too few degrees of freedom to prune); set n_min: {MIN_LOOK} or more")
+    return Pruner(type=kind, warmup_steps=_integer(fields.get("warmup_steps", 0), "pruner.warmup_steps", where),
+                  startup_trials=_integer(fields.get("startup_trials", 5), "pruner.startup_trials", where),
+                  delta=None if delta is None else float(delta), n_min=n_min)
+
+
+def _check_sequential(pruner: Pruner, adaptive: Optional[AdaptiveSeeds], seeds: tuple[int, ...], where: str) -> None:
+    """A sequential pruner compares trials on shared seeds up to one n_max: a fixed list of at least n_min."""
+    if pruner.type != SEQUENTIAL:
+        return
+    if adaptive is not None:
+        raise ConfigError(f"pruner {SEQUENTIAL} in {where} needs a fixed seed list (adaptive seeds give each trial "
+                          "its own number of seeds); use e.g. seeds: 10")
+    if len(seeds) < pruner.n_min:
+        raise ConfigError(f"pruner {SEQUENTIAL} in {where} looks first after n_min={pruner.n_min} seeds, and the "
+                          f"sweep has {len(seeds)}; give at least {pruner.n_min} seeds or lower pruner.n_min")
 
 
 def _experiment(value: Any, path: Path, where: str) -> Optional[str]:
@@ -373,14 +403,16 @@ def _launcher(body: Any, slurm_body: Any, where: str, kind: Optional[str], nproc
 
 
 def _check_launcher(spec: SweepSpec, where: str) -> None:
-    """What a launcher needs of the runs: pruning reads each step in the worker; several ranks need DeepSpeed."""
+    """What a launcher needs of the runs: a step pruner reads each step in the worker (sequential reads each seed's
+    value, as any launcher gives it); several ranks need DeepSpeed."""
     launch = spec.launcher
-    if spec.runner.no_pruner and spec.pruner.type != "none":
+    if spec.runner.no_pruner and spec.pruner.type not in NO_STEPS:
         raise ConfigError(f"pruner {spec.pruner.type} in {where}: {spec.runner.no_pruner}; remove pruner: from the "
-                          "sweep file")
-    if launch.child and spec.pruner.type != "none":
+                          "sweep file or use pruner sequential")
+    if launch.child and spec.pruner.type not in NO_STEPS:
         raise ConfigError(f"pruner {spec.pruner.type} in {where} needs launcher inprocess (a seed run in its own "
-                          "process reports no steps to the worker's pruner); drop the pruner or the launcher")
+                          "process reports no steps to the worker's pruner); drop the pruner or the launcher, or "
+                          "use pruner sequential")
     if launch.nproc > 1 and spec.base().trainer.engine != "deepspeed":
         raise ConfigError(f"launcher nproc {launch.nproc} in {where}: several ranks train data parallel through "
                           "DeepSpeed; add trainer.engine=deepspeed to overrides")

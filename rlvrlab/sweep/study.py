@@ -49,6 +49,8 @@ def make_sampler(spec: SweepSpec, seed: int):
 
 
 def make_pruner(spec: SweepSpec, steps: int):
+    """Optuna's pruner of the study's step reports; none (NopPruner) for none and sequential, which reads each
+    finished seed's value instead (rlvrlab.sweep.trials)."""
     kind = spec.pruner.type
     if kind == "median":
         return optuna.pruners.MedianPruner(n_startup_trials=spec.pruner.startup_trials,
@@ -215,6 +217,7 @@ def _open_study_run(sweep: Sweep, key: str) -> str:
         "objective.direction": spec.objective.direction, "objective.window": spec.objective.window,
         "objective.aggregate": spec.objective.aggregate, "overrides": " ".join(spec.overrides),
         "experiment": spec.experiment or "default", "pruner": spec.pruner.type,
+        **({"pruner.delta": spec.pruner.delta, "pruner.n_min": spec.pruner.n_min} if spec.pruner.delta else {}),
         **spec.runner.recorded(),  # a command sweep's command
         **({"seeds.adaptive": f"initial={spec.adaptive.initial} max={spec.adaptive.max} "
                               f"halfwidth={spec.adaptive.halfwidth}"} if spec.adaptive else {})}))

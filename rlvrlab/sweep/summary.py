@@ -9,6 +9,7 @@ from typing import Any, Optional
 from rlvrlab.sweep.objective import seed_summary
 from rlvrlab.sweep.seeds import wanted
 from rlvrlab.sweep.study import Sweep, attempt, counts, superseded
+from rlvrlab.sweep.trials import SEQUENTIAL_ATTR
 from rlvrlab.tracking import tags as T
 
 
@@ -38,6 +39,8 @@ class StudySummary:
     best: Optional[TrialRow]
     total: Optional[int]  # trials the study will have (grid size or budget.trials)
     finished: int  # trials that count as done (complete, pruned, failed runs)
+    pruned_early: int = 0  # pruner sequential: trials it stopped before their last seed
+    seeds_saved: int = 0  # pruner sequential: Σ over those trials of (seeds of the sweep - seeds they ran)
 
 
 def summarize(sweep: Sweep) -> StudySummary:
@@ -56,7 +59,7 @@ def summarize(sweep: Sweep) -> StudySummary:
             number=t.number, state=t.state.name, params=dict(t.params),
             value=t.value if t.state == TrialState.COMPLETE else None,
             mean=summary.get("mean"), low=_finite(summary.get("low")), high=_finite(summary.get("high")),
-            seeds_done=len(values), reason=t.user_attrs.get(T.FAIL_REASON, ""),
+            seeds_done=len(values), reason=t.user_attrs.get(T.FAIL_REASON, "") or _stopped(t),
             retry_of=t.system_attrs.get("failed_trial"),
             halfwidth=_finite(summary.get("halfwidth")), more_seeds=more, attempt=attempt(t),
             retried=t.number in retried, failure=t.user_attrs.get(T.FAILURE, ""),
@@ -64,7 +67,17 @@ def summarize(sweep: Sweep) -> StudySummary:
     sign = 1 if sweep.spec.objective.direction == "maximize" else -1
     scored = [(sign * r.value, r) for r in rows if r.state == "COMPLETE" and r.value is not None]
     best = max(scored, key=lambda pair: pair[0])[1] if scored else None
-    return StudySummary(rows, best, sweep.spec.total_trials(), finished_trials(sweep))
+    stopped = [t.user_attrs[SEQUENTIAL_ATTR]["seeds"] for t in trials
+               if t.state == TrialState.PRUNED and SEQUENTIAL_ATTR in t.user_attrs]
+    return StudySummary(rows, best, sweep.spec.total_trials(), finished_trials(sweep), len(stopped),
+                        sum(sweep.spec.max_seeds - used for used in stopped))
+
+
+def _stopped(trial) -> str:
+    """Why the sequential pruner stopped a trial, or ""."""
+    why = trial.user_attrs.get(SEQUENTIAL_ATTR)
+    return "" if not why else (f"pruned after {why['seeds']} seeds: cannot beat trial {why['incumbent']} by "
+                               f"delta {why['delta']:g}")
 
 
 def finished_trials(sweep: Sweep) -> int:

@@ -11,6 +11,8 @@ rlvrlab.sweep.seeds), scored over its seeds and told to Optuna and MLflow (the s
   re-run does not repeat it (it would fail the same way) unless asked to (--retry-failed: rlvrlab.sweep.retry).
 - Fail-fast (`rlvrlab.sweep.failfast`): when the invocation's first failed seed runs fail the same way, every
   worker stops before its next seed run; a trial cut short by it fails (it had a failed seed) or is re-enqueued.
+- pruner: sequential (`_look`): after each seed, the trial is compared with the incumbent (the best complete trial)
+  on their shared seeds (rlvrlab.stats.sequential) and pruned once it can no longer plausibly beat it by delta.
 - Each trial and seed run is tagged with its attempt (rlvrlab.attempt: 1, then 2 for its first retry), the trial
   it retries (rlvrlab.retry_of) and the digest of the code it ran (rlvrlab.code_digest: rlvrlab.sweep.guard).
 """
@@ -30,15 +32,18 @@ from optuna.trial import TrialState
 
 from rlvrlab.errors import RlvrlabError, StorageError
 from rlvrlab.procs import raise_if_stop_requested, stop_at_safe_points
+from rlvrlab.stats.sequential import PRUNE, SequentialDesign, sequential_decision
 from rlvrlab.sweep import failfast
 from rlvrlab.sweep.guard import CODE_DIGEST, recorded_digest
 from rlvrlab.sweep.liveness import Heartbeat, close_runs, recover_stale, requeue, trial_id
 from rlvrlab.sweep.objective import AGGREGATES, seed_summary
-from rlvrlab.sweep.runner import Pruned, SeedDone, SeedFailed
+from rlvrlab.sweep.runner import SEQUENTIAL, Pruned, SeedDone, SeedFailed
 from rlvrlab.sweep.seeds import seed_count
 from rlvrlab.sweep.spec import SweepSpec
 from rlvrlab.sweep.study import ATTEMPT, Sweep, budget_used, mlflow_params
 from rlvrlab.tracking import tags as T
+
+SEQUENTIAL_ATTR = "sequential"  # a trial the sequential pruner stopped: {decision, seeds, incumbent, delta}
 
 
 # --------------------------------------------------------------------------------------------------- the workers
@@ -188,8 +193,39 @@ def _run_seeds(sweep: Sweep, client, trial, params: dict, trial_run: str, lineag
             if on_seed is not None:
                 on_seed(trial.number, position, len(done.seeds))
             position += 1
+            _look(sweep, trial, done)
         if not done.failures:
             done.seeds = list(spec.seed_list(len(done.seeds) + more_seeds(spec, done.values)))
+
+
+def _look(sweep: Sweep, trial, done: _Seeds) -> None:
+    """pruner: sequential: the trial against the incumbent (the best complete trial by the objective) on the seeds
+    both ran, in seed order, both negated for minimize. Raises Pruned, with why on the trial, once it can no longer
+    plausibly beat the incumbent by delta; no incumbent yet (or a failed seed): all its seeds run. No efficacy stop
+    (alpha 0): a trial that may become the incumbent needs all its seeds."""
+    spec, delta = sweep.spec, sweep.spec.pruner.delta
+    if spec.pruner.type != SEQUENTIAL or delta is None or done.failures:  # delta: set for sequential (spec.py)
+        return
+    best = incumbent(sweep)
+    if best is None:
+        return
+    sign = 1.0 if spec.objective.direction == "maximize" else -1.0
+    theirs = {int(s): v for s, v in (best.user_attrs.get(T.VALUES) or {}).items()}
+    shared = [s for s in spec.seeds if s in done.values and s in theirs]
+    design = SequentialDesign(spec.pruner.n_min, len(spec.seeds), alpha=0.0)
+    decision, used = sequential_decision([sign * done.values[s] for s in shared], [sign * theirs[s] for s in shared],
+                                         delta, design)
+    if decision == PRUNE:
+        trial.set_user_attr(SEQUENTIAL_ATTR, {"decision": decision, "seeds": used, "incumbent": best.number,
+                                              "delta": delta})
+        raise Pruned()
+
+
+def incumbent(sweep: Sweep):
+    """The study's best COMPLETE trial by the objective's direction (a FrozenTrial), or None before one is."""
+    complete = [t for t in sweep.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)) if t.value is not None]
+    sign = 1.0 if sweep.spec.objective.direction == "maximize" else -1.0
+    return max(complete, key=lambda t: (sign * t.value, -t.number)) if complete else None
 
 
 def _complete_trial(sweep: Sweep, client, trial, trial_run: str, values: dict[int, float]) -> TrialOutcome:

@@ -78,6 +78,9 @@ def study_lines(opened, summary) -> list[str]:
 
     spec, storage = opened.spec, masked(opened.storage_url)
     lines = [f"{summary.finished}/{summary.total if summary.total is not None else '?'} trials done"]
+    if spec.pruner.type == "sequential":
+        lines.append(f"sequential seeds (delta {spec.pruner.delta:g}): {summary.pruned_early} trials pruned early, "
+                     f"{summary.seeds_saved} seed runs saved")
     if summary.best is not None:
         shown = " ".join(f"{k}={format_value(v)}" for k, v in summary.best.params.items())
         lines.append(f"best: trial {summary.best.number}: {shown} -> {summary.best.value:.4f}")
