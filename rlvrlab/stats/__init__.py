@@ -10,6 +10,8 @@ Pure numpy/scipy functions with typed results; no resampling, so a table is the 
 - sequential: seed-by-seed comparison of a trial with the incumbent, a β-spending futility bound (prune) and an
   α-spending efficacy bound.
 - diversity: rarefied and expected distinct correct forms.
+- confirm: the selected cell against the baseline on fresh seeds disjoint from the search (the interval to quote),
+  beside the naive search-phase one and the shrinkage.
 - simultaneous: joint (family-wise 95%) max-t intervals of every cell against the baseline on paired seeds.
 - interaction: A × B interaction contrasts on paired seeds, Holm over the family, analytic power.
 
@@ -41,6 +43,7 @@ from rlvrlab.stats.comparisons import (
     welch,
     welch_crossed,
 )
+from rlvrlab.stats.confirm import Confirmation, check_seeds, confirm, fresh_seeds
 from rlvrlab.stats.design import (
     Components,
     Design,
@@ -119,6 +122,7 @@ from rlvrlab.stats.stein import (
 )
 
 __all__ = [
+    "Confirmation", "check_seeds", "confirm", "fresh_seeds",
     "Components", "Design", "bernoulli_variance", "components", "design_mde", "noncentrality", "pooled",
     "problems_needed", "seeds_only", "smallest_design",
     "Contrast", "InteractionGrid", "contrasts", "interaction_grids", "holm_rejects", "interaction", "interaction_power",
