@@ -13,6 +13,7 @@ from typing import Optional
 from rlvrlab import outputs
 from rlvrlab.errors import RlvrlabError
 from rlvrlab.report import files, provenance, reanalyse as reanalysis, render, verdict
+from rlvrlab.report.collect import curves
 from rlvrlab.report.columns import Equivalence, Pair, parse_equivalence, parse_pairs
 from rlvrlab.report.events import analyse as count_events, as_dict as event_dicts, parse_event
 from rlvrlab.report.from_mlflow import from_mlflow
@@ -20,10 +21,16 @@ from rlvrlab.report.request import FORMATS as FORMATS, ReportRequest as ReportRe
 from rlvrlab.report.sources import Selected, Source
 from rlvrlab.report.table import Report, analyse, find_baseline
 from rlvrlab.report.write import Analysed, write
+from rlvrlab.stats.peak import MAX_EXACT_SWAPS, RANDOM_SWAPS, peak_test
 
 SOURCES: dict[str, Source] = {"mlflow": from_mlflow, "csv": files.from_csv, "tensorboard": files.from_tensorboard}
 # with --reanalyse, the options that still mean something (the rest are recorded in the folder's sources.json)
 REANALYSE_OPTIONS = ("reanalyse", "out", "protocol", "command", "simultaneous", "interaction")
+PEAK_NOTE = ("peaks.csv: D = peak_a − peak_b, each the max over the shared steps of the mean curve over the shared "
+             f"seeds; p_permutation swaps the arm labels within seeds (all 2^S swaps up to {MAX_EXACT_SWAPS} seeds, "
+             f"else {RANDOM_SWAPS:,} random ones): with identical arms it is below 0.05 with probability ≤ 0.05 "
+             "(never below 6 seeds: its smallest value is 2/2^S); naive_p (a paired t at each arm's own best step) "
+             "ignores the selection")
 UNTIMED = "the runs' start times are unknown (a CSV has none), so the protocol's preceding them cannot be checked"
 
 
@@ -85,7 +92,51 @@ def analysed(request: ReportRequest, selected: Selected, pairs: list[Pair], equi
         verdicts = verdict.evaluate(request.protocol, rules, result, folder=folder,
                                     root=provenance.results_dir().parent,
                                     events=event_dicts(event_results) if event_results else ())
-    return Analysed(result, event_results, verdicts, registered)
+    peaks: list[dict] = []
+    if request.peak:
+        peaks, skipped = peak_rows(selected.client, selection, request.peak, request.baseline, pairs)
+        result.notes += [PEAK_NOTE, *skipped]
+    return Analysed(result, event_results, verdicts, registered, peaks)
+
+
+def peak_rows(client, selection, metrics, baseline: Optional[str], pairs: list[Pair]) -> tuple[list[dict], list[str]]:
+    """--peak: per metric, every group against the baseline and each --compare pair A:B of two groups, on the seeds
+    and steps both logged: peaks.csv's rows, and a note for each pair without 2 shared seeds and a shared step."""
+    groups = {g.label: g for g in selection.groups}
+    base = find_baseline(selection.all_groups, baseline)
+    wanted = [(g.label, base.label) for g in selection.groups if base is not None and g.label != base.label]
+    wanted += [(p.a, p.b) for p in pairs if p.a in groups and p.b in groups]
+    out: list[dict] = []
+    skipped: list[str] = []
+    for metric in dict.fromkeys(metrics):
+        for a, b in dict.fromkeys(wanted):
+            if b not in groups:  # a baseline none of whose seeds finished
+                continue
+            steps_a, curve_a = curves(client, groups[a], metric)
+            steps_b, curve_b = curves(client, groups[b], metric)
+            seeds = sorted(set(groups[a].seeds) & set(groups[b].seeds))
+            steps = sorted(set(steps_a.tolist()) & set(steps_b.tolist()))
+            if len(seeds) < 2 or not steps:
+                skipped.append(f"peak of {metric}, {a} vs {b}: {len(seeds)} shared seeds, {len(steps)} shared "
+                               "steps; not tested (needs >= 2 seeds and a step both logged)")
+                continue
+            try:
+                r = peak_test(_aligned(curve_a, steps_a, groups[a], seeds, steps),
+                              _aligned(curve_b, steps_b, groups[b], seeds, steps))
+            except RlvrlabError as error:  # e.g. a non-finite logged value: the other pairs are still tested
+                skipped.append(f"peak of {metric}, {a} vs {b}: not tested ({error})")
+                continue
+            out.append({"a": a, "b": b, "metric": metric, "peak_a": r.peak_a, "step_a": steps[r.step_a],
+                        "peak_b": r.peak_b, "step_b": steps[r.step_b], "D": r.delta, "p_permutation": r.p,
+                        "naive_p": r.naive_p, "n_seeds": r.n_seeds})
+    return out, skipped
+
+
+def _aligned(values, steps, group, seeds: list[int], keep: list[int]):
+    """values [runs, steps] of a group as [seeds, keep]: its rows of `seeds` (in order), its columns of `keep`."""
+    rows = [group.seeds.index(seed) for seed in seeds]
+    columns = [list(steps).index(step) for step in keep]
+    return values[rows][:, columns]
 
 
 def registration(path: Path, origin: provenance.Provenance, selected: Selected) -> provenance.Protocol:
@@ -109,7 +160,7 @@ def _reanalyse(r: ReportRequest) -> ReportOutcome:
                            f"--protocol, --simultaneous, --interaction); drop {flag_of(given[0])}, or run rlvrlab "
                            "report on the runs to change it")
     assert r.reanalyse is not None  # make_report calls this with --reanalyse only
-    added = {**({"simultaneous": True} if r.simultaneous else {}),
-             **({"interaction": r.interaction_pairs} if r.interaction else {})}
-    done = reanalysis.reanalyse(r.reanalyse, out=r.out, protocol=r.protocol, command=r.command, **added)
+    done = reanalysis.reanalyse(r.reanalyse, out=r.out, protocol=r.protocol, command=r.command,
+                                simultaneous=bool(r.simultaneous),
+                                interaction=r.interaction_pairs if r.interaction else ())
     return ReportOutcome(done.result, done.folder, done.written, done.verdicts)

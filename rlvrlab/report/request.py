@@ -94,6 +94,10 @@ class ReportRequest:
                                         "per-seed values, seeds as blocks, Holm over every contrast: "
                                         "interactions.csv, a table.md section and interaction_<A>_<B>.png "
                                         "(docs/report.md, \"Interactions\").")
+    peak: tuple[str, ...] = _opt((), "--peak", "Compare a training metric's peak (the max over steps of its mean "
+                                 "curve over seeds) between every group and --baseline (and the --compare pairs) on "
+                                 "their shared seeds and steps, its null by swapping arm labels within seeds: "
+                                 "peaks.csv (docs/report.md, \"Peaks\"). Repeat for more metrics.")
     reanalyse: Optional[Path] = _opt(None, "--reanalyse", "Re-compute the tables of this results folder from its "
                                      "recorded values (per_seed.csv, per_problem.csv) and options (sources.json), "
                                      "without the runs; with --out (default: the folder itself), --protocol, "
@@ -141,6 +145,8 @@ class ReportRequest:
         if self.simultaneous and self.baseline is None:
             raise RlvrlabError("--simultaneous compares every group with --baseline; give --baseline GROUP")
         _ = self.interaction_pairs  # its check
+        if self.peak and self.baseline is None and not self.compare:
+            raise RlvrlabError("--peak compares groups' peaks; give --baseline GROUP (or --compare A:B)")
         if self.source_kind[0] != "mlflow":
             self._check_file_source()
 
@@ -162,9 +168,9 @@ class ReportRequest:
 
 # with --source csv:FILE or tensorboard:DIR, the options that select or read MLflow runs (refused)
 MLFLOW_ONLY = ("experiment", "study", "runs", "seed_key", "tracking_uri", "output_dir", "eval_stats", "heatmap_keys")
-# the options that read each run's per-step series (events, training curves): MLflow histories, TensorBoard scalars;
-# refused with --source csv:FILE
-PER_STEP = ("events", "smooth")
+# the options that read each run's per-step series (events, training curves, peaks): MLflow histories, TensorBoard
+# scalars; refused with --source csv:FILE
+PER_STEP = ("events", "smooth", "peak")
 
 
 def interaction_pairs(given: tuple[str, ...]) -> tuple[tuple[str, str], ...]:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import csv
 import io
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
@@ -28,6 +28,7 @@ class Analysed:
     events: list[EventResult]
     verdicts: Optional[verdict.Verdicts] = None
     registered: Optional[provenance.Protocol] = None
+    peaks: list[dict] = field(default_factory=list)  # --peak: peaks.csv's rows (rlvrlab.report.command.peak_rows)
 
 
 def write(folder: Path, request: ReportRequest, selected: Selected, done: Analysed,
@@ -36,6 +37,8 @@ def write(folder: Path, request: ReportRequest, selected: Selected, done: Analys
     folder.mkdir(parents=True, exist_ok=True)
     chosen = request.chosen_formats
     written = tables(folder, chosen, request.interval, done, request.plots)
+    if done.peaks:  # --peak, with every format
+        written.append(_write(folder / "peaks.csv", _csv(PEAK_FIELDS, done.peaks)))
     if "csv" in chosen:  # the numbers behind every cell and comparison, for a reader to recompute them
         written += values(folder, selected, done)
     if request.plots:
@@ -129,10 +132,18 @@ def interaction_records(report: Report) -> list[dict]:
 
 
 def interactions_csv(report: Report) -> str:
+    return _csv(INTERACTION_FIELDS, interaction_records(report))
+
+
+PEAK_FIELDS = ["a", "b", "metric", "peak_a", "step_a", "peak_b", "step_b", "D", "p_permutation", "naive_p",
+               "n_seeds"]
+
+
+def _csv(fieldnames: list[str], rows: list[dict]) -> str:
     buffer = io.StringIO()
-    writer = csv.DictWriter(buffer, fieldnames=INTERACTION_FIELDS)
+    writer = csv.DictWriter(buffer, fieldnames=fieldnames)
     writer.writeheader()
-    writer.writerows(interaction_records(report))
+    writer.writerows(rows)
     return buffer.getvalue()
 
 

@@ -10,6 +10,7 @@ Pure numpy/scipy functions with typed results; no resampling, so a table is the 
 - sequential: seed-by-seed comparison of a trial with the incumbent, a β-spending futility bound (prune) and an
   α-spending efficacy bound.
 - diversity: rarefied and expected distinct correct forms.
+- peak: max-over-steps peak difference of two arms' per-seed curves, a swap-permutation null, the naive peak t.
 - confirm: the selected cell against the baseline on fresh seeds disjoint from the search (the interval to quote),
   beside the naive search-phase one and the shrinkage.
 - simultaneous: joint (family-wise 95%) max-t intervals of every cell against the baseline on paired seeds.
@@ -87,6 +88,16 @@ from rlvrlab.stats.intervals import (
     welch_crossed_moments,
     welch_moments,
 )
+from rlvrlab.stats.peak import (
+    MAX_EXACT_SWAPS,
+    RANDOM_SWAPS,
+    Peak,
+    naive_peak_p,
+    peak_p,
+    peak_statistic,
+    peak_test,
+    swap_patterns,
+)
 from rlvrlab.stats.seeds import seeds_for_halfwidth, seeds_for_halfwidth_crossed
 from rlvrlab.stats.sequential import (
     BETA,
@@ -122,6 +133,7 @@ from rlvrlab.stats.stein import (
 )
 
 __all__ = [
+    "MAX_EXACT_SWAPS", "RANDOM_SWAPS", "Peak", "naive_peak_p", "peak_p", "peak_statistic", "peak_test", "swap_patterns",
     "Confirmation", "check_seeds", "confirm", "fresh_seeds",
     "Components", "Design", "bernoulli_variance", "components", "design_mde", "noncentrality", "pooled",
     "problems_needed", "seeds_only", "smallest_design",
