@@ -45,6 +45,9 @@ class SweepRequest:
     seed_timeout: Optional[str] = _opt(None, "--seed-timeout", "Seconds a seed run may take (launcher process, "
                                        "command sweeps): then its processes are stopped and the seed fails. Default: "
                                        "the file's seed_timeout:.")
+    confirm_seeds: Optional[int] = _opt(None, "--confirm-seeds", "Fresh seeds for the best trial and the baseline "
+                                        "once the search is done (over the file's confirm.seeds; the file names "
+                                        "confirm.baseline).", minimum=2)
     testbed: Optional[Testbed] = None  # --protocol: the initial model its test bed fixes (rlvrlab.tracking.testbed)
 
 
@@ -60,4 +63,5 @@ def run(sweep_file: str, overrides: list[str], request: SweepRequest, *, on_prog
                           on_progress=on_progress, oversubscribe=request.oversubscribe,
                           keep_going=request.keep_going, retry_failed=request.retry_failed,
                           allow_code_change=request.allow_code_change, testbed=request.testbed, warn=warn,
+                          confirm_seeds=request.confirm_seeds,
                           **({"seed_timeout": request.seed_timeout} if request.seed_timeout is not None else {}))

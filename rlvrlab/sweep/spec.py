@@ -27,6 +27,8 @@ before any storage is opened or run started; every mistake is one ConfigError li
     budget: {trials: null, timeout: null}      # trials (samplers; grid: every point) and seconds per invocation
     pruner: {type: none}                       # none | median | hyperband (warmup_steps, startup_trials) |
                                                # sequential (delta, n_min: docs/sweeps.md, "Sequential seeds")
+    confirm: {seeds: 3, baseline: {algorithm.tau: 0.0}}   # the best cell and the baseline again on 3 fresh seeds
+                                               # once the search is done (rlvrlab.sweep.confirmation)
     launcher: inprocess                        # how a seed run runs (not part of the study's fingerprint):
                                                # inprocess | process | slurm, or {type: process, nproc: 2,
                                                # gpus_per_run: 2} (nproc > 1: torchrun with that many ranks)
@@ -52,6 +54,7 @@ from rlvrlab.config.yamlfile import load as load_yaml
 from rlvrlab.errors import ConfigError
 from rlvrlab.stats.sequential import MIN_LOOK
 from rlvrlab.sweep import limits as seed_limits
+from rlvrlab.sweep.confirmation import Confirm, check_sequential, parse_confirm
 from rlvrlab.sweep.fingerprint import fingerprint as fingerprint_of
 from rlvrlab.sweep.objective import AGGREGATES, DIRECTIONS, MEAN, Objective
 from rlvrlab.sweep.runner import NO_STEPS, SEQUENTIAL, SeedRunner, seed_runner
@@ -63,7 +66,8 @@ from rlvrlab.tracking.testbed import Testbed
 SAMPLERS = ("grid", "tpe", "random")
 PRUNERS = ("none", "median", "hyperband", SEQUENTIAL)
 TOP_KEYS = ("name", "experiment", "command", "overrides", "variants", "sampler", "sampler_seed", "seeds", "space",
-            "objective", "budget", "pruner", "launcher", "slurm", *seed_limits.KEYS, "watch")  # watch: sweep/guard.py
+            "objective", "budget", "pruner", "confirm", "launcher", "slurm", *seed_limits.KEYS,
+            "watch")  # watch: sweep/guard.py
 LAUNCHERS = ("inprocess", "process", "slurm")
 SLURM_KEYS = ("partition", "nodes", "gpus_per_node", "cpus_per_task", "time", "account", "cluster")
 SLURM_CLUSTERS = ("slurm", "local")  # local: submitit's local executor, the same job path on this machine
@@ -131,6 +135,7 @@ class SweepSpec:
     launcher: Launcher = dataclasses.field(default_factory=Launcher)  # not in the fingerprint: how, not what
     command: Optional[str] = None  # a command sweep's template (rlvrlab.sweep.template); then experiment is None
     testbed: Optional[Testbed] = None  # --protocol: each seed run's initial model is checked; not in the fingerprint
+    confirm: Optional[Confirm] = None  # confirm: fresh seeds for the winner and the baseline (sweep/confirmation.py)
 
     @property
     def runner(self) -> SeedRunner:
@@ -216,10 +221,10 @@ def sweep_file(name: str) -> Path:
 def load_sweep(name: str, overrides: Sequence[str] = (), *, seeds: Optional[int] = None,
                study: Optional[str] = None, launcher: Optional[str] = None, nproc: Optional[int] = None,
                gpus_per_run: Optional[int] = None, slurm: Sequence[str] = (),
-               seed_timeout: Optional[float | str] = None) -> SweepSpec:
+               seed_timeout: Optional[float | str] = None, confirm_seeds: Optional[int] = None) -> SweepSpec:
     """Parse and validate a sweep file (+ base-config overrides from the command line) and compose every grid
     point (or both ends of every range) so that a bad key or value fails here, not in trial 17.
-    launcher, nproc, gpus_per_run, slurm (KEY=VALUE): the command line's, over the file's `launcher:`/`slurm:`."""
+    launcher, nproc, gpus_per_run, slurm (KEY=VALUE), confirm_seeds: the command line's, over the file's."""
     path = sweep_file(name)
     where = str(path)
     body = _body(path, where)
@@ -238,7 +243,7 @@ def load_sweep(name: str, overrides: Sequence[str] = (), *, seeds: Optional[int]
         raise ConfigError(f"objective.aggregate {objective.aggregate} in {where} needs at least {needs} seeds")
     trials, timeout = _budget(body.get("budget"), sampler, where)
     pruner = _pruner(body.get("pruner"), where)
-    _check_sequential(pruner, adaptive, seed_list, where)
+    check_sequential(pruner, adaptive, seed_list, where)
     sweep_name = study or body.get("name") or path.stem
     if not isinstance(sweep_name, str) or not sweep_name.strip():
         raise ConfigError(f"name in {where} must be a non-empty string")
@@ -249,7 +254,8 @@ def load_sweep(name: str, overrides: Sequence[str] = (), *, seeds: Optional[int]
     launch = dataclasses.replace(launch, limits=seed_limits.parse_limits(  # not in the fingerprint, as launch
         body, where, seed_timeout=seed_timeout, launcher=launch.type))
     spec = SweepSpec(sweep_name, path, experiment, all_overrides, space, sampler, sampler_seed, seed_list,
-                     objective, trials, timeout, pruner, variants, adaptive, launch, command)
+                     objective, trials, timeout, pruner, variants, adaptive, launch, command,
+                     confirm=parse_confirm(body.get("confirm"), space, adaptive, where, confirm_seeds))
     _check_composes(spec, where)
     _check_launcher(spec, where)
     return spec
@@ -321,18 +327,6 @@ def _pruner(body: Any, where: str) -> Pruner:
     return Pruner(type=kind, warmup_steps=_integer(fields.get("warmup_steps", 0), "pruner.warmup_steps", where),
                   startup_trials=_integer(fields.get("startup_trials", 5), "pruner.startup_trials", where),
                   delta=None if delta is None else float(delta), n_min=n_min)
-
-
-def _check_sequential(pruner: Pruner, adaptive: Optional[AdaptiveSeeds], seeds: tuple[int, ...], where: str) -> None:
-    """A sequential pruner compares trials on shared seeds up to one n_max: a fixed list of at least n_min."""
-    if pruner.type != SEQUENTIAL:
-        return
-    if adaptive is not None:
-        raise ConfigError(f"pruner {SEQUENTIAL} in {where} needs a fixed seed list (adaptive seeds give each trial "
-                          "its own number of seeds); use e.g. seeds: 10")
-    if len(seeds) < pruner.n_min:
-        raise ConfigError(f"pruner {SEQUENTIAL} in {where} looks first after n_min={pruner.n_min} seeds, and the "
-                          f"sweep has {len(seeds)}; give at least {pruner.n_min} seeds or lower pruner.n_min")
 
 
 def _experiment(value: Any, path: Path, where: str) -> Optional[str]:

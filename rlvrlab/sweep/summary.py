@@ -6,6 +6,7 @@ import math
 from dataclasses import dataclass
 from typing import Any, Optional
 
+from rlvrlab.sweep.confirmation import CONFIRMATION
 from rlvrlab.sweep.objective import seed_summary
 from rlvrlab.sweep.seeds import wanted
 from rlvrlab.sweep.study import Sweep, attempt, counts, superseded
@@ -41,6 +42,7 @@ class StudySummary:
     finished: int  # trials that count as done (complete, pruned, failed runs)
     pruned_early: int = 0  # pruner sequential: trials it stopped before their last seed
     seeds_saved: int = 0  # pruner sequential: Σ over those trials of (seeds of the sweep - seeds they ran)
+    confirmation: Optional[dict] = None  # confirm: the record of rlvrlab.sweep.confirmation.confirm_sweep
 
 
 def summarize(sweep: Sweep) -> StudySummary:
@@ -70,7 +72,8 @@ def summarize(sweep: Sweep) -> StudySummary:
     stopped = [t.user_attrs[SEQUENTIAL_ATTR]["seeds"] for t in trials
                if t.state == TrialState.PRUNED and SEQUENTIAL_ATTR in t.user_attrs]
     return StudySummary(rows, best, sweep.spec.total_trials(), finished_trials(sweep), len(stopped),
-                        sum(sweep.spec.max_seeds - used for used in stopped))
+                        sum(sweep.spec.max_seeds - used for used in stopped),
+                        sweep.study.user_attrs.get(CONFIRMATION))
 
 
 def _stopped(trial) -> str:

@@ -72,6 +72,7 @@ def study_table(spec, summary) -> Table:
 def study_lines(opened, summary) -> list[str]:
     """Below a study's table: trials done, the best configuration, and where its records are (or, for a study
     whose start-up stopped, how to finish it)."""
+    from rlvrlab.sweep.confirmation import confirmation_line
     from rlvrlab.sweep.spec import format_value
     from rlvrlab.tracking.mlflow_tracker import ui_hint
     from rlvrlab.tracking.store import masked
@@ -84,6 +85,8 @@ def study_lines(opened, summary) -> list[str]:
     if summary.best is not None:
         shown = " ".join(f"{k}={format_value(v)}" for k, v in summary.best.params.items())
         lines.append(f"best: trial {summary.best.number}: {shown} -> {summary.best.value:.4f}")
+    if summary.confirmation:
+        lines.append(confirmation_line(summary.confirmation))
     if not opened.started:  # --status of a study whose start-up stopped (killed, a store that was held)
         return [*lines, f"study {spec.name!r} in {storage}: its start-up stopped before it was done; re-run the "
                         "sweep command without --status to finish it and run the trials"]

@@ -25,6 +25,7 @@ from rlvrlab import outputs
 from rlvrlab.errors import RlvrlabError
 from rlvrlab.procs import signal_name, stop_at_safe_points, stop_requested
 from rlvrlab.sweep import failfast, guard
+from rlvrlab.sweep.confirmation import confirm_sweep
 from rlvrlab.sweep.exits import SweepExit, interrupted_code
 from rlvrlab.sweep.placement import assign, visible_devices
 from rlvrlab.sweep.spawned import WORKER_BYTES, WorkerPool, machine_limit
@@ -103,6 +104,8 @@ def run_sweep(spec: SweepSpec, storage: Optional[str] = None, *, workers: int = 
     if stop is not None:  # trials are left: its study run ends FAILED with the reason, until the next invocation
         _study_run_status(opened, "FAILED", failfast.stop_line(stop))
     finish_study_run(opened)
+    if stop is None and spec.confirm is not None:  # here, once every worker is done (rlvrlab.sweep.confirmation)
+        confirm_sweep(opened)
     return opened
 
 
