@@ -28,7 +28,7 @@ def from_mlflow(path: Optional[Path], r: ReportRequest, pairs: Sequence[Pair],
                            "--tracking-uri")
     selection = _runs(r, uri)
     client = collect.client_for(uri)
-    study_params = _study_params(client, selection) if r.study else {}
+    study_params, study_tags = _study_run(client, selection) if r.study else ({}, {})
     last = r.last or int(study_params.get("objective.window", 10))
     specs = parse_metrics(list(r.metric) or [study_params.get("objective.metric", "train/reward")], reduce=r.reduce,
                           last=last)
@@ -42,8 +42,10 @@ def from_mlflow(path: Optional[Path], r: ReportRequest, pairs: Sequence[Pair],
     columns = eval_columns(evals, r.eval_stats, r.rarefy)
     check_columns([m.label for m in specs] + columns, selection.groups, r.baseline, list(pairs), equivalence)
     data = values_from_runs(client, selection.groups, specs, evals, columns)
+    searched = [f"study {selection.study}: {study_tags[tag]}" for tag in (T.SEQUENTIAL_LINE, T.CONFIRMATION_LINE)
+                if tag in study_tags]  # the sweep's sequential seeds and confirm: (docs/sweeps.md)
     return Selected(selection, specs, data, columns, evals, client, stage_one_of(study_params),
-                    notes=external.notes(selection))
+                    notes=external.notes(selection) + searched)
 
 
 def _runs(r: ReportRequest, uri: str) -> collect.Selection:
@@ -64,10 +66,11 @@ def _runs(r: ReportRequest, uri: str) -> collect.Selection:
                            seed_key=r.seed_key or "seed")
 
 
-def _study_params(client, selection) -> dict[str, str]:
+def _study_run(client, selection) -> tuple[dict[str, str], dict[str, str]]:
+    """The study run's params and tags ({} when the study has none)."""
     found = client.get_experiment_by_name(selection.study)
     runs = client.search_runs([found.experiment_id], filter_string=f"tags.`{T.ROLE}` = 'study'", max_results=1)
-    return dict(runs[0].data.params) if runs else {}
+    return (dict(runs[0].data.params), dict(runs[0].data.tags)) if runs else ({}, {})
 
 
 def eval_columns(evals, wanted: Optional[str], rarefy: int) -> list[str]:

@@ -36,7 +36,7 @@ from rlvrlab.tracking import tags as T
 CONFIRMATION = "confirmation"  # the study's user attribute, and the role of an arm's MLflow run
 SEED_ROLE = "confirmation_seed"  # the role of a confirmation seed run (never "seed": no trial counts it)
 ARM = T.attr("confirmation_arm")  # winner | baseline, on a confirmation's runs
-LINE = T.attr("confirmation")  # the confirmation line, on the study's MLflow run
+LINE = T.CONFIRMATION_LINE  # the confirmation line, on the study's MLflow run
 MAX_CONFIRM = 1000  # fresh seeds per arm, each a training run
 KEYS = ("seeds", "baseline")
 EXAMPLE = "confirm: {seeds: 3, baseline: {trainer.lr: 0.1}}"

@@ -80,8 +80,7 @@ def study_lines(opened, summary) -> list[str]:
     spec, storage = opened.spec, masked(opened.storage_url)
     lines = [f"{summary.finished}/{summary.total if summary.total is not None else '?'} trials done"]
     if spec.pruner.type == "sequential":
-        lines.append(f"sequential seeds (delta {spec.pruner.delta:g}): {summary.pruned_early} trials pruned early, "
-                     f"{summary.seeds_saved} seed runs saved")
+        lines.append(sequential_line(spec, summary))
     if summary.best is not None:
         shown = " ".join(f"{k}={format_value(v)}" for k, v in summary.best.params.items())
         lines.append(f"best: trial {summary.best.number}: {shown} -> {summary.best.value:.4f}")
@@ -157,3 +156,10 @@ def reproduce_tables(o) -> list[Table]:
 def reproduce_footer(o) -> list[str]:
     """The verdict lines, where the re-runs are recorded, and the exit code."""
     return [*o.footer(), f"re-runs: {o.output_dir} (MLflow experiment {o.study}-reproduce); exit {o.exit_code}"]
+
+
+def sequential_line(spec, summary) -> str:
+    """pruner: sequential: the trials it stopped early and the seed runs that saved (also a tag of the study run, which
+    `rlvrlab report --study` prints)."""
+    return (f"sequential seeds (delta {spec.pruner.delta:g}): {summary.pruned_early} trials pruned early, "
+            f"{summary.seeds_saved} seed runs saved")

@@ -28,11 +28,14 @@ from rlvrlab.sweep import failfast, guard
 from rlvrlab.sweep.confirmation import confirm_sweep
 from rlvrlab.sweep.exits import SweepExit, interrupted_code
 from rlvrlab.sweep.placement import assign, visible_devices
+from rlvrlab.sweep.runner import SEQUENTIAL
 from rlvrlab.sweep.spawned import WORKER_BYTES, WorkerPool, machine_limit
 from rlvrlab.sweep.spec import SweepSpec, load_sweep
 from rlvrlab.sweep.study import Sweep, finish_study_run, open_sweep
 from rlvrlab.sweep.summary import finished_trials, summarize
 from rlvrlab.sweep.trials import work
+from rlvrlab.sweep.view import sequential_line
+from rlvrlab.tracking import tags as T
 from rlvrlab.tracking.testbed import Testbed
 
 STOP_GRACE_SECONDS = 600  # how long a stopping sweep waits for each worker to finish its step
@@ -104,6 +107,8 @@ def run_sweep(spec: SweepSpec, storage: Optional[str] = None, *, workers: int = 
     if stop is not None:  # trials are left: its study run ends FAILED with the reason, until the next invocation
         _study_run_status(opened, "FAILED", failfast.stop_line(stop))
     finish_study_run(opened)
+    if spec.pruner.type == SEQUENTIAL:  # the seed runs it saved, on the study run for `rlvrlab report --study`
+        opened.client().set_tag(opened.study_run_id, T.SEQUENTIAL_LINE, sequential_line(spec, summarize(opened)))
     if stop is None and spec.confirm is not None:  # here, once every worker is done (rlvrlab.sweep.confirmation)
         confirm_sweep(opened)
     return opened
@@ -211,8 +216,6 @@ def check_locations(spec: SweepSpec, storage: Optional[str], *, status_only: boo
 def _study_run_status(opened: Sweep, status: str, reason: str = "") -> None:
     """End the study's MLflow run (KILLED: the sweep was stopped; FAILED: by fail-fast, with the reason) or mark it
     running again (continued)."""
-    from rlvrlab.tracking import tags as T
-
     try:
         client = opened.client()
         run_id = opened.study_run_id

@@ -43,6 +43,8 @@ PRUNED = attr("pruned")
 BEST_TRIAL = attr("best_trial")
 BEST_PARAMS = attr("best_params")
 BEST_VALUE = attr("best_value")
+CONFIRMATION_LINE = attr("confirmation")  # confirm: the search and confirmation estimates (rlvrlab.sweep.confirmation)
+SEQUENTIAL_LINE = attr("sequential_seeds")  # pruner sequential: trials pruned early, seed runs saved
 
 # Optuna study and trial attributes (rlvrlab.sweep)
 MLFLOW_RUN_ID = attr("mlflow_run_id")  # the MLflow run of a study or trial

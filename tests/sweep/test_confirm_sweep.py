@@ -18,6 +18,7 @@ import pytest
 import yaml
 
 from rlvrlab.errors import ConfigError, RlvrlabError
+from rlvrlab.report.command import ReportRequest, make_report
 from rlvrlab.stats.confirm import confirm
 from rlvrlab.sweep import fingerprint as F
 from rlvrlab.sweep.confirmation import ARM, CONFIRMATION, LINE, SEED_ROLE, Confirm, confirm_sweep
@@ -74,6 +75,11 @@ def test_the_toy_sweep_confirms_the_winner_against_the_baseline_on_fresh_seeds(h
     assert any(line.startswith("sequential seeds (delta 0.05):") and "seed runs saved" in line for line in lines)
     study_run = sweep.client().get_run(sweep.study_run_id)
     assert study_run.data.tags[LINE] == shown[0]
+    saved = next(line for line in lines if line.startswith("sequential seeds"))
+    assert study_run.data.tags[T.SEQUENTIAL_LINE] == saved
+    report = make_report(ReportRequest(study="toy_confirm", output_dir=str(here), plots=False,
+                                       out=here / "report")).result  # the report says both
+    assert f"study toy_confirm: {saved}" in report.notes and f"study toy_confirm: {shown[0]}" in report.notes
     again = run_sweep(load_sweep(str(TOY), [f"output_dir={here}"]))  # a re-run reuses the confirmation runs
     assert len([r for r in _runs(again) if r.data.tags.get(T.ROLE) == SEED_ROLE]) == 6
     assert again.study.user_attrs[CONFIRMATION] == record
