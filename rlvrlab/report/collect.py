@@ -46,6 +46,7 @@ class SeedRun:
     initial_model_source: Optional[str] = None  # where they came from, as tagged
     initial_model_expected: Optional[str] = None  # a protocol's digest this run overrode (its override tag)
     environment: dict[str, str] = field(default_factory=dict)  # its rlvrlab.env.* tags, key -> value
+    duration_s: Optional[float] = None  # MLflow's end - start time of a finished run (rlvrlab plan's cost)
 
 
 def identity(tags: dict[str, str]) -> dict:
@@ -159,7 +160,13 @@ def _found(client, uri: str, experiment: Optional[str], study: Optional[str],
 def _seed_run(r: Run) -> SeedRun:
     tags = r.data.tags
     return SeedRun(r.info.run_id, seed_of(r), dict(r.data.params), tags.get("git_sha", "unknown"), r.info.status,
-                   tags.get("git_dirty", "false") == "true", **identity(tags))
+                   tags.get("git_dirty", "false") == "true", **identity(tags), duration_s=duration_of(r))
+
+
+def duration_of(run: Run) -> Optional[float]:
+    """Seconds from a run's start to its end as MLflow recorded them (None while it runs or without times)."""
+    start, end = run.info.start_time, run.info.end_time
+    return (end - start) / 1000 if start is not None and end is not None and end >= start else None
 
 
 def _label_all(every: list[Group], all_runs: list[Run], only_changed: bool, swept: list[str],

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Optional
 
 from rlvrlab.errors import RlvrlabError
-from rlvrlab.report.collect import Group, SeedRun, Selection, identity
+from rlvrlab.report.collect import Group, SeedRun, Selection, duration_of, identity
 from rlvrlab.report.provenance import UNKNOWN
 from rlvrlab.tracking import tags as T
 from rlvrlab.tracking.runs import client_for, experiment_runs, runs_by_id
@@ -181,7 +181,8 @@ def _seed_run(run, key: Key) -> SeedRun:
                            "the param or tag that holds each run's seed") from None
     tags = run.data.tags
     return SeedRun(run.info.run_id, seed, dict(run.data.params), commit_of(run), run.info.status,
-                   tags.get(T.GIT_DIRTY, "false") == "true", dirty_known=T.GIT_DIRTY in tags, **identity(tags))
+                   tags.get(T.GIT_DIRTY, "false") == "true", dirty_known=T.GIT_DIRTY in tags, **identity(tags),
+                   duration_s=duration_of(run))
 
 
 def _check_unique_seeds(label: str, runs: list[SeedRun]) -> None:

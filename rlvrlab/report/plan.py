@@ -15,7 +15,10 @@ import csv
 import json
 import math
 import shlex
-from dataclasses import dataclass, fields
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, fields, replace
 from itertools import combinations
 from pathlib import Path
 from typing import Optional
@@ -40,6 +43,9 @@ RATE = "pass@1"  # the per-problem metric that is a mean of 0/1 samples (the Ber
 MAX_SAMPLES = 4096
 
 
+STUDY = "study"  # a pilot given as study:NAME: a sweep study's runs in MLflow
+
+
 @dataclass(frozen=True)
 class PlanRequest:
     """One `rlvrlab plan` invocation: a pilot folder and the precision the study needs."""
@@ -62,6 +68,8 @@ class PlanRequest:
                                   "pass@1 values (multiples of 1/n).", minimum=2)
     protocol_out: Optional[Path] = _opt(None, "--protocol-out", "Also write a pre-filled protocol (markdown with a "
                                         "```verdict block) to this file.")
+    output_dir: Path = _opt(Path("runs"), "--output-dir", "With study:NAME, the runs' output_dir (its MLflow store).",
+                            shown=True)
 
 
 @dataclass(frozen=True)
@@ -96,18 +104,39 @@ class Plan:
 
 def command(folder: Path, **given) -> None:
     """Estimate a pilot's seed, problem and sampling variance (FOLDER: a results folder with per_seed.csv and
-    per_problem.csv) and print the cheapest seeds × samples per problem × problems reaching --mde at Holm's
-    first-step level alpha/M, with its cost in seed runs and seconds (docs/sweeps.md, "Planning a study").
+    per_problem.csv, or study:NAME for a sweep study's runs) and print the cheapest seeds × samples per problem ×
+    problems reaching --mde at Holm's first-step level alpha/M, with its cost in seed runs and seconds (docs/sweeps.md,
+    "Planning a study").
 
     [dim]rlvrlab plan results/tiny_tau_eps_staleness_grid --mde 0.03 --comparisons 10 \\
         --protocol-out results/protocols/NAME.md
-    rlvrlab plan results/ucpo_tau --mde 0.02 --metric policy/toy_correct_uniformity[/dim]
+    rlvrlab plan results/ucpo_tau --mde 0.02 --metric policy/toy_correct_uniformity
+    rlvrlab plan study:toy_confirm --output-dir runs --mde 0.01[/dim]
     """
     request = PlanRequest(folder=Path(folder), **given)
-    result = plan(request)
-    done = write_protocol(result, command_line(request))
-    for line in lines(result) + ([done] if done else []):
-        print(line)
+    with pilot_folder(request) as pilot:
+        result = plan(replace(request, folder=pilot))
+        result = replace(result, pilot=replace(result.pilot, folder=request.folder))  # study:NAME, not a temp folder
+        done = write_protocol(result, command_line(request))
+        for line in lines(result) + ([done] if done else []):
+            print(line)
+
+
+@contextmanager
+def pilot_folder(request: PlanRequest) -> Iterator[Path]:
+    """The pilot's results folder: FOLDER itself, or for study:NAME the study's report written to a temporary folder
+    (its per_seed.csv, per_problem.csv and sources.json with each run's duration_s), as `rlvrlab report --study NAME
+    --output-dir DIR` writes it."""
+    kind, _, study = str(request.folder).partition(":")
+    if kind != STUDY or not study:
+        yield request.folder
+        return
+    from rlvrlab.report.command import ReportRequest, make_report
+
+    with tempfile.TemporaryDirectory(prefix="rlvrlab-plan-") as tmp:
+        out = Path(tmp) / study
+        make_report(ReportRequest(study=study, output_dir=request.output_dir, plots=False, out=out))
+        yield out
 
 
 def command_line(request: PlanRequest) -> str:
@@ -285,7 +314,7 @@ def lines(result: Plan) -> list[str]:
             f"pilot's design: MDE {result.pilot_mde:.4g}",
             f"design: {_shape(d)} → MDE {d.mde:.4g} (target {r.mde:g})",
             f"cost: {len(p.groups)} groups × {d.seeds} seeds = {result.seed_runs} seed runs; " + (
-                f"{result.seed_runs * p.seconds_per_run:,.0f} s measured ({p.seconds_per_run:,.0f} s a seed run in "
+                f"{result.seed_runs * p.seconds_per_run:,.0f} s measured ({p.seconds_per_run:,.3g} s a seed run in "
                 "the pilot)" if p.seconds_per_run is not None else
                 "seconds unknown (the pilot's sources.json records no run durations)")]
     if d.problems is not None and d.samples is not None:

@@ -197,7 +197,7 @@ def _selection(sources: dict) -> Selection:
     """The groups as the first report had them (label, config hash, differing values, runs in order, failed runs)."""
     def run(r: dict, status: str) -> SeedRun:
         return SeedRun(r["run_id"], int(r["seed"]), {}, r.get("git_sha", "unknown"), status,
-                       bool(r.get("git_dirty", False)))
+                       bool(r.get("git_dirty", False)), duration_s=r.get("duration_s"))
 
     groups = []
     for g in sources.get("groups", []):

@@ -121,3 +121,31 @@ def test_a_folder_without_per_seed_csv_is_one_line(tmp_path):
     (tmp_path / "per_seed.csv").write_text("group,seed,value\na,1,0.5\n")
     with pytest.raises(RlvrlabError, match="lacks the columns metric, section"):
         plan(PlanRequest(folder=tmp_path, mde=0.03))
+
+
+def test_a_sweep_study_is_a_pilot_with_its_runs_measured_seconds(tmp_path, monkeypatch):
+    """study:NAME plans from a study's MLflow runs (its report written to a temporary folder): the same design as
+    planning from the folder `rlvrlab report --study` writes, and the cost in measured seconds (each run's
+    duration_s, recorded in sources.json)."""
+    import yaml
+
+    from rlvrlab.report.command import ReportRequest, make_report
+    from rlvrlab.report.plan import pilot_folder
+    from rlvrlab.sweep.spec import load_sweep
+    from rlvrlab.sweep.workers import run_sweep
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "pilot.yaml").write_text(yaml.safe_dump({
+        "name": "pilot", "experiment": "toy", "overrides": ["steps=8", "trainer.checkpoint_every=0"], "seeds": 3,
+        "space": {"trainer.lr": [0.1, 0.2]}, "objective": {"metric": "policy/toy_correct_mass", "window": 2}}))
+    run_sweep(load_sweep(str(tmp_path / "pilot.yaml"), [f"output_dir={tmp_path / 'runs'}"]))
+    request = PlanRequest(folder=Path("study:pilot"), output_dir=tmp_path / "runs", mde=0.05)
+    with pilot_folder(request) as folder:
+        runs = [r for g in json.loads((folder / "sources.json").read_text())["groups"] for r in g["runs"]]
+        assert len(runs) == 6 and all(r["duration_s"] > 0 for r in runs)
+        from_study = plan(PlanRequest(folder=folder, mde=0.05))
+    make_report(ReportRequest(study="pilot", output_dir=tmp_path / "runs", plots=False, out=tmp_path / "written"))
+    assert plan(PlanRequest(folder=tmp_path / "written", mde=0.05)).design == from_study.design
+    result = CliRunner().invoke(app, ["plan", "study:pilot", "--output-dir", str(tmp_path / "runs"), "--mde", "0.05"])
+    assert result.exit_code == 0, result.output
+    assert result.output.startswith("pilot: study:pilot: 2 groups") and " s measured (" in result.output

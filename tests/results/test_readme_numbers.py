@@ -4,7 +4,8 @@ re-running it), at the precision it is printed with: a printed number matches a 
 matches 0.0449; 9.3e-10 matches 9.26e-10).
 
 A README section reports a folder when its heading names `results/<folder>/`; its data are that folder and each
-subfolder with a comparisons.csv that the section cites as `<name>/` (`control/`, `secondary/`, `noclip/`). In it:
+subfolder with a comparisons.csv that the section cites as `<name>/` (`control/`, `secondary/`, `noclip/`); the
+contrasts of an interactions.csv (`report --interaction`) count as comparisons. In it:
 
 - a signed number with an interval, `+0.008 [+0.003, +0.013]`: a comparison's (delta, low, high) in comparisons.csv;
   an interval alone, `[−0.018, +0.019]`: a comparison's (low, high); any other signed number, `+0.045`: a
@@ -127,6 +128,10 @@ class Pool:
             row["p_union"] = value
         self.comparisons += rows
         self.event_tests += tests
+        if (folder / "interactions.csv").is_file():  # report --interaction: its contrasts quote as comparisons do
+            self.comparisons += [{**dict.fromkeys(("p_signflip", "mde", "mde_holm")), "delta": _float(r["contrast"]),
+                                  **{k: _float(r[k]) for k in ("low", "high", "p", "p_holm")}}
+                                 for r in csv.DictReader((folder / "interactions.csv").open())]
         for event in events:
             for outcomes in event["groups"].values():
                 self.counts.add((sum(o["step"] is not None for o in outcomes), len(outcomes)))
