@@ -43,7 +43,7 @@ RATE = "pass@1"  # the per-problem metric that is a mean of 0/1 samples (the Ber
 MAX_SAMPLES = 4096
 
 
-STUDY = "study"  # a pilot given as study:NAME: a sweep study's runs in MLflow
+MLFLOW_PILOTS = ("study", "experiment")  # a pilot given as study:NAME or experiment:NAME: its runs in MLflow
 
 
 @dataclass(frozen=True)
@@ -68,7 +68,7 @@ class PlanRequest:
                                   "pass@1 values (multiples of 1/n).", minimum=2)
     protocol_out: Optional[Path] = _opt(None, "--protocol-out", "Also write a pre-filled protocol (markdown with a "
                                         "```verdict block) to this file.")
-    output_dir: Path = _opt(Path("runs"), "--output-dir", "With study:NAME, the runs' output_dir (its MLflow store).",
+    output_dir: Path = _opt(Path("runs"), "--output-dir", "With study:NAME or experiment:NAME, the runs' output_dir.",
                             shown=True)
 
 
@@ -104,7 +104,7 @@ class Plan:
 
 def command(folder: Path, **given) -> None:
     """Estimate a pilot's seed, problem and sampling variance (FOLDER: a results folder with per_seed.csv and
-    per_problem.csv, or study:NAME for a sweep study's runs) and print the cheapest seeds × samples per problem ×
+    per_problem.csv; study:NAME or experiment:NAME for MLflow runs) and print the cheapest seeds × samples per problem ×
     problems reaching --mde at Holm's first-step level alpha/M, with its cost in seed runs and seconds (docs/sweeps.md,
     "Planning a study").
 
@@ -124,18 +124,20 @@ def command(folder: Path, **given) -> None:
 
 @contextmanager
 def pilot_folder(request: PlanRequest) -> Iterator[Path]:
-    """The pilot's results folder: FOLDER itself, or for study:NAME the study's report written to a temporary folder
-    (its per_seed.csv, per_problem.csv and sources.json with each run's duration_s), as `rlvrlab report --study NAME
-    --output-dir DIR` writes it."""
-    kind, _, study = str(request.folder).partition(":")
-    if kind != STUDY or not study:
+    """The pilot's results folder: FOLDER itself, or for study:NAME (experiment:NAME) the report of its runs written to
+    a temporary folder (per_seed.csv, per_problem.csv and sources.json with each run's duration_s), as `rlvrlab report
+    --study NAME --output-dir DIR` (--experiment NAME) writes it."""
+    kind, _, name = str(request.folder).partition(":")
+    if kind not in MLFLOW_PILOTS or not name:
         yield request.folder
         return
     from rlvrlab.report.command import ReportRequest, make_report
 
     with tempfile.TemporaryDirectory(prefix="rlvrlab-plan-") as tmp:
-        out = Path(tmp) / study
-        make_report(ReportRequest(study=study, output_dir=request.output_dir, plots=False, out=out))
+        out = Path(tmp) / name
+        make_report(ReportRequest(study=name if kind == "study" else None,
+                                  experiment=name if kind == "experiment" else None,
+                                  output_dir=request.output_dir, plots=False, out=out))
         yield out
 
 

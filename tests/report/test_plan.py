@@ -127,6 +127,8 @@ def test_a_sweep_study_is_a_pilot_with_its_runs_measured_seconds(tmp_path, monke
     """study:NAME plans from a study's MLflow runs (its report written to a temporary folder): the same design as
     planning from the folder `rlvrlab report --study` writes, and the cost in measured seconds (each run's
     duration_s, recorded in sources.json)."""
+    from dataclasses import replace
+
     import yaml
 
     from rlvrlab.report.command import ReportRequest, make_report
@@ -149,3 +151,6 @@ def test_a_sweep_study_is_a_pilot_with_its_runs_measured_seconds(tmp_path, monke
     result = CliRunner().invoke(app, ["plan", "study:pilot", "--output-dir", str(tmp_path / "runs"), "--mde", "0.05"])
     assert result.exit_code == 0, result.output
     assert result.output.startswith("pilot: study:pilot: 2 groups") and " s measured (" in result.output
+    with pilot_folder(replace(request, folder=Path("experiment:pilot"))) as folder:  # its runs by config (train/reward)
+        pilot = plan(PlanRequest(folder=folder, mde=0.05)).pilot
+        assert (len(pilot.groups), len(pilot.seeds), pilot.metric) == (2, 3, "train/reward")
