@@ -75,3 +75,10 @@ def mlflow_history() -> Callable[[Path, str], dict[str, dict[int, float]]]:
     """mlflow_history(output_dir, run_id) -> {metric: {step: value}} from the default sqlite store
     (the last value logged per step: a resumed run re-logs the steps after its checkpoint)."""
     return _mlflow_history
+
+
+@pytest.fixture
+def here(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A test's own temporary folder as the working directory (a sweep's relative runs/ and files land there)."""
+    monkeypatch.chdir(tmp_path)
+    return tmp_path

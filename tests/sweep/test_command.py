@@ -34,12 +34,6 @@ SCRIPT = ("import sys; x, seed = sys.argv[1], int(sys.argv[2]); "
 COMMAND = f"{shlex.quote(sys.executable)} -c {shlex.quote(SCRIPT)} {{x}} {{seed}}"
 
 
-@pytest.fixture
-def here(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    monkeypatch.chdir(tmp_path)
-    return tmp_path
-
-
 def _file(folder: Path, values: list[str], extra: str = "", command: str = COMMAND, name: str = "cmd.yaml") -> Path:
     import yaml
 

@@ -34,12 +34,6 @@ BASE = {"experiment": "toy", "overrides": ["steps=12", "trainer.checkpoint_every
         "space": {"trainer.lr": [0.1, 0.2]}, "objective": {"metric": "policy/toy_correct_mass", "window": 2}}
 
 
-@pytest.fixture
-def here(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    monkeypatch.chdir(tmp_path)
-    return tmp_path
-
-
 def _load(folder: Path, **change):
     path = folder / "confirm.yaml"
     path.write_text(yaml.safe_dump({**BASE, **change}))

@@ -36,12 +36,6 @@ objective: {metric: policy/toy_correct_uniformity, direction: maximize, window: 
 """
 
 
-@pytest.fixture
-def here(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    monkeypatch.chdir(tmp_path)
-    return tmp_path
-
-
 def _file(folder: Path, text: str, name: str = "grid.yaml") -> Path:
     path = folder / name
     path.write_text(text)

@@ -34,12 +34,6 @@ RLVRLAB = shutil.which("rlvrlab", path=str(Path(sys.executable).parent))
 PY = shlex.quote(sys.executable)
 
 
-@pytest.fixture
-def here(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    monkeypatch.chdir(tmp_path)
-    return tmp_path
-
-
 def _file(folder: Path, command: str, extra: dict | None = None, values: list | None = None,
           name: str = "lim.yaml") -> Path:
     path = folder / name
