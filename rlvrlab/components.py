@@ -174,7 +174,7 @@ class Sampling:
     max_model_len: int | None = None  # vllm: longest prompt + max_new_tokens; None: the model's own context
     sleep_mode: bool = False  # vllm on a GPU: sleep while the trainer updates (training's engine)
     seeding: str = "request"  # vllm: request (a seed per prompt) | engine (one generator per rank)
-    extensible_kv_cache: bool = False  # vllm >= 0.33 on CUDA: keep its extensible KV cache (rollout.vllm_engine)
+    extensible_kv_cache: bool = False  # vllm >= 0.34 on CUDA: keep its extensible KV cache (rollout.vllm_engine)
 
     @classmethod
     def of(cls, cfg: RunConfig) -> Sampling:

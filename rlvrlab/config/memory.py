@@ -23,7 +23,7 @@ Sources of the formulas (docs/scaling.md, "Memory estimate", lists the assumptio
   gradient partition first (stage_1_and_2.py, step). On the CPU (on_gpu=False) AdamW loops over its tensors, two
   temporaries of the largest at a time (_single_tensor_adam).
 - vLLM: gpu_memory_utilization is the share of the whole device vLLM may take (weights, activations, KV cache);
-  it sleeps (level 1: KV freed, weights offloaded) while the trainer updates. vLLM >= 0.33's extensible KV cache
+  it sleeps (level 1: KV freed, weights offloaded) while the trainer updates. vLLM >= 0.34's extensible KV cache
   (rollout.vllm_extensible_kv_cache) caps PyTorch's allocator for the whole process at about device - KV cache -
   VLLM_CAP_MARGIN after warm-up, and its sleep() leaves the cap; rlvrlab lifts it while the engine sleeps and puts
   it back before the KV cache is mapped again (rlvrlab.rollout.vllm_sleep.ProcessMemoryCap), so the cap binds in
@@ -59,7 +59,7 @@ CUDA_CONTEXT_BYTES = 512 * MIB  # the CUDA context, kernels loaded lazily (CUDA 
 NCCL_BYTES = GIB  # one NCCL communicator's buffers and channels among the ranks (world_size > 1)
 CUBLAS_WORKSPACE_BYTES = 64 * MIB  # PyTorch's cuBLAS workspaces on Hopper: 32 MiB per handle and stream, two streams
 CUDA_GRAPHS_BYTES = GIB  # vLLM's captured CUDA graphs (rollout.engine=vllm), kept while it sleeps
-VLLM_CAP_MARGIN = GIB // 2  # vLLM >= 0.33's extensible KV cache: PyTorch's cap is device - KV cache - this
+VLLM_CAP_MARGIN = GIB // 2  # vLLM >= 0.34's extensible KV cache: PyTorch's cap is device - KV cache - this
 
 
 @dataclass(frozen=True)
@@ -306,7 +306,7 @@ def vllm_kv_cache(cfg: RunConfig, arch: Architecture, device_bytes: int) -> int:
 
 
 def vllm_cap(cfg: RunConfig, arch: Architecture, device_bytes: int) -> int | None:
-    """vLLM >= 0.33's cap on PyTorch's allocator with its extensible KV cache on (rollout.vllm_extensible_kv_cache):
+    """vLLM >= 0.34's cap on PyTorch's allocator with its extensible KV cache on (rollout.vllm_extensible_kv_cache):
     device - KV cache - VLLM_CAP_MARGIN while the engine is awake (rlvrlab lifts it while the engine sleeps). None
     when there is no such cap."""
     r = cfg.rollout

