@@ -1,18 +1,11 @@
 """Advantage estimators: (AdvantageInputs, scalar knobs) -> AdvantageOutput.
 
-Group statistics are computed in float64 and cast back to the rewards' dtype, and a group whose rewards
-are all exactly equal gets exactly zero advantage (deliberate difference D1). verl computes them in
-float32, where 7 copies of 0.7f give a mean off by 6e-8 and GRPO then returns 0.056 instead of 0
-(verl's `core_algos.py`, docs/references.md).
+Group statistics are computed in float64 and cast back to the rewards' dtype, so a group whose rewards are all
+exactly equal gets exactly zero advantage (deliberate difference D1 from verl, which computes in float32); a response
+with no sibling gets 0 from every estimator whose only baseline is the group (D2). Both, and which estimators keep
+verl's value: docs/algorithms.md.
 
-Every estimator is registered once, with its traits, in ADVANTAGES at the bottom of this module.
-
-Singleton groups (deliberate difference D2 from verl's loop estimators): a response with no sibling has no
-group baseline, so every estimator whose only baseline is the group (grpo, dr_grpo, rloo, opo, gpg,
-fgrpo, ucpo) gives it 0, as verl's vectorised RLOO and UCPO's own estimator do; verl's loop versions give
-r/(1+eps) (GRPO) or r (RLOO). The batch-whitening estimators (reinforce_pp_baseline, gdpo) keep verl's
-value (group baseline 0) because the whitening centres every row against the batch anyway.
-"""
+Every estimator is registered once, with its traits, in ADVANTAGES at the bottom of this module."""
 
 from __future__ import annotations
 

@@ -2,15 +2,7 @@
 
 All functions are pure and work on one problem's counts; benchmark scores are unweighted means over problems
 (each estimator below is unbiased per problem, so the mean is unbiased for the benchmark). docs/evaluation.md
-states the same definitions for users.
-
-pass@k (Chen et al. 2021, arXiv:2107.03374): the probability that at least one of k responses drawn without
-replacement from the n sampled ones is correct, i.e. 1 - C(n-c, k) / C(n, k), computed in OpenAI's stable
-product form 1 - prod_{i=n-c+1}^{n} (1 - k/i).
-
-maj@k: the expected majority-vote accuracy of k responses drawn uniformly without replacement from the n,
-computed exactly (no sampling). See `maj_at_k` for the vote and tie rules.
-"""
+states the same definitions for users; `pass_at_k` and `maj_at_k` give the formulas and the vote and tie rules."""
 
 from __future__ import annotations
 

@@ -1,27 +1,13 @@
 """UCPO and UP in verl's registries: importing this module registers the advantage estimator ``ucpo`` and the policy
-loss ``up`` into verl (tested with verl 0.9.1), with verl's call signatures, computed by rlvrlab's own functions.
-
-verl imports it itself: rlvrlab declares it in the ``verl.plugins`` entry-point group, which ``import verl`` loads in
-every process (driver, TaskRunner, actor workers), so installing rlvrlab beside verl is all it takes;
-``VERL_USE_EXTERNAL_MODULES=rlvrlab.integrations.verl`` does the same where entry points are turned off
-(``VERL_USE_EXTERNAL_PLUGINS=none``) and, unlike the entry point, fails loudly. docs/scaling.md, "verl".
-
-- ``algorithm.adv_estimator=ucpo``: UCPO (Lochab et al. 2026; rlvrlab.algorithms.advantages.ucpo), knobs
-  ``+algorithm.ucpo_tau`` (default 0.2, the paper's launch value), ``+algorithm.ucpo_alpha`` (0.0) and
-  ``+algorithm.ucpo_epsilon`` (default: verl's GRPO epsilon, 1e-6; the paper's runs used 1e-8). UCPO's weights
-  need the behaviour log-probs, which verl 0.9.1 hands only to its own optimal-token-baseline estimators: the
-  registration also wraps verl's ``compute_advantage`` (ray_trainer, which every verl trainer calls) so that for
-  ``ucpo`` it passes ``old_log_probs`` from the batch; every other estimator goes through verl unchanged.
-- ``actor_rollout_ref.actor.policy_loss.loss_mode=up``: UP on PPO's clip (arXiv 2607.06987 eq. 12-14;
-  rlvrlab.algorithms.losses.with_unbounded_positive over clip_loss): A > 0 tokens -A exp(logp - sg(logp)),
-  unclipped and anchored to themselves; A <= 0 tokens keep verl's vanilla clip with ``clip_ratio_low``,
-  ``clip_ratio_high`` and dual clip ``clip_ratio_c``, read as verl's vanilla loss reads them. The loss is aggregated
-  by verl's ``loss_agg_mode`` with the global batch counts verl puts in ``config.global_batch_info``, and
-  multiplied by verl's ``rollout_is_weights`` when given.
+loss ``up`` into verl (tested with verl 0.9.1), with verl's call signatures, computed by rlvrlab's own functions
+(rlvrlab.algorithms.advantages.ucpo; rlvrlab.algorithms.losses.with_unbounded_positive over clip_loss). How verl
+loads it (the ``verl.plugins`` entry point, or ``VERL_USE_EXTERNAL_MODULES``), the knobs, and which of verl's
+settings UP reads: docs/scaling.md, "verl". UCPO's weights need the behaviour log-probs, which verl 0.9.1 hands
+only to its own optimal-token-baseline estimators, so the registration also wraps verl's ``compute_advantage`` to
+pass ``old_log_probs`` for ``ucpo``; every other estimator goes through verl unchanged.
 
 Floor: imports rlvrlab.algorithms, rlvrlab.errors and verl_metrics (verl's metric names, importable without verl)
-only; verl is imported inside `register`.
-"""
+only; verl is imported inside `register`."""
 
 from __future__ import annotations
 

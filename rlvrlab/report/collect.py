@@ -13,11 +13,10 @@ from typing import TYPE_CHECKING, Optional
 
 import numpy as np
 
-from rlvrlab.config.rules import unknown
 from rlvrlab.errors import RlvrlabError
 from rlvrlab.report.columns import reduce_series
 from rlvrlab.tracking import tags as T
-from rlvrlab.tracking.runs import client_for, is_training_run, linked_evaluations, runs_by_id, seed_of
+from rlvrlab.tracking.runs import client_for, experiment_runs, is_training_run, linked_evaluations, runs_by_id, seed_of
 
 if TYPE_CHECKING:
     from mlflow.entities import Run
@@ -142,11 +141,7 @@ def _found(client, uri: str, experiment: Optional[str], study: Optional[str],
         return runs_by_id(client, run_ids, uri=uri), "runs", [], {}
     name = study or experiment
     assert name is not None  # exactly one of experiment, study and run_ids was given (select checks)
-    found = client.get_experiment_by_name(name)
-    if found is None:
-        names = sorted(e.name for e in client.search_experiments())
-        raise unknown("study" if study else "experiment", name, names, where=uri)
-    runs = client.search_runs([found.experiment_id], max_results=50_000)
+    runs = experiment_runs(client, name, uri=uri, what="study" if study else "experiment")
     if not study:
         return [r for r in runs if is_training_run(r)], name, [], {}
     study_runs = [r for r in runs if r.data.tags.get("rlvrlab.role") == "study"]

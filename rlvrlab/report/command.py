@@ -6,7 +6,7 @@ per_problem.csv, PNG plots and sources.json: rlvrlab.report.write). docs/report.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Optional
 
@@ -19,8 +19,8 @@ from rlvrlab.report.events import analyse as count_events, as_dict as event_dict
 from rlvrlab.report.from_mlflow import from_mlflow
 from rlvrlab.report.request import FORMATS as FORMATS, ReportRequest as ReportRequest, flag_of
 from rlvrlab.report.sources import Selected, Source
-from rlvrlab.report.table import Report, analyse, find_baseline
-from rlvrlab.report.write import Analysed, write
+from rlvrlab.report.table import analyse, find_baseline
+from rlvrlab.report.write import Analysed, ReportOutcome as ReportOutcome, write
 from rlvrlab.stats.peak import MAX_EXACT_SWAPS, RANDOM_SWAPS, peak_test
 
 SOURCES: dict[str, Source] = {"mlflow": from_mlflow, "csv": files.from_csv, "tensorboard": files.from_tensorboard}
@@ -32,14 +32,6 @@ PEAK_NOTE = ("peaks.csv: D = peak_a − peak_b, each the max over the shared ste
              "(never below 6 seeds: its smallest value is 2/2^S); naive_p (a paired t at each arm's own best step) "
              "ignores the selection")
 UNTIMED = "the runs' start times are unknown (a CSV has none), so the protocol's preceding them cannot be checked"
-
-
-@dataclass
-class ReportOutcome:
-    result: Report
-    folder: Path
-    written: list[Path] = field(default_factory=list)
-    verdicts: Optional[verdict.Verdicts] = None  # --protocol: its verdict rules evaluated (rlvrlab.report.verdict)
 
 
 def make_report(request: ReportRequest) -> ReportOutcome:
@@ -160,7 +152,6 @@ def _reanalyse(r: ReportRequest) -> ReportOutcome:
                            f"--protocol, --simultaneous, --interaction); drop {flag_of(given[0])}, or run rlvrlab "
                            "report on the runs to change it")
     assert r.reanalyse is not None  # make_report calls this with --reanalyse only
-    done = reanalysis.reanalyse(r.reanalyse, out=r.out, protocol=r.protocol, command=r.command,
+    return reanalysis.reanalyse(r.reanalyse, out=r.out, protocol=r.protocol, command=r.command,
                                 simultaneous=bool(r.simultaneous),
                                 interaction=r.interaction_pairs if r.interaction else ())
-    return ReportOutcome(done.result, done.folder, done.written, done.verdicts)

@@ -1,21 +1,10 @@
-"""Events in training curves (`rlvrlab report --event`): did a run fail, when did it reach a threshold?
+"""Events in training curves (`rlvrlab report --event`): did a run fail, when did it reach a threshold? The grammar
+(`failure: eval/heldout/reward < 0.5*initial for 5 | loss/approx_kl > 1.0 | nonfinite`) and the statistics are
+docs/report.md, "Events: failures and thresholds".
 
-An event is named and defined by one or more conditions, any of which triggers it:
-
-    failure: eval/heldout/reward < 0.5*initial for 5 | loss/approx_kl > 1.0 | nonfinite
-
-    METRIC OP VALUE [for K]   OP one of < <= > >=; VALUE a number or F*initial (F times the run's first logged
-                              value of METRIC); "for K": K consecutive logged values (default 1)
-    nonfinite                 the run FAILED because a loss, gradient or weight was not finite (its nonfinite_step
-                              tag, rlvrlab.train.loop)
-
-Per run: the event's step (the first logged step of the first qualifying stretch; nonfinite: the failing step), or
-none (censored at the run's last logged step). Per group: the count and rate with its exact Clopper-Pearson 95%
-interval, and the median step among the runs with the event. Every group is compared with the baseline by an exact
-test: McNemar's exact (two-sided binomial) test on the discordant seed pairs when the two groups share seeds (paired
-runs: the same initial weights and prompts), else Fisher's exact test. Holm adjusts over every event comparison of
-the report. FAILED runs count (a group none of whose seeds finished is still a group here).
-"""
+Per run: the event's step, or none (censored at its last logged step). Per group: the count and rate with an exact
+Clopper-Pearson interval, and the median step. Each group vs the baseline: McNemar's exact test on paired seeds,
+else Fisher's exact test; Holm over every event comparison of the report. FAILED runs count."""
 
 from __future__ import annotations
 

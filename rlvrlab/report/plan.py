@@ -1,13 +1,6 @@
 """`rlvrlab plan`: the design a study needs, from a pilot's committed results folder (per_seed.csv, and
-per_problem.csv for the evaluation's problems; docs/sweeps.md, "Planning a study").
-
-It reads the pilot's values, estimates the variance components of the paired differences its comparisons
-(comparisons.csv, else every pair of groups on shared seeds) make, asks rlvrlab.stats.design for the cheapest
-seeds × samples per problem × problems reaching `--mde` at the Holm first-step level α/M, and prints the design, its
-cost in seed runs (groups × seeds) and seconds (from run durations where sources.json records them), and can write
-a pre-filled protocol (its ```verdict block parses with rlvrlab.report.verdict). Folders only: an MLflow study is
-reported into a folder first (`rlvrlab report --study NAME --out results/NAME`).
-"""
+per_problem.csv for the evaluation's problems) or an MLflow study reported into a temporary one; what it estimates,
+prints and writes: `command` below and docs/sweeps.md, "Planning a study"."""
 
 from __future__ import annotations
 

@@ -53,11 +53,7 @@ def training_curves(client, selection: Selection, metric: str, out: Path, smooth
         ax.legend(fontsize=6, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
     else:
         ax.legend(fontsize=7, loc="best")
-    path = out / f"curve_{_slug(metric)}.png"
-    fig.tight_layout()
-    _save(fig, path)
-    plt.close(fig)
-    return path
+    return _save(fig, out / f"curve_{_slug(metric)}.png")
 
 
 def passk_curves(selection: Selection, evals: EvalRecords, dataset: str, out: Path) -> Optional[Path]:
@@ -89,11 +85,7 @@ def passk_curves(selection: Selection, evals: EvalRecords, dataset: str, out: Pa
     ax.set_title(f"{dataset}: unbiased pass@k, 95% band over seeds and problems", fontsize=10)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7, loc="lower right")
-    path = out / f"passk_{_slug(dataset)}.png"
-    fig.tight_layout()
-    _save(fig, path)
-    plt.close(fig)
-    return path
+    return _save(fig, out / f"passk_{_slug(dataset)}.png")
 
 
 def passk_coverage_curves(points, dataset: str, out: Path, note: Optional[str] = None) -> Path:
@@ -130,11 +122,7 @@ def passk_coverage_curves(points, dataset: str, out: Path, note: Optional[str] =
         ax.set_title(titles[metric], fontsize=9)
     if note:
         fig.text(0.01, 0.01, note, fontsize=6.5, ha="left", va="bottom")
-    path = out / f"passk_curve_{_slug(dataset)}.png"
-    fig.tight_layout(rect=(0, 0.05 if note else 0, 1, 1))
-    _save(fig, path)
-    plt.close(fig)
-    return path
+    return _save(fig, out / f"passk_curve_{_slug(dataset)}.png", rect=(0, 0.05 if note else 0, 1, 1))
 
 
 def heatmap(selection: Selection, values: dict[str, float], keys: tuple[str, str], metric: str, out: Path,
@@ -178,11 +166,7 @@ def heatmap(selection: Selection, values: dict[str, float], keys: tuple[str, str
     held = ", ".join(f"{k}={v}" for k, v in fixed.items())
     ax.set_title(f"{metric} (mean over seeds); best cell boxed" + (f"\nheld at the best: {held}" if held else ""),
                  fontsize=9)
-    path = out / f"heatmap_{_slug(keys[0])}_{_slug(keys[1])}.png"
-    fig.tight_layout()
-    _save(fig, path)
-    plt.close(fig)
-    return path
+    return _save(fig, out / f"heatmap_{_slug(keys[0])}_{_slug(keys[1])}.png")
 
 
 def interaction_maps(report, out: Path) -> list[Path]:
@@ -224,11 +208,7 @@ def interaction_map(rows: list, out: Path) -> Path:
         ax.set_title((grid.stratum or "all cells") + f" ({len(grid.seeds)} seeds)", fontsize=8)
     fig.suptitle(f"{column[1]}: Δ vs ({a_key}={first.a_levels[0]}, {b_key}={first.b_levels[0]}) ± 95% paired t; "
                  "boxed *: interaction Holm p < 0.05; exploratory", fontsize=8)
-    path = out / f"interaction_{_slug(a_key)}_{_slug(b_key)}.png"
-    fig.tight_layout()
-    _save(fig, path)
-    plt.close(fig)
-    return path
+    return _save(fig, out / f"interaction_{_slug(a_key)}_{_slug(b_key)}.png")
 
 
 def _trailing_mean(v: np.ndarray, window: int) -> np.ndarray:
@@ -246,8 +226,11 @@ def _sort_key(value: str):
         return (1, str(value))
 
 
-def _save(fig, path: Path) -> None:
-    """The figure as a PNG at `path`, whole or not at all (rlvrlab.outputs.replacing: a full disk leaves no empty
-    or partial file)."""
+def _save(fig, path: Path, rect: Optional[tuple[float, float, float, float]] = None) -> Path:
+    """The figure laid out (tight_layout, within `rect`) as a PNG at `path`, whole or not at all
+    (rlvrlab.outputs.replacing: a full disk leaves no empty or partial file), then closed; returns `path`."""
+    fig.tight_layout(rect=rect)
     with outputs.replacing(path) as tmp:
         fig.savefig(tmp, dpi=120, format="png")
+    _pyplot().close(fig)
+    return path

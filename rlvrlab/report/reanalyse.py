@@ -1,14 +1,9 @@
 """`rlvrlab report --reanalyse FOLDER`: a results folder's tables re-computed from the values it records, without the
-MLflow store behind it. A folder written by `rlvrlab report` holds the values every statistic was computed from
-(per_seed.csv; per_problem.csv for evaluations, written with repr(): exact) and, in sources.json, the command, the
-groups with their runs and seeds, the notes, the protocol and the events. The groups, the metric columns and the
-options (--baseline, --compare, --equivalence, ...) are rebuilt from those records, the value arrays are read back
-in the order rlvrlab.report.table.values_from_runs feeds them (a group's seeds in its sources.json run order, an
-evaluation's problems in per_problem.csv order), and rlvrlab.report.table.analyse runs on them: the same analysis,
-so the tables change only where the statistics did. table.md/.tex/.csv, comparisons.csv and sources.json (given a
-`reanalysed` block) are rewritten; the values, plots and passk_curve.csv stay as first written (the pass@k curves
-need the evaluation records, which the folder does not hold). Events are counts from the training curves, kept as
-recorded; a protocol's ```verdict block (rlvrlab.report.verdict) is evaluated on the new comparisons."""
+MLflow store behind it (docs/report.md, "Re-analysing a committed folder"). The folder is the select stage's source
+(`select_folder`): the groups, metric columns and options rebuilt from sources.json, the value arrays read back from
+per_seed.csv / per_problem.csv in the order rlvrlab.report.table.values_from_runs feeds them; then the same
+analysis (table.analyse) and render (write.tables). Events are kept as recorded; a protocol's ```verdict block is
+evaluated on the new comparisons."""
 
 from __future__ import annotations
 
@@ -18,7 +13,6 @@ import json
 import re
 import subprocess
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Optional
@@ -34,7 +28,7 @@ from rlvrlab.report.events import EventResult, GroupEvents, RunEvent, parse_even
 from rlvrlab.report.provenance import results_dir
 from rlvrlab.report.request import FORMATS
 from rlvrlab.report.sources import Selected
-from rlvrlab.report.table import Report, analyse
+from rlvrlab.report.table import analyse
 
 # `rlvrlab report`'s options as rlvrlab.report.request defines them: those that take a value (repeatable ones collect
 # every value) and the flags; a recorded command holding any other is refused (tests check both against the CLI)
@@ -47,14 +41,6 @@ _WINDOW = re.compile(r"^(?P<label>.+): (?P<reduce>" + "|".join(REDUCTIONS) + r")
                      r"logged steps$")
 _STEIN = re.compile(r"adaptive seeds, Stein two-stage, n0 = (\d+)")
 _FAILED_ONLY = re.compile(r"^(config|group) .+: all \d+ seeds FAILED$")
-
-
-@dataclass
-class Reanalysis:
-    result: Report
-    folder: Path  # where the tables were written
-    written: list[Path] = field(default_factory=list)
-    verdicts: Optional[verdict.Verdicts] = None
 
 
 def parse_command(command: Sequence[str]) -> dict[str, list[str]]:
@@ -80,7 +66,7 @@ def parse_command(command: Sequence[str]) -> dict[str, list[str]]:
 
 def reanalyse(folder: Path, out: Optional[Path] = None, protocol: Optional[Path] = None,
               command: Sequence[str] = ("rlvrlab", "report", "--reanalyse"), simultaneous: bool = False,
-              interaction: Sequence[tuple[str, str]] = ()) -> Reanalysis:
+              interaction: Sequence[tuple[str, str]] = ()) -> write.ReportOutcome:
     """Re-compute FOLDER's tables from its recorded values (module docstring) into `out` (default FOLDER itself);
     `protocol`: evaluate this protocol's verdict rules instead of the recorded protocol's. The report's stages:
     select (the folder is the source: select_folder), analyse (table.analyse), render (write.tables)."""
@@ -123,7 +109,7 @@ def reanalyse(folder: Path, out: Optional[Path] = None, protocol: Optional[Path]
                              **({"simultaneous": True} if simultaneous else {}),
                              **({"interaction": [",".join(keys) for keys in interaction]} if interaction else {})}
     outputs.write_replacing(target / "sources.json", json.dumps(sources, indent=2) + "\n")
-    return Reanalysis(result, target, [*written, target / "sources.json"], verdicts)
+    return write.ReportOutcome(result, target, [*written, target / "sources.json"], verdicts)
 
 
 def select_folder(folder: Path) -> tuple[Selected, dict, dict[str, list[str]]]:

@@ -297,17 +297,13 @@ CSV_FIELDS = ["group", "section", "metric", "mean", "low", "high", "se", "df", "
 
 
 def to_csv(report: Report) -> str:
-    buffer = io.StringIO()
-    writer = csv.DictWriter(buffer, fieldnames=["baseline", *CSV_FIELDS, "config_hash", "seeds", "failed_seeds"])
-    writer.writeheader()
-    hashes, deltas = {g.label: g for g in report.groups}, baseline_deltas(report)
-    for e in report.estimates:
-        row = {k: v for k, v in asdict(e).items() if k in CSV_FIELDS}
-        g = hashes[e.group]
-        writer.writerow({**row, **_delta_fields(*deltas.get((e.group, e.section, e.metric), (None, None))),
-                         "baseline": report.baseline or "", "config_hash": g.config_hash,
-                         "seeds": " ".join(map(str, g.seeds)), "failed_seeds": " ".join(map(str, g.failed))})
-    return buffer.getvalue()
+    groups, deltas = {g.label: g for g in report.groups}, baseline_deltas(report)
+    return csv_text(["baseline", *CSV_FIELDS, "config_hash", "seeds", "failed_seeds"], [
+        {**{k: v for k, v in asdict(e).items() if k in CSV_FIELDS},
+         **_delta_fields(*deltas.get((e.group, e.section, e.metric), (None, None))),
+         "baseline": report.baseline or "", "config_hash": groups[e.group].config_hash,
+         "seeds": " ".join(map(str, groups[e.group].seeds)), "failed_seeds": " ".join(map(str, groups[e.group].failed))}
+        for e in report.estimates])
 
 
 def _delta_fields(r: Optional[Comparison], difference: Optional[float]) -> dict:
@@ -366,12 +362,16 @@ def comparison_record(r: Comparison) -> dict:
 
 def comparisons_csv(report: Report) -> str:
     """Every comparison of the report's Holm family, with every number behind it."""
+    return csv_text(comparison_fields(report), [comparison_record(r) for r in report.comparisons],
+                    extrasaction="ignore")
+
+
+def csv_text(fieldnames: list[str], rows: Sequence[dict], **options) -> str:
+    """A CSV of `rows` under a header of `fieldnames` (csv.DictWriter's `options`)."""
     buffer = io.StringIO()
-    fields = comparison_fields(report)
-    writer = csv.DictWriter(buffer, fieldnames=fields, extrasaction="ignore")
+    writer = csv.DictWriter(buffer, fieldnames=fieldnames, **options)
     writer.writeheader()
-    for r in report.comparisons:
-        writer.writerow(comparison_record(r))
+    writer.writerows(rows)
     return buffer.getvalue()
 
 

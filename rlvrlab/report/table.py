@@ -3,8 +3,7 @@ pair of groups compared on a column, all comparisons of one report in one Holm f
 metrics, one value per seed) and one per evaluation dataset (per seed and problem). The statistics are in
 rlvrlab.stats. An adaptive-seed study's training metrics take Stein's two-stage interval and paired test
 (stats.stein; _stein says which groups). build reads the values from MLflow (values_from_runs) and analyses them
-(analyse); what is asked (metrics, comparisons, margins) is parsed in rlvrlab.report.columns, imported here for its
-callers."""
+(analyse); what is asked (metrics, comparisons, margins) is parsed in rlvrlab.report.columns."""
 
 from __future__ import annotations
 
@@ -18,17 +17,7 @@ import numpy as np
 from rlvrlab import stats
 from rlvrlab.errors import RlvrlabError
 from rlvrlab.report.collect import EvalRecords, Group, Selection, final_values
-from rlvrlab.report.columns import (
-    BEST as BEST,
-    REDUCTIONS as REDUCTIONS,
-    Equivalence as Equivalence,
-    MetricSpec as MetricSpec,
-    Pair as Pair,
-    max_statistic as max_statistic,
-    parse_equivalence as parse_equivalence,
-    parse_metrics as parse_metrics,
-    parse_pairs as parse_pairs,
-)
+from rlvrlab.report.columns import BEST, Equivalence, MetricSpec, Pair, max_statistic
 from rlvrlab.stats.interaction import Contrast, Grid, grids, interaction as interaction_contrasts
 from rlvrlab.stats.simultaneous import Simultaneous, simultaneous as joint_intervals
 

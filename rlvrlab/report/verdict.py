@@ -1,35 +1,8 @@
-"""A protocol's verdict rules in a stated, machine-readable form, and their evaluation on a report's comparisons
-(`rlvrlab report --protocol FILE`; the format is docs/report.md, "Verdict rules").
-
-A protocol states its rules in a fenced block of its markdown, ```verdict ... ```, holding YAML:
-
-    question: UCPO tau=0.2 on pairs            # optional title (a protocol may hold several blocks)
-    precedence: first                          # required: the first rule that holds is the verdict
-    rules:                                     # in order of precedence
-      - verdict: negligible
-        all:
-          - {comparison: ucpo tau=0.2 vs grpo, metric: "eval/heldout/uniformity:mean:1", where: ci_high < 0.02}
-      - verdict: reproduced
-        all:
-          - {comparison: ucpo tau=0.2 vs grpo, metric: "eval/heldout/uniformity:mean:1",
-             where: [p_holm < 0.05, delta > 0]}
-      - verdict: not shown                     # no condition: always holds (the fallback)
-
-A condition is a comparison of the report (`A vs B` as comparisons.csv names it, `best vs B` for a selected cell),
-one of its columns (`metric`, and `section` where the column is in several), and `where`: predicates
-`FIELD OP VALUE` on that row of comparisons.csv, all of which must hold; `all:` / `any:` combine conditions and
-nest. Every rule is evaluated (the table shows which hold); the verdict is the first that holds. Mistakes are
-one-line RlvrlabErrors naming the rule and the fix.
-
-A block may name the results folder its question is about (`folder: results/up_pairs`, from the repository root;
-it is then evaluated there only), a condition may read another folder's committed comparisons.csv (`folder:`,
-e.g. a negative control written as its own report), and a condition on a recorded event names `event: NAME`
-instead of a metric: the exact McNemar comparison that sources.json "events" records for `A vs B` (p, p_holm
-over the event family, count_a/count_b the runs that met it, count_diff = count_a - count_b, rate_a/rate_b, n_a,
-n_b). p_holm_all is Holm (1979) over every comparison the folder records, comparisons.csv rows and event
-comparisons together (a protocol whose family spans both). `evaluate_folder` evaluates a committed folder
-(comparisons.csv and sources.json) without MLflow; `evaluate_records` evaluates rows as `render.comparison_record`
-gives them or as comparisons.csv holds them."""
+"""A protocol's verdict rules (a ```verdict block of YAML in its markdown) and their evaluation on a report's
+comparisons and recorded events (`rlvrlab report --protocol FILE`). The format, its fields and its errors are
+docs/report.md, "Verdict rules". `evaluate_folder` evaluates a committed folder (comparisons.csv and sources.json)
+without MLflow; `evaluate_records` evaluates rows as `render.comparison_record` gives them or as comparisons.csv
+holds them."""
 
 from __future__ import annotations
 

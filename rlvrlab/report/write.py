@@ -4,8 +4,6 @@ and sources.json (rlvrlab.report.render formats them; rlvrlab.report.plots draws
 
 from __future__ import annotations
 
-import csv
-import io
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
@@ -31,6 +29,16 @@ class Analysed:
     peaks: list[dict] = field(default_factory=list)  # --peak: peaks.csv's rows (rlvrlab.report.command.peak_rows)
 
 
+@dataclass
+class ReportOutcome:
+    """A report written (by `rlvrlab report`, or re-analysed): its numbers, its folder and files, its verdicts."""
+
+    result: Report
+    folder: Path  # where the tables were written
+    written: list[Path] = field(default_factory=list)
+    verdicts: Optional[verdict.Verdicts] = None  # --protocol: its verdict rules evaluated (rlvrlab.report.verdict)
+
+
 def write(folder: Path, request: ReportRequest, selected: Selected, done: Analysed,
           origin: provenance.Provenance) -> list[Path]:
     """Every file of the report, sources.json last (it lists the others)."""
@@ -38,7 +46,7 @@ def write(folder: Path, request: ReportRequest, selected: Selected, done: Analys
     chosen = request.chosen_formats
     written = tables(folder, chosen, request.interval, done, request.plots)
     if done.peaks:  # --peak, with every format
-        written.append(_write(folder / "peaks.csv", _csv(PEAK_FIELDS, done.peaks)))
+        written.append(_write(folder / "peaks.csv", render.csv_text(PEAK_FIELDS, done.peaks)))
     if "csv" in chosen:  # the numbers behind every cell and comparison, for a reader to recompute them
         written += values(folder, selected, done)
     if request.plots:
@@ -132,19 +140,11 @@ def interaction_records(report: Report) -> list[dict]:
 
 
 def interactions_csv(report: Report) -> str:
-    return _csv(INTERACTION_FIELDS, interaction_records(report))
+    return render.csv_text(INTERACTION_FIELDS, interaction_records(report))
 
 
 PEAK_FIELDS = ["a", "b", "metric", "peak_a", "step_a", "peak_b", "step_b", "D", "p_permutation", "naive_p",
                "n_seeds"]
-
-
-def _csv(fieldnames: list[str], rows: list[dict]) -> str:
-    buffer = io.StringIO()
-    writer = csv.DictWriter(buffer, fieldnames=fieldnames)
-    writer.writeheader()
-    writer.writerows(rows)
-    return buffer.getvalue()
 
 
 def interaction_markdown(report: Report) -> list[str]:

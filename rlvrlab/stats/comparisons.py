@@ -1,21 +1,13 @@
-"""Comparisons of two groups of a report and their multiplicity (docs/report.md, "Numbers").
+"""Comparisons of two groups of a report and their multiplicity (docs/report.md, "Numbers": why each, and what was
+measured).
 
-- paired (both groups ran the same seed list; the same seed gives the same initial weights, prompt order and
-  sampling seeds in every arm, tests/train/test_train_toy.py::test_same_seed_pairs_arms): training metrics: paired
-  t on the per-seed differences; evaluation metrics: the crossed interval of the seed × problem differences (paired
-  by seed and by problem). The exact sign-flip permutation p over seeds (Fisher 1935; all 2^S flips, S <= 16)
-  goes to the CSV.
-- unpaired (different seed lists): Welch (1947) on the per-seed scores; evaluation metrics pair the problems only
-  (seed components of both groups + the variance of the per-problem difference of group means).
-- Every comparison carries its minimum detectable effect: the |Δ| a two-sided α = 0.05 t-test with the same
-  standard error and df detects with 80% power (noncentral t); in a family, `claim` gives it at the Holm level.
-- equivalence_p: TOST (Schuirmann 1987) at a declared margin M with the comparison's own Δ, se and df: whether
-  |Δ| < M is shown, the test a non-rejection is not (`rlvrlab report --equivalence M`).
-- holm(p): Holm's (1979) step-down adjustment over one family (every comparison of one `rlvrlab report` run, and
-  with --equivalence every equivalence test too).
-- claim: whether a comparison is a claim (Holm p < 0.05, >= 5 seeds per group; a max-statistic also needs its
-  exact sign-flip p < 0.05, so >= 6 paired seeds) and its MDE at the Holm first-step level.
-"""
+- paired (both groups ran the same seed list, so the same seed gives every arm the same initial weights, prompt
+  order and sampling seeds): a paired t on the per-seed differences, for evaluations the crossed interval of the
+  seed × problem differences; the exact sign-flip p over seeds goes to the CSV. Unpaired: Welch (problems still
+  paired for evaluations).
+- Every comparison carries its minimum detectable effect (80% power, noncentral t); `claim` gives it at the Holm
+  level. equivalence_p: TOST at a declared margin. holm(p): Holm's step-down adjustment over one family. claim:
+  whether a comparison is a claim (Holm p < 0.05, >= 5 seeds per group; a max-statistic also its sign-flip p)."""
 
 from __future__ import annotations
 

@@ -1,17 +1,8 @@
-"""Confirmation on fresh seeds (issue 48 item 1): after a sweep's search picks the best cell (the largest search-phase
-mean), that cell and the baseline run again on N seeds disjoint from every search seed, and the paired t interval
-over those confirmation seeds is the one to quote.
-
-Why: the search-phase estimate of winner - baseline is the largest of K noisy estimates, biased up (the winner's
-curse), and its naive paired t interval under-covers (tests/stats/test_confirm.py measures both). The confirmation
-seeds are chosen before and independently of any search outcome, so the selection cannot bias them.
-
-The error it controls: the confirmation interval covers the selected cell's true difference from the baseline with
-probability >= 95% over repeated experiments, because its seeds are independent of the selection.
-
-Shrinkage = search estimate - confirmation estimate: the winner's curse measured on this sweep (its expectation is
-the search-phase bias; one sweep's value is noisy).
-"""
+"""Confirmation on fresh seeds (issue 48 item 1; docs/sweeps.md, "Confirmation on fresh seeds"): after a sweep's
+search picks the best cell, that cell and the baseline run again on N seeds disjoint from every search seed, and the
+paired t interval over those seeds is the one to quote: chosen independently of any search outcome, they cover the
+selected cell's true difference with probability >= 95%, where the search-phase estimate is biased up (the winner's
+curse). Shrinkage = search estimate - confirmation estimate: that bias measured on this sweep (noisy)."""
 
 from __future__ import annotations
 

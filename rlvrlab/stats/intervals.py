@@ -143,14 +143,8 @@ def crossed_moments(x: np.ndarray) -> Moments:
     is underestimated). With problems dominating, df -> about P-1; with seeds (or the residual) dominating, S-1.
 
     The error it controls: unconditional 95% coverage over repeated experiments (new seeds and, for a single arm,
-    new problems). Measured on binomial pass@1 data with problem effects (logit difficulty sd 2, seed logit sd 0-0.2,
-    64 samples; 10,000 draws a cell; tests/stats/test_stats_montecarlo.py, docs/report.md "Numbers"): coverage
-    0.943-0.957 at 3, 5 and 10 seeds x 30 and 500 problems; the paired comparison's type-I 0.028-0.051 and its power
-    within 0.05 of the paired t on the seed means where the seeds vary (within 0.02 at 500 problems; 0.06 below at
-    30 problems with no seed term, where the effect's own spread over problems is a real error term that the
-    seed-mean t, exact only for the problems drawn, leaves out). Not promised: coverage conditional on MS_S <= MS_E
-    (probability ~0.5 when Pσa² << σe²). The floor K̂ >= 3·MS_E that bought it (issues 37-45) gave type-I
-    0.000-0.009 and power 0.00-0.30 where the seed-mean t has 0.30-0.68."""
+    new problems), not coverage conditional on MS_S <= MS_E; measured, and why not the alternatives: docs/report.md,
+    "Numbers" (tests/stats/test_stats_montecarlo.py)."""
     x = np.asarray(x, dtype=np.float64)
     s, p = x.shape[-2:]
     ms = mean_squares(x)

@@ -1,20 +1,11 @@
-"""Peak-over-steps comparisons that are not cherry-picked (issue 48, item 5).
+"""Peak-over-steps comparisons that are not cherry-picked (issue 48, item 5; docs/report.md, "Peaks").
 
-A paper that quotes each arm's peak (the best evaluation step of its mean curve over seeds) compares two maxima:
-each arm's step is selected on the same data that scores it. For per-seed curves A[S, T] and B[S, T] of two arms on
-the same (paired) seeds and the same T evaluation steps, the statistic is D = max_t mean_s A[s, t] -
-max_t mean_s B[s, t], and its null is calibrated by permuting arm labels across seeds: every pattern of swapping
-A[s] with B[s] within a subset of the seeds (exact enumeration of the 2^S patterns when S <= MAX_EXACT_SWAPS, else
-RANDOM_SWAPS seeded random patterns plus the observed one), two-sided p = share of patterns with |D*| >= |D|.
-The selection is redone in every pattern, so the null distribution includes it.
-
-The error it controls: with identical arms (each seed's two curves exchangeable under swapping), the peak test
-rejects at p < 0.05 with probability <= 0.05. It is exact, hence discrete: its smallest p is 2/2^S, so it cannot
-reject below 6 seeds (tests/stats/test_peak.py measures its rejection rate beside the naive comparison's).
-
-naive_peak_p is the comparison a paper does: the best step of each arm picked on its mean curve, then a paired t on
-the per-seed values at those steps, as if the steps had been fixed in advance.
-"""
+For per-seed curves A[S, T] and B[S, T] of two arms on the same (paired) seeds and the same T evaluation steps, the
+statistic is D = max_t mean_s A[s, t] - max_t mean_s B[s, t], its null calibrated by swapping A[s] with B[s]
+within a subset of the seeds (all 2^S patterns when S <= MAX_EXACT_SWAPS, else RANDOM_SWAPS seeded random patterns
+plus the observed one), the peaks re-selected in every pattern; two-sided p = share of patterns with |D*| >= |D|.
+With identical arms it rejects at p < 0.05 with probability <= 0.05; its smallest p is 2/2^S, so it cannot reject
+below 6 seeds. naive_peak_p is the comparison a paper does: a paired t at each arm's own best step."""
 
 from __future__ import annotations
 

@@ -1,29 +1,11 @@
 """Sequential seeds: compare a trial with the incumbent after each shared seed, and prune it once it can no longer
-plausibly beat the incumbent by δ, the minimum effect of interest (issue 48, item 3; docs/sweeps.md, "Sequential
-seeds").
+plausibly beat the incumbent by δ, the minimum effect of interest (issue 48, item 3). The tests, the spending of
+the levels and why the stated error holds: docs/sweeps.md, "Sequential seeds".
 
-The data are the paired differences d_s = trial_s - incumbent_s on the seeds both ran, in seed order. After seed n
-(a look, n = n_min..n_max) with mean d̄_n, SD s_n and T_n = (d̄_n - δ)/(s_n/√n):
-
-- futility (prune): T_n < -t_{1-b_n, n-1}, the one-sided t-test of H: μ_d >= δ at the level b_n spent at look n;
-- efficacy (better): (d̄_n)/(s_n/√n) > t_{1-a_n, n-1}, the one-sided t-test of H: μ_d <= 0 at the level a_n.
-
-The levels come from a power spending function (Lan and DeMets 1983; Kim and DeMets 1987): by look n the futility
-side has spent β (n/n_max)^ρ, so b_n = β[(n/n_max)^ρ - ((n-1)/n_max)^ρ] for n > n_min and b_{n_min} = β (n_min/
-n_max)^ρ; the efficacy side spends α the same way. The looks are combined by the union (Bonferroni) bound, not by
-their joint law: P(some look prunes | μ_d = δ) <= Σ b_n = β. That is exact under normality with unknown variance,
-because each T_n is Student t with n-1 df at μ_d = δ (and stochastically larger when μ_d > δ), whatever the other
-looks did; it is conservative because successive looks are correlated (measured in docs/sweeps.md). The same bound
-gives P(some look declares "better" | μ_d = 0) <= α. A trial stopped as better is not pruned, so the efficacy side
-can only lower the pruning probability: the stated error holds with or without it.
-
-Why n_min >= 3: at n = 2 the t has 1 df, whose quantiles at the levels a look spends are enormous (t_{0.99, 1} =
-31.8), so a look there can only spend β without ever pruning; 2 df is the fewest where a look can act.
-
-The guarantee is for an incumbent whose seed values were not selected on the same seeds. A sweep's incumbent is
-the best so far on those seeds, so its values are biased up (the winner's curse) and the pruning rate of a trial
-δ better than its true mean can exceed β; docs/sweeps.md measures it on a simulated grid.
-"""
+The data are the paired differences d_s = trial_s - incumbent_s on the seeds both ran, in seed order. At look n
+(n = n_min..n_max), with T_n = (d̄_n - δ)/(s_n/√n): prune when T_n < -t_{1-b_n, n-1}; better when
+d̄_n/(s_n/√n) > t_{1-a_n, n-1}. The levels b_n (a_n) are a power spending function of β (α) (Lan and DeMets
+1983), combined over looks by the union bound. n_min >= 3: at 2 seeds the t has 1 df and a look can only spend β."""
 
 from __future__ import annotations
 

@@ -1,16 +1,9 @@
 """Simultaneous 95% intervals for every cell of a grid against its baseline on paired seeds: a max-t (Dunnett-type)
-construction, so that all K intervals cover their true differences together with probability 0.95 (the family-wise
-coverage), where K separate 95% intervals would not.
-
-Per seed s and cell k the difference d_sk = x_sk - x_s,base (every cell ran the baseline's seeds). Each cell's
-T_k = (mean_k - Δ_k) / (sd_k/√S) is Student t on S-1 df, each studentised by its own sd. The critical value c solves
-P(max_k |T_k| ≤ c) = 0.95 under normal seeds whose differences have the correlation of the Dunnett model (seeds as
-blocks, cells independent given the seed, each with its own variance: dunnett_correlation), and every interval is
-mean_k ± c·sd_k/√S. c is computed by simulating that max exactly (not the multivariate t with one shared
-denominator, which at 3 seeds is far too narrow: 0.90 family-wise coverage with the true correlation), with a
-fixed seed (MC_SEED, DRAWS experiments): the same c on every machine. Bonferroni's t_{1-0.025/K, S-1} is returned
-beside it: c ≤ it (capped), and the ratio is the width saved.
-"""
+construction, so that all K intervals cover their true differences together with probability 0.95 (docs/report.md,
+"Simultaneous intervals": the construction, and the simpler ones that fail at 3-10 seeds). Each interval is
+mean_k ± c·sd_k/√S, c simulated under the Dunnett-model correlation (dunnett_correlation) with a fixed seed
+(MC_SEED, DRAWS experiments), so every machine gets the same c; Bonferroni's t_{1-0.025/K, S-1} is returned beside
+it (c is capped at it)."""
 
 from __future__ import annotations
 

@@ -1,32 +1,15 @@
 """Intervals and comparisons of an adaptive-seed study (`seeds: {initial: n0, max, halfwidth}`, rlvrlab.sweep.seeds):
 Stein's (1945) two-stage rule, exact under normality for every metric of the study, not only the objective the seed
-count was chosen from (C. Stein, "A two-sample test for a linear hypothesis whose power is independent of the
-variance", Ann. Math. Statist. 16:243-258, 1945).
-
-A trial runs seeds 0..n0-1 (stage one), then grows once to seeds 0..N-1, N chosen from the stage-one SD of the
-objective. Its values are x [N] in seed order: x[:n0] is stage one.
+count was chosen from. A trial runs seeds 0..n0-1 (stage one), then grows once to seeds 0..N-1, N chosen from the
+stage-one SD of the objective. Its values are x [N] in seed order: x[:n0] is stage one.
 
 - stein_moments(x, n0): X̄_N, s0/√N, n0-1 df, s0 = SD(x[:n0]); the interval X̄_N ± t_{.975, n0-1} · s0/√N.
 - paired_stein(a, b, n0): a [Na], b [Nb] two trials of one study (seeds 0..Na-1, 0..Nb-1): the differences
   d_s = a_s - b_s on the M = min(Na, Nb) common seeds, Δ = d̄_M ± t_{.975, n0-1} · s0(d)/√M, s0(d) = SD(d[:n0]).
 
-Why both are exact for any metric Y. Let each seed's vector of every metric of every trial be iid multivariate
-normal (seeds are independent; within a seed the metrics and the arms sharing it correlate freely). The stage-one
-sample covariance matrix is independent of the stage-one mean vector (the multivariate form of Student 1908:
-Anderson, "An Introduction to Multivariate Statistical Analysis", Thm. 3.3.2), and the stage-two seeds are
-independent of stage one. N (and M = min(Na, Nb)) is a function of the stage-one variances of the objective, hence
-of the stage-one covariance alone. So given that covariance, √N(Ȳ_N - μ)/σ_Y is standard normal whatever N is:
-it is independent of (N, s0(Y)), and (n0-1)s0(Y)²/σ_Y² ~ χ²(n0-1) is a function of the same covariance. Their ratio
-(Ȳ_N - μ)/(s0(Y)/√N) is exactly Student t with n0-1 df. For a comparison Y = d = a - b on the common seeds, the same
-argument holds with M in place of N.
-
-The plain Student t over the N seeds (and, between trials that ran different N, Welch) is not exact: N is larger
-when stage one spread more. Simulated (tests/report/test_stein_report.py; n0 = 5, max 20, SD/h 1 and 2, 100,000
-studies each): the t-interval covers 0.938/0.931 for the objective and 0.940/0.945 for a metric correlated 0.8 with
-it, Stein's 0.950-0.951 for both; at Δ = 0 the former comparison (paired t at equal N, else Welch) rejects
-0.067/0.061 between independent arms and 0.021/0.032 between arms correlated 0.9 within a seed (Welch ignores the
-pairing), the paired Stein test 0.049-0.050.
-"""
+Why both are exact for any metric (the stage-one covariance is independent of the stage-one means, and N and M
+are functions of it alone), and how the plain t and Welch fail here (simulated in tests/report/test_stein_report.py):
+docs/report.md, "Adaptive seeds"."""
 
 from __future__ import annotations
 

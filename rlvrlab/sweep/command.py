@@ -1,22 +1,10 @@
-"""A command sweep's seed run: rlvrlab creates the MLflow run, the command (another trainer) logs into it.
-
-For each seed the run is created in the study's experiment, nested study -> trial -> seed with the tags of
-rlvrlab's own seed runs (parent, role, study, trial, seed, config_hash: rlvrlab.sweep.template.command_hash), plus
-the command's provenance: the git commit of its working directory (`mlflow.source.git.commit`, `git_sha`,
-`git_dirty`) and the rendered command (`rlvrlab.command`). The command then runs under `/bin/sh -c` in the sweep's
-working directory with the worker's environment (CUDA_VISIBLE_DEVICES of its placement included) and
-MLFLOW_TRACKING_URI, MLFLOW_EXPERIMENT_ID and MLFLOW_RUN_ID set: `mlflow.start_run()` re-attaches to that run
-when MLFLOW_RUN_ID is set, and transformers' MLflowCallback (TRL) and verl's MLflow logger both call it. The
-process is run as a child `rlvrlab train` is (rlvrlab.sweep.launch.run_process: its own process group under a
-supervisor, stops passed on, no orphan even of a SIGKILLed worker, the limits of rlvrlab.sweep.limits, stdout and
-stderr in a capped log file attached to the run, stderr's tail kept).
-
-After the command, rlvrlab sets the status it decided, whatever the command's script left: a command that fails
-(non-zero exit, a signal) or that a limit stopped fails its seed: the run ends FAILED, with the last lines of the
-command's stderr (or the limit) and the log's path as the reason. A seed stopped with the sweep ends KILLED. One
-that exits 0 and leaves its run RUNNING has it marked FINISHED; the objective is then read back from the run
-(rlvrlab.sweep.objective.objective_of), and a run without the metric, or with a non-finite value, fails too.
-"""
+"""A command sweep's seed run: rlvrlab creates the MLflow run (nested study -> trial -> seed with the tags of its own
+seed runs, plus the command's git commit and the rendered command, `rlvrlab.command`), and the command (another
+trainer) logs into it through MLFLOW_TRACKING_URI, MLFLOW_EXPERIMENT_ID and MLFLOW_RUN_ID (docs/sweeps.md,
+"Sweeping another trainer's command"). The process runs as a child `rlvrlab train` does
+(rlvrlab.sweep.launch.run_process). Afterwards rlvrlab sets the status it decided, whatever the command left: a
+failure, a signal or a limit fails the seed (FAILED, with stderr's tail and the log's path), a stopped sweep's seed
+ends KILLED, and a run that exits 0 is FINISHED once its objective is read back (objective.objective_of) finite."""
 
 from __future__ import annotations
 

@@ -1,20 +1,9 @@
-"""`confirm: {seeds: N, baseline: {KEY: VALUE, ...}}` of a sweep file (issue 48 item 1; docs/sweeps.md,
-"Confirmation on fresh seeds"): once the search is over, its best complete trial and the baseline cell run again on
-N seeds disjoint from every search seed (rlvrlab.stats.confirm.fresh_seeds), and the paired interval over those
-seeds is the one to quote; the search's own estimate (biased up by the selection) is shown beside it with the
-shrinkage between the two.
-
-- Parsed with the sweep file (`parse_confirm`, one ConfigError line per mistake; also the sequential pruner's seed
-  check, `check_sequential`); part of the study's fingerprint only when present.
-- Run (`confirm_sweep`) by the process that ran `rlvrlab sweep`, after its workers (all of them) are done and every
-  trial of the study is (a grid's points, or budget.trials; a study with a timeout alone is not confirmed). Each
-  confirmation seed is run by the sweep's own seed runner (in-process, child process, slurm's launcher or a
-  command) as an MLflow run under a confirmation run of its arm (winner, baseline), tagged role
-  `confirmation_seed`: never an Optuna trial, so it never enters the search's selection. A re-run reuses the
-  finished confirmation runs (same arm, trial and seed) and runs only the missing ones.
-- The result is a study user attribute (`--status` shows it: `confirmation_line`) and, on the study's MLflow run,
-  a tag with that line and the artifact confirmation.json.
-"""
+"""`confirm: {seeds: N, baseline: {KEY: VALUE, ...}}` of a sweep file: once the search is over, its best complete
+trial and the baseline cell run again on N seeds disjoint from every search seed (rlvrlab.stats.confirm), and the
+paired interval over those seeds is the one to quote, beside the search's own (selection-biased) estimate. When it
+runs, how its runs are recorded and reused: docs/sweeps.md, "Confirmation on fresh seeds". Parsed with the sweep
+file (`parse_confirm`, one ConfigError line per mistake; also the sequential pruner's seed check,
+`check_sequential`); run by `confirm_sweep`."""
 
 from __future__ import annotations
 

@@ -1,20 +1,11 @@
-"""Fail-fast: a sweep whose first seed runs fail the same way stops before it spends more seeds.
-
-The rule, per invocation of `rlvrlab sweep` (all its workers together): when the first FIRST_FAILURES seed runs
-that fail do so with the same signature, and no seed run of the invocation has succeeded before the last of them,
-the sweep stops (exit code 3, rlvrlab.sweep.exits). A signature is how a seed failed with what varies from run to
-run taken out: the exit status (`exit code 3`, `killed by signal SIGKILL`) and the last error line of its reason,
-with digits, hex ids, run ids and paths replaced and a trailing `; log: PATH` dropped; an objective the run never
-logged is its own signature (`logged no 'metric'`). A divergence (a non-finite loss, gradient or weights) is a
-result, not a broken setup: it never counts. Seed runs reused from an earlier attempt do not count either.
-`--keep-going` turns the rule off.
+"""Fail-fast: a sweep whose first seed runs fail the same way stops before it spends more seeds (docs/sweeps.md,
+"When seed runs fail": the rule, what a signature is, what never counts, `--keep-going`).
 
 The record lives in the study's storage (Optuna study user attrs), so that worker processes and jobs share it:
 `rlvrlab.failfast.epoch` names the invocation (the parent sets it before its workers are given the study; empty
 with --keep-going), each counted seed run adds one key `rlvrlab.failfast.<epoch>.<trial>.<seed>` (at most
 FIRST_FAILURES failures and one success per invocation: after that the rule has decided) and a stop adds
-`rlvrlab.failfast.<epoch>.stop`, which every worker checks before each seed run and each trial.
-"""
+`rlvrlab.failfast.<epoch>.stop`, which every worker checks before each seed run and each trial."""
 
 from __future__ import annotations
 

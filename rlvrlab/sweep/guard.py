@@ -1,21 +1,10 @@
-"""The code-change guard: a study's seed runs all run the same code, unless the user says otherwise.
+"""The code-change guard: a study's seed runs all run the same code, unless the user says otherwise (docs/sweeps.md,
+"The code-change guard": what is watched, what is recorded, --allow-code-change).
 
-What is watched:
-- a command sweep: the files its command runs (each token of the rendered `command:` that names an existing file,
-  relative to the sweep's working folder, also the VALUE of a --key=VALUE token; executables that are binaries,
-  such as the Python interpreter, are left out) and the files the sweep file's optional `watch:` globs match
-  (relative to the working folder; `**` spans folders), e.g. `watch: [src/**/*.py, configs/*.yaml]`;
-- rlvrlab's own trainer (every other sweep): rlvrlab's source, the package's .py files.
-
-Their digest (sha256 over each file's name and content), each file's own digest and the repository's commit and
-dirty state (rlvrlab.tracking.provenance.repo_state) are recorded in the study's storage (Optuna study user attr
-`rlvrlab.code`) when the study starts, and tagged on its MLflow study run (`rlvrlab.code_digest`,
-`rlvrlab.code_commit`, `rlvrlab.code_dirty`). A resumed study whose files differ is refused with one line naming
-the changed files; `--allow-code-change` continues it, records the new code (the study run's
-`rlvrlab.code_digests` lists every digest it ran on, in order) and every seed run made from then on carries the
-new `rlvrlab.code_digest`, so a report can tell the seeds of the old and new code apart. A commit or a change of
-the dirty state alone, with the same files, is recorded and not refused.
-"""
+Watched: a command sweep's files (each token of the rendered `command:` naming an existing file, also the VALUE of
+a --key=VALUE token, binaries left out, plus the sweep file's `watch:` globs), else rlvrlab's own .py files. Their
+digest, each file's own digest and the repository's commit and dirty state are recorded when the study starts; a
+resumed study whose files differ is refused with one line naming them."""
 
 from __future__ import annotations
 

@@ -1,9 +1,6 @@
-"""Liveness of sweep workers: a worker records its host:pid and a heartbeat on the trial it runs. Optuna's own
-heartbeat exists only for RDB storages, so rlvrlab keeps one for all: a RUNNING trial whose worker is gone (same
-host: the process no longer exists; any host: no heartbeat for STALE_AFTER seconds) is marked FAIL and
-re-enqueued with Optuna's RetryHeartbeatStaleTrialCallback. Its finished seed runs are reused by the retry, so no
-seed is trained or counted twice.
-"""
+"""Liveness of sweep workers: a worker records its host:pid and a heartbeat on the trial it runs, for every storage
+(Optuna's own heartbeat is RDB-only); a RUNNING trial whose worker is gone is marked FAIL and re-enqueued, and its
+retry reuses its finished seed runs (docs/sweeps.md, "Dead workers")."""
 
 from __future__ import annotations
 

@@ -5,7 +5,7 @@ intervals, and which recorded identity (commit, initial model, environment, conf
 Each group's configuration is the study's sweep file (found by the study name of sources.json, or --sweep) at the
 group's trial params, turned into a run config by the sweep's own SweepSpec.overrides_for; each seed run is the
 call a sweep's in-process seed run makes (rlvrlab.train.loop.train). Values are read as the report read them: the
-recorded command's --metric/--last/--reduce (rlvrlab.report.table.parse_metrics) over each run's logged steps
+recorded command's --metric/--last/--reduce (rlvrlab.report.columns.parse_metrics) over each run's logged steps
 (rlvrlab.report.collect.final_values). docs/reproducibility.md says what "inside" can and cannot mean."""
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from rlvrlab.config.compose import yaml_and_tree
 from rlvrlab.config.yamlfile import load as load_yaml
 from rlvrlab.errors import RlvrlabError, StorageError
 from rlvrlab.report import collect
-from rlvrlab.report.table import MetricSpec, parse_metrics
+from rlvrlab.report.columns import MetricSpec, parse_metrics
 from rlvrlab.sweep import at_commit
 from rlvrlab.sweep.space import VARIANT
 from rlvrlab.sweep.spec import SweepSpec, load_sweep, sweeps_dir

@@ -1,13 +1,8 @@
-"""`rlvrlab sweep --retry-failed`: re-run the failed (and timed-out) seeds of a study, and only those.
-
-A FAILED Optuna trial cannot be re-opened, so each failed trial that no later attempt re-runs gets a new WAITING
-trial with the same params, linked as Optuna links a dead worker's retry (system attrs failed_trial: the first
-trial of the chain, retry_history: every earlier attempt); its attempt is len(retry_history) + 1 (tagged
-rlvrlab.attempt on its trial and new seed runs, with rlvrlab.retry_of). The new trial's seeds reuse the FINISHED
-seed runs of the failed one (rlvrlab.sweep.runner.reused: same config hash and seed), so only the
-failed seeds run again. The failed trial stays in the study, no longer counted as failed nor as a done trial
-(rlvrlab.sweep.study.superseded), so a grid still counts each point once.
-"""
+"""`rlvrlab sweep --retry-failed`: re-run the failed (and timed-out) seeds of a study, and only those (docs/sweeps.md,
+"When seed runs fail"). Each failed trial that no later attempt re-runs gets a new WAITING trial with the same
+params, linked as Optuna links a dead worker's retry (system attrs failed_trial, retry_history); its seeds reuse the
+FINISHED seed runs of the failed one (rlvrlab.sweep.runner.reused), and the failed trial no longer counts
+(rlvrlab.sweep.study.superseded)."""
 
 from __future__ import annotations
 

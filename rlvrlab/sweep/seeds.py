@@ -7,22 +7,13 @@ Stage one runs seeds 0..n0-1 and takes their SD s0. Stage two grows the trial, o
     N = min(max, max(n0, ceil((t_{.975, n0-1} · s0 / h)²)))      (`wanted`: the smallest such N, checked in floats)
 
 seeds 0..N-1, and the trial's interval is  X̄_N ± t_{.975, n0-1} · s0/√N  (`stein_interval`), whose half-width is
-at most h whenever N < max. Why it is exact: N is a function of s0 alone; for normal values the stage-one mean is
-independent of s0 (Student 1908; Basu's theorem) and the stage-two values are independent of both, so given s0,
-√N(X̄_N - μ)/σ is standard normal, and (X̄_N - μ)/(s0/√N) is exactly Student t with n0-1 df. (Stein weights the
-stage-two values to make the width exactly h; the plain mean of all N seeds keeps the exact coverage, half-width
-<= h.) The `max` cap keeps this (N still depends on s0 only); it only lets the half-width exceed h.
+at most h whenever N < max. It is exact because N is a function of s0 alone, which for normal values is
+independent of the mean (docs/report.md, "Adaptive seeds"); the plain mean of all N seeds (Stein weights stage
+two to make the width exactly h) keeps that coverage, and the `max` cap only lets the half-width exceed h.
 
-Why this rule rather than the rounds it replaces (grow to the seed count the current spread asks for, look again,
-report the ordinary t-interval over N seeds): the rounds stop more often when the spread is underestimated, and
-their t-interval then covers 0.90-0.92 at SD/h 1-2 from 3 seeds, 0.92-0.94 from 5, where this rule's covers
-0.950-0.951 (tests/sweep/test_adaptive_seeds.py). Keeping the rounds and reporting X̄_N ± t_{n0-1}·s0/√N would
-also be exact (each round's decision is shift-invariant, hence independent of the mean of the seeds it covers),
-but that interval uses s0 only, so the later looks at the spread would spend seeds on a criterion the reported
-interval ignores, and a trial could stop with that interval wider than h. Growing until the reported interval is
-at most h is exactly Stein's N, in one round. The price of exactness is the t_{n0-1} quantile in N (2.78 at
-n0 = 5, 2.26 at 10, against 1.96 for a known SD): a larger `initial` asks fewer seeds of a noisy trial; `initial`
-< 5 is refused (t_{.975, 3} = 3.18 makes N ~2.6x the known-SD count).
+Why this rule rather than the rounds it replaced (grow, look at the spread again, report the ordinary
+t-interval, which covered 0.90-0.92): docs/sweeps.md, "Adaptive seeds". `initial` < 5 is refused (t_{.975, 3} = 3.18
+makes N ~2.6x the known-SD count).
 
 The rule reads the spread of stage one only, never a mean; the seed list grows deterministically (0..N-1), so two
 trials that end with the same count ran the same seeds.

@@ -106,15 +106,9 @@ class WorkerPool:
         """No orders will come (the study could not be opened, this process was stopped first):
         the workers are ended at once, before they touch anything. Idempotent; after give() it leaves the workers to
         their work."""
-        if self.given:
-            return
-        self.given = True
-        for pipe in self._pipes:
-            pipe.close()
-        for proc in self.procs:  # they hold nothing yet (no store, run or file opened): no need to wait for
-            if proc.is_alive():  # their imports to end
-                proc.kill()
-            proc.join()
+        if not self.given:  # they hold nothing yet (no store, run or file opened): no need to wait for their imports
+            self.trim(0)
+            self.given = True
 
 
 def _main(pipe, threads: int, warm: bool, visible: Optional[str]) -> None:

@@ -1,17 +1,10 @@
 """The supervisor of one seed's process tree, run by rlvrlab.sweep.launch.run_process as a script of its own
-(`python -I -S supervisor.py WORKER_PID GRACE COMMAND...`: the standard library only, no rlvrlab import):
-
-- It is the leader of a new session and process group, which the command and everything it starts share, and the
-  subreaper of the command's tree (PR_SET_CHILD_SUBREAPER): a descendant whose parent dies (`sh -c` that exits, a
-  double fork, a setsid) becomes its child, so it sees every process of the seed until the last has ended.
-- It mirrors the command's end: it exits with the command's exit code, or dies of the command's signal.
-- The worker stops a seed by signalling the group (SIGTERM, or SIGINT for Ctrl-C): the command gets the signal
-  itself; the supervisor only notes the time and, after GRACE seconds, SIGKILLs what is left. SIGUSR1 from the
-  worker means "kill everything now".
-- When the worker dies (even SIGKILLed: its parent pid changes), the supervisor stops the tree the same way.
-- When the command ends, processes it left behind get SIGTERM, then SIGKILL after GRACE.
-So a seed's processes never outlive it, nor the sweep.
-"""
+(`python -I -S supervisor.py WORKER_PID GRACE COMMAND...`: the standard library only, no rlvrlab import). It leads
+a new session and process group and is the subreaper of the command's tree, so a seed's processes never outlive it,
+nor the sweep (docs/sweeps.md, "Process trees"). Its protocol: it exits with the command's exit code (or dies of its
+signal); a signal to the group reaches the command itself, and the supervisor SIGKILLs what is left GRACE seconds
+later; SIGUSR1 from the worker means "kill everything now"; a dead worker (its parent pid changes) or the command's
+end stops the rest of the tree the same way."""
 
 from __future__ import annotations
 

@@ -1,21 +1,15 @@
 """A study's trials: claimed by a worker, each a group of seed runs (adaptive seeds: Stein's two stages,
 rlvrlab.sweep.seeds), scored over its seeds and told to Optuna and MLflow (the study itself: rlvrlab.sweep.study).
+What a trial does, how workers share a study and what happens when seeds fail: docs/sweeps.md ("What a trial
+does", "Storage, workers and resuming", "When seed runs fail").
 
-- Trials are claimed, never duplicated. Workers only pop WAITING trials (an atomic state change in the journal and
-  PostgreSQL storages; not in sqlite, which ignores SELECT ... FOR UPDATE: bench/sweep_storage.py), so two workers
-  never run the same grid point (Optuna's GridSampler alone re-runs points under concurrency). Samplers ask for new
-  trials only when no enqueued trial waits.
-- Liveness (`rlvrlab.sweep.liveness`): a trial whose worker died is failed and re-enqueued; its finished seed runs
-  are reused by the retry, so no seed is trained or counted twice.
-- A seed run that fails (non-finite loss, bad data) fails its trial with the reason; the sweep goes on, and a
-  re-run does not repeat it (it would fail the same way) unless asked to (--retry-failed: rlvrlab.sweep.retry).
-- Fail-fast (`rlvrlab.sweep.failfast`): when the invocation's first failed seed runs fail the same way, every
-  worker stops before its next seed run; a trial cut short by it fails (it had a failed seed) or is re-enqueued.
-- pruner: sequential (`_look`): after each seed, the trial is compared with the incumbent (the best complete trial)
-  on their shared seeds (rlvrlab.stats.sequential) and pruned once it can no longer plausibly beat it by delta.
-- Each trial and seed run is tagged with its attempt (rlvrlab.attempt: 1, then 2 for its first retry), the trial
-  it retries (rlvrlab.retry_of) and the digest of the code it ran (rlvrlab.code_digest: rlvrlab.sweep.guard).
-"""
+- Workers only pop WAITING trials (an atomic state change in the journal and PostgreSQL storages; not in sqlite,
+  which ignores SELECT ... FOR UPDATE: bench/sweep_storage.py), so no grid point runs twice.
+- A trial whose worker died is re-enqueued (rlvrlab.sweep.liveness) and reuses its finished seed runs; a failed
+  seed fails its trial (--retry-failed: rlvrlab.sweep.retry); fail-fast (rlvrlab.sweep.failfast) stops every worker
+  before its next seed run; the sequential pruner (`_look`, rlvrlab.stats.sequential) stops a trial between seeds.
+- Each trial and seed run is tagged with its attempt (rlvrlab.attempt), the trial it retries (rlvrlab.retry_of)
+  and the digest of the code it ran (rlvrlab.code_digest: rlvrlab.sweep.guard)."""
 
 from __future__ import annotations
 

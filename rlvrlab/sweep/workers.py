@@ -1,14 +1,9 @@
 """Running a sweep: its trials claimed by this process, or by N spawned worker processes sharing the study's
 storage, or (launcher slurm) by N worker jobs submitted with submitit, until the study is done, its budget is used
-or its timeout passes. With --gpus-per-run k each worker of this machine owns k GPUs (rlvrlab.sweep.placement).
-
-Stops are safe: the first Ctrl-C or SIGTERM stops each worker at the end of its current step (its trial is
-re-enqueued, its MLflow runs end KILLED); a second stops them at once. The sweep then ends with exit code 130
-(Ctrl-C) or 143 (SIGTERM): rlvrlab.sweep.exits.
-
-Before any trial runs, an invocation checks the code its seed runs run (rlvrlab.sweep.guard), enqueues the retries
-of --retry-failed (rlvrlab.sweep.retry) and arms fail-fast for its workers (rlvrlab.sweep.failfast).
-"""
+or its timeout passes (docs/sweeps.md, "Storage, workers and resuming"). With --gpus-per-run k each worker of this
+machine owns k GPUs (rlvrlab.sweep.placement). A stop ends the sweep with exit code 130 or 143
+(rlvrlab.sweep.exits). Before any trial runs, an invocation checks the code its seed runs run (rlvrlab.sweep.guard),
+enqueues the retries of --retry-failed (rlvrlab.sweep.retry) and arms fail-fast (rlvrlab.sweep.failfast)."""
 
 from __future__ import annotations
 

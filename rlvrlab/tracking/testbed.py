@@ -1,17 +1,9 @@
 """A protocol's test bed: the initial model its runs must start from (`--protocol FILE` of `rlvrlab train`,
-`rlvrlab sweep` and `rlvrlab eval pass-at-k`).
-
-A protocol (results/protocols/NAME.md) fixes it in a fenced block of its markdown, YAML holding one key:
-
-    ```testbed
-    initial_model_sha256: 3f2a...   # 64 hex digits: rlvrlab.tracking.identity.state_digest of the initial weights
-    ```
-
-(`rlvrlab model digest EXPERIMENT` prints the digest a config starts from.) A run whose initial model has another
-digest stops before it trains or evaluates, in one line naming both digests, the protocol and the fix:
-`--allow-initial-model-change` runs it anyway, and the run records that it did (INITIAL_MODEL_OVERRIDE, with the
-protocol's digest as INITIAL_MODEL_EXPECTED). A protocol without a testbed block fixes no initial model.
-"""
+`rlvrlab sweep` and `rlvrlab eval pass-at-k`), fixed by a ```testbed block holding `initial_model_sha256: <64 hex
+digits>` (rlvrlab.tracking.identity.state_digest of the initial weights; `rlvrlab model digest EXPERIMENT` prints
+it). A run whose initial model has another digest stops before it trains or evaluates, unless
+`--allow-initial-model-change`, which it records (INITIAL_MODEL_OVERRIDE, INITIAL_MODEL_EXPECTED); docs/
+reproducibility.md, "Fixing a protocol's test bed"."""
 
 from __future__ import annotations
 

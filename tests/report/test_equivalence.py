@@ -11,7 +11,8 @@ import pytest
 
 from rlvrlab import stats
 from rlvrlab.errors import RlvrlabError
-from rlvrlab.report.table import Comparison, Equivalence, adjust_family, parse_equivalence
+from rlvrlab.report.columns import parse_equivalence
+from rlvrlab.report.table import Comparison, Equivalence, adjust_family
 
 
 def test_tost_by_hand_at_two_df() -> None:

@@ -13,7 +13,8 @@ import pytest
 
 from rlvrlab.report import render
 from rlvrlab.report.collect import Group, SeedRun, Selection
-from rlvrlab.report.table import Estimate, analyse, parse_metrics, parse_pairs
+from rlvrlab.report.columns import parse_metrics, parse_pairs
+from rlvrlab.report.table import Estimate, analyse
 
 SEEDS = {"base": [0, 1, 2, 3, 4, 5], "up": [0, 1, 2, 3, 4, 5], "other": [0, 1, 2, 3, 4], "one": [0]}
 DELTA_COLUMNS = {"delta": "delta", "delta_low": "low", "delta_high": "high", "test": "test", "p": "p",

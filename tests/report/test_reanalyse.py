@@ -18,8 +18,9 @@ import typer
 from rlvrlab.errors import RlvrlabError
 from rlvrlab.report import reanalyse as R, render
 from rlvrlab.report.collect import Group, SeedRun, Selection
+from rlvrlab.report.columns import parse_metrics
 from rlvrlab.report.command import ReportRequest, make_report
-from rlvrlab.report.table import analyse, parse_metrics
+from rlvrlab.report.table import analyse
 
 RESULTS = Path(__file__).resolve().parents[2] / "results"
 FOLDERS = sorted(p.parent for p in RESULTS.rglob("comparisons.csv"))

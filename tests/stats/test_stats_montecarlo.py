@@ -12,7 +12,8 @@ import pytest
 from scipy import special
 
 from rlvrlab import stats
-from rlvrlab.report.table import Comparison, adjust_family, max_statistic, parse_metrics
+from rlvrlab.report.columns import parse_metrics
+from rlvrlab.report.table import Comparison, adjust_family, max_statistic
 
 
 def _covers(low: np.ndarray, high: np.ndarray, truth: float) -> np.ndarray:
