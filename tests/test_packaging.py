@@ -4,11 +4,15 @@ a scratch environment.  Run: .venv/bin/pytest -q tests/test_packaging.py"""
 from __future__ import annotations
 
 import os
+import re
+import shlex
 import shutil
 import site
 import subprocess
 import sys
 import venv
+from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -80,33 +84,174 @@ def _find_links() -> list[str]:
         ["--extra-index-url", "https://download.pytorch.org/whl/cpu"]
 
 
-@pytest.mark.heavy  # asks the package index
-def test_every_extra_resolves_beside_the_core_pins(tmp_path: Path) -> None:
-    """`pip install 'rlvrlab[EXTRA]'` must resolve for every extra: uv's resolver over the package index, for the GPU
-    nodes' platform (x86-64 manylinux, CPython 3.11), from pyproject.toml's metadata only (no wheel is downloaded).
-    uv names the requirement that conflicts; a pin the index does not serve fails too. The extras resolve at once,
-    in parallel processes (each is mostly waiting on the index)."""
+def _uv() -> str:
     uv = shutil.which("uv", path=str(Path(sys.executable).parent)) or shutil.which("uv")
     assert uv, "uv is not installed: it comes with rlvrlab's dev extra (pip install -e '.[dev]')"
-    running = {}
-    for extra in _extras():
-        extra_args = _find_links() if extra == "vllm-cpu" else []
-        out = tmp_path / f"{extra}.txt"
-        running[extra] = (out, subprocess.Popen(
-            [uv, "pip", "compile", "--quiet", "--no-header", "--python-version", "3.11", "--python-platform",
-             "x86_64-manylinux_2_28", "--extra", extra, *extra_args, "--cache-dir", str(tmp_path / f"cache-{extra}"),
-             str(REPO / "pyproject.toml"), "-o", str(out)],
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path))
+    return uv
+
+
+def _compile(sources: list[Path], out: Path, cache: Path, extras: Sequence[str] = (),
+             extra_args: Sequence[str] = ()) -> subprocess.Popen:
+    """uv's resolver over the package index for the GPU nodes' platform (x86-64 manylinux, CPython 3.11), from the
+    sources' metadata only (pyproject.toml with `extras`, requirement files; no wheel is downloaded), started in the
+    background: each resolution is mostly waiting on the index."""
+    return subprocess.Popen(
+        [_uv(), "pip", "compile", "--quiet", "--no-header", "--python-version", "3.11", "--python-platform",
+         "x86_64-manylinux_2_28", *(arg for extra in extras for arg in ("--extra", extra)), *extra_args,
+         "--cache-dir", str(cache), *map(str, sources), "-o", str(out)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=out.parent)
+
+
+def _resolved(running: dict[str, tuple[Path, subprocess.Popen]]) -> tuple[dict[str, str], dict[str, dict[str, str]]]:
+    """Wait for every _compile: (what failed -> uv's message, what resolved -> {package: version})."""
     failed, resolved = {}, {}
-    for extra, (out, proc) in running.items():
+    for name, (out, proc) in running.items():
         _, stderr = proc.communicate(timeout=600)
         if proc.returncode != 0:
-            failed[extra] = stderr[-2000:]
+            failed[name] = stderr[-2000:]
             continue
-        resolved[extra] = dict(line.split("==", 1) for line in out.read_text().splitlines()
-                               if "==" in line and not line.startswith(" "))
+        resolved[name] = dict(line.split("==", 1) for line in out.read_text().splitlines()
+                              if "==" in line and not line.startswith(" "))
+    return failed, resolved
+
+
+@pytest.mark.heavy  # asks the package index
+def test_every_extra_resolves_beside_the_core_pins(tmp_path: Path) -> None:
+    """`pip install '.[EXTRA]'` (from the checkout) must resolve for every extra: uv's resolver over the package
+    index, for the GPU nodes' platform (x86-64 manylinux, CPython 3.11), from pyproject.toml's metadata only (no
+    wheel is downloaded). uv names the requirement that conflicts; a pin the index does not serve fails too. The
+    extras resolve at once, in parallel processes (each is mostly waiting on the index)."""
+    running = {extra: (tmp_path / f"{extra}.txt",
+                       _compile([REPO / "pyproject.toml"], tmp_path / f"{extra}.txt", tmp_path / f"cache-{extra}",
+                                [extra], _find_links() if extra == "vllm-cpu" else []))
+               for extra in _extras()}
+    failed, resolved = _resolved(running)
     assert not failed, "extras that do not resolve beside the core pins:\n" + "\n".join(
         f"rlvrlab[{extra}]: {why}" for extra, why in failed.items())
     for extra, pins in resolved.items():
         assert "torch" in pins and "deepspeed" in pins, (extra, pins)  # the core came along
     assert resolved["vllm"]["vllm"] == "0.32.0" and resolved["vllm"]["torch"] == "2.13.0", resolved["vllm"]
+
+
+# ---------------------------------------------------------------- the install lines a user reads
+INSTALL_DOCS = ("README.md", "docs/*.md")
+# pip's options that take a value (the value is no requirement)
+VALUED = {"-c", "--constraint", "-r", "--requirement", "-i", "--index-url", "--extra-index-url", "-f", "--find-links",
+          "-t", "--target", "--python", "--prefix", "--root", "--platform", "--python-version", "--cache-dir"}
+
+
+@dataclass(frozen=True)
+class InstallLine:
+    """One command of `pip install`s a user would type (joined by &&), and where it is written."""
+
+    where: str  # file:line
+    command: str
+    requirements: tuple[str, ...]  # index requirements (name, extras, specifiers)
+    checkout_extras: tuple[str, ...] | None  # a local path (the checkout) with these extras; None: no path
+    from_index: bool  # False under --no-index (wheels from a folder)
+    no_deps: bool
+
+
+def install_lines() -> list[InstallLine]:
+    """Every `pip install` in README.md and docs/*.md: each inline code span (it may wrap) and each line of a fenced
+    block, split into commands at && and ;, trailing comments dropped."""
+    found = []
+    for pattern in INSTALL_DOCS:
+        for path in sorted(REPO.glob(pattern)):
+            text = path.read_text()
+            spans = [(m.start(), m.group(1)) for m in re.finditer(r"```[^\n]*\n(.*?)```", text, re.S)]
+            fenced = [(start + len(line_start), line) for start, block in spans
+                      for line_start, line in _lines_with_offsets(block)]
+            prose = re.sub(r"```.*?```", lambda m: " " * len(m.group(0)), text, flags=re.S)
+            inline = [(m.start(), m.group(1)) for m in re.finditer(r"`([^`]+)`", prose)]
+            for offset, code in fenced + inline:
+                code = " ".join(code.split("#", 1)[0].split())
+                commands = [c for c in re.split(r"&&|;", code) if re.search(r"\bpip install\b", c)]
+                if commands:
+                    where = f"{path.relative_to(REPO)}:{text.count(chr(10), 0, offset) + 1}"
+                    found.append(_parse(where, commands))
+    return found
+
+
+def _lines_with_offsets(block: str) -> list[tuple[str, str]]:
+    out, at = [], 0
+    for line in block.splitlines(keepends=True):
+        out.append((block[:at], line.rstrip("\n")))
+        at += len(line)
+    return out
+
+
+def _parse(where: str, commands: list[str]) -> InstallLine:
+    requirements, extras, from_index, no_deps = [], None, True, False
+    for command in commands:
+        words = shlex.split(command.split("pip install", 1)[1])
+        skip = False
+        for word in words:
+            if skip:
+                skip = False
+            elif word in VALUED:
+                skip = True
+            elif word == "--no-index":
+                from_index = False
+            elif word == "--no-deps":
+                no_deps = True
+            elif word.startswith("-"):
+                continue  # -e, -q, -U, --force-reinstall, --opt=value
+            elif word.startswith((".", "/", "~")) or "/" in word.split("[")[0]:
+                bracket = re.search(r"\[(.*)\]$", word)
+                extras = tuple(e.strip() for e in bracket.group(1).split(",")) if bracket else ()
+            else:
+                requirements.append(word)
+    return InstallLine(where, " && ".join(c.strip() for c in commands), tuple(requirements), extras, from_index,
+                       no_deps)
+
+
+def test_no_install_line_names_rlvrlab_from_the_index() -> None:
+    """rlvrlab is installed from its checkout (`pip install '.[vllm]'`): a requirement `rlvrlab` or `rlvrlab[...]`
+    asks the package index for a project it does not serve ("No matching distribution found for rlvrlab")."""
+    from packaging.requirements import Requirement
+    from packaging.utils import canonicalize_name
+
+    lines = install_lines()
+    assert any(line.where.startswith("README.md") and line.checkout_extras == ("vllm",) for line in lines), lines
+    named = [f"{line.where}: {line.command}" for line in lines for requirement in line.requirements
+             if canonicalize_name(Requirement(requirement).name) == "rlvrlab"]
+    assert not named, "install lines that ask the package index for rlvrlab (install the checkout):\n" + \
+        "\n".join(named)
+
+
+def test_install_lines_are_found_and_read() -> None:
+    """The reader on the shapes the docs use: && chains, extras on the checkout, options with values, comments."""
+    line = _parse("x", ["pip install torch==2.13.0 ", " pip install -q '.[vllm,dev]'"])
+    assert line.requirements == ("torch==2.13.0",) and line.checkout_extras == ("vllm", "dev") and line.from_index
+    wheels = _parse("x", ["pip install --no-index --no-deps --find-links device-wheels --target $OUT/site psutil"])
+    assert wheels.requirements == ("psutil",) and not wheels.from_index and wheels.no_deps
+    assert wheels.checkout_extras is None
+    verl = _parse("x", ["/opt/verl/bin/pip install --no-deps -e /path/to/rlvrlab"])
+    assert verl.requirements == () and verl.checkout_extras == () and verl.no_deps
+    assert _parse("x", ["pip install 'rlvrlab[vllm]'"]).requirements == ("rlvrlab[vllm]",)
+
+
+@pytest.mark.heavy  # asks the package index
+def test_every_install_line_resolves(tmp_path: Path) -> None:
+    """Each install line's requirements together (a checkout path: pyproject.toml with its extras, unless --no-deps)
+    resolve with the extras' resolver (_compile: the package index, x86-64 manylinux, CPython 3.11). Lines that
+    install from a folder of wheels (--no-index) ask the index for nothing."""
+    running = {}
+    for n, line in enumerate(install_lines()):
+        if not line.from_index:
+            continue
+        sources = []
+        if line.requirements:
+            (tmp_path / f"line{n}.in").write_text("\n".join(line.requirements) + "\n")
+            sources.append(tmp_path / f"line{n}.in")
+        if line.checkout_extras is not None and not line.no_deps:
+            sources.append(REPO / "pyproject.toml")
+        if sources:
+            running[f"{line.where}: {line.command}"] = (tmp_path / f"line{n}.txt", _compile(
+                sources, tmp_path / f"line{n}.txt", tmp_path / f"cache{n}", line.checkout_extras or ()))
+    assert any("'.[vllm]'" in name for name in running), list(running)
+    failed, resolved = _resolved(running)
+    assert not failed, "install lines that do not resolve:\n" + "\n".join(f"{k}\n  {v}" for k, v in failed.items())
+    gpu = next(pins for name, pins in resolved.items() if name.startswith("README.md") and "'.[vllm]'" in name)
+    assert gpu["vllm"] == "0.32.0" and gpu["torch"] == "2.13.0", gpu

@@ -51,6 +51,7 @@ _TYPE_NAMES = {
     bool: "true or false",
     str: "a string",
     list[float]: "a list of numbers",
+    list[str]: "a list of names, e.g. [q_proj,v_proj]",
     list[list[str]]: "a list of [question, answer] pairs",
     dict[str, Any]: "a mapping of config.json keys to values",
 }
@@ -68,7 +69,8 @@ def _schema_fields(cls: type, prefix: str = "") -> dict[str, Any]:
 
 
 FIELD_TYPES = _schema_fields(RunConfig)
-SECTIONS = tuple(f.name for f in dataclasses.fields(RunConfig) if dataclasses.is_dataclass(f.type))
+# every section a YAML mapping may give, nested ones (model.lora) included: a run's config.yaml writes them as mappings
+SECTIONS = tuple(dict.fromkeys(key.rpartition(".")[0] for key in FIELD_TYPES if "." in key))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -392,7 +394,7 @@ def _unknown_key(key: str, where: str) -> ConfigError:
         close = [f"{section}.{match}" for match in difflib.get_close_matches(name, fields, n=1)]
     else:
         section = "the top level"
-        fields = [*SECTIONS, *(f for f in FIELD_TYPES if "." not in f)]
+        fields = [*(s for s in SECTIONS if "." not in s), *(f for f in FIELD_TYPES if "." not in f)]
         close = difflib.get_close_matches(key, [*FIELD_TYPES, *SECTIONS], n=1)
     if close:
         return ConfigError(f"unknown key {key!r}{where}; did you mean {close[0]!r}?")

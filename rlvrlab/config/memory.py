@@ -12,10 +12,14 @@ Sources of the formulas (docs/scaling.md, "Memory estimate", lists the assumptio
   q/k/v and RoPE, attention output, o_proj input, SwiGLU's four intermediate tensors), with SDPA attention (no
   seq x seq matrix; Korthikanti et al. 2022, "Reducing Activation Recomputation", Table 2, without the 5as/h term).
   Gradient checkpointing keeps one hidden state per layer and recomputes one layer at a time.
-- logits: the response positions only (`logits_to_keep`), the lm_head output plus the fp32 copies the log-prob
-  and its backward hold (rlvrlab.train.logprobs.logp_and_entropy); the token entropy: a logged one is computed
-  ENTROPY_CHUNK_ELEMENTS logits at a time (two fp32 temporaries of a piece), one in the loss keeps its softmax for
-  backward and its backward four more [positions, vocab] fp32 tensors (measured).
+- logits: the response positions only (`logits_to_keep`); at the pass's peak three fp32 [positions, vocab] tensors
+  (rlvrlab.train.logprobs.logp_and_entropy, measured: tests/services/qwen_shape_memory.py --long, docs/scaling.md):
+  in the forward the lm_head output (its fp32 copy in bf16, its division by the temperature), log_softmax's
+  contiguous copy of it (fp32 rows sliced from the lm_head output) and the log-softmax; at backward's start the
+  log-softmax kept for backward, its incoming gradient and its own gradient. The token entropy: a logged one is
+  computed ENTROPY_CHUNK_ELEMENTS logits at a time, two fp32 temporaries of a piece beside two of the three (what
+  they add over the third is counted); one in the loss keeps its softmax and the logits for backward and its
+  backward holds five more [positions, vocab] fp32 tensors at its peak (measured: 8 such tensors, 3 without it).
 - a tied embedding's gradient: autograd sums the lm_head's and the embedding's contributions at the end of
   backward, two vocab x hidden tensors beside the gradient (measured at Qwen2.5-0.5B's shape).
 - the optimizer step: torch's AdamW on CUDA (multi-tensor) takes the square root of every second moment it steps
@@ -108,6 +112,20 @@ class Architecture:
         return max(self.vocab * self.hidden, self.intermediate * self.hidden, self.heads * self.head_dim * self.hidden)
 
 
+LORA_LAYERS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+
+
+def lora_params(arch: Architecture, r: int, targets: list[str]) -> int:
+    """Weights of model.lora's adapters (A: r x in, B: out x r per adapted linear layer); "all-linear" adapts all
+    seven of each decoder layer (not the output head). Names outside them (another architecture's) count as all."""
+    q, kv, h, i = arch.heads * arch.head_dim, arch.kv_heads * arch.head_dim, arch.hidden, arch.intermediate
+    sizes = dict(q_proj=h + q, k_proj=h + kv, v_proj=h + kv, o_proj=q + h, gate_proj=h + i, up_proj=h + i,
+                 down_proj=i + h)
+    known = [name for name in targets if name in sizes]
+    chosen = known if known and len(known) == len(targets) else list(LORA_LAYERS)
+    return r * arch.layers * sum(sizes[name] for name in chosen)
+
+
 def architecture(cfg: RunConfig) -> Architecture | None:
     """The model's shape: the tiny tier's from its knobs (vocabulary bounded), a real model's from
     model.path/config.json when it is on this machine, else from model.architecture; None for the toy tier or a
@@ -163,9 +181,9 @@ class MemoryEstimate:
 
     @property
     def update(self) -> int:
-        """Backward's peak: one micro-batch's activations, logits and entropy alive with every gradient (backward
-        frees activations as gradients appear: a sum that errs high), or at backward's end the tied embedding's
-        gradient sum, whichever is larger."""
+        """The pass's peak: one micro-batch's activations, logits and entropy alive with every gradient (the earlier
+        micro-batches' of an accumulation; a step of one micro-batch has none yet, and the sum errs high by them), or
+        at backward's end the tied embedding's gradient sum, whichever is larger."""
         batch = max(self.activations + self.logits + self.entropy, self.tied_gradient)
         return self.overhead + self.resident + batch + self._awake_engine
 
@@ -240,10 +258,19 @@ def micro_batch_rows(cfg: RunConfig, world_size: int) -> int:
     return max(1, min(cfg.trainer.micro_batch_size, rows_per_mini))
 
 
-def update_parts(cfg: RunConfig, arch: Architecture, world_size: int, *, on_gpu: bool = True) -> dict[str, int]:
+def update_parts(cfg: RunConfig, arch: Architecture, world_size: int, *, on_gpu: bool = True,
+                 trainable: int | None = None) -> dict[str, int]:
     """Bytes per rank of the trainer's state, of one micro-batch's forward and backward and of the optimizer step
-    (see the module docstring for the sources). on_gpu=False: the step as torch's AdamW runs it on the CPU."""
+    (see the module docstring for the sources). on_gpu=False: the step as torch's AdamW runs it on the CPU.
+    trainable: the parameters the optimizer trains (default all, arch.params); gradients, AdamW states, fp32 masters,
+    DeepSpeed's buckets and the step's temporaries are of these only, the weights of all (frozen ones in
+    model.dtype)."""
     t, n, psi = cfg.trainer, world_size, arch.params
+    # LoRA (rlvrlab.policy.lora): the adapters are the only trained weights (gradients, masters, AdamW states), the
+    # frozen base stays in the weights, and the KL reference is the base with the adapters off (no copy)
+    lora = cfg.model.lora
+    adapters = lora_params(arch, lora.r, list(lora.target_modules)) if lora.r > 0 else 0
+    trained = (adapters if lora.r > 0 else psi) if trainable is None else trainable
     bf16 = cfg.model.dtype == "bfloat16"
     deepspeed = t.engine == "deepspeed"
     stage = t.zero_stage if deepspeed else 0
@@ -251,18 +278,18 @@ def update_parts(cfg: RunConfig, arch: Architecture, world_size: int, *, on_gpu:
     grad_bytes = 4 if (not bf16 or t.grad_accum_fp32) else 2
     share = {k: (1 / n if stage >= k else 1.0) for k in (1, 2, 3)}
     offload = deepspeed and t.offload_optimizer
-    weights = int(psi * param_bytes * share[3])
+    weights = int((psi + adapters) * param_bytes * share[3])
     # fp32 masters: bf16's, and the fp32 partition ZeRO-1/2 clones even from fp32 weights (ZeRO-3 steps fp32 weights
     # in place)
-    master = 0 if offload or not (bf16 or stage in (1, 2)) else int(psi * 4 * share[1])
-    optimizer = 0 if offload else int(psi * 8 * share[1])
-    gradients = int(psi * grad_bytes * share[2])
+    master = 0 if offload or not (bf16 or stage in (1, 2)) else int(trained * 4 * share[1])
+    optimizer = 0 if offload else int(trained * 8 * share[1])
+    gradients = int(trained * grad_bytes * share[2])
     buffers = 0
     if deepspeed and stage in (1, 2):
-        buffers = 2 * min(DS_BUCKET_ELEMENTS, psi) * grad_bytes  # reduce and all-gather buckets
+        buffers = 2 * min(DS_BUCKET_ELEMENTS, trained) * grad_bytes  # reduce and all-gather buckets
     elif deepspeed and stage == 3:
-        buffers = min(DS_MAX_LIVE_PARAMETERS, psi) * param_bytes + min(DS_BUCKET_ELEMENTS, psi) * grad_bytes
-    reference = psi * param_bytes if cfg.algorithm.kl_coef > 0 else 0
+        buffers = min(DS_MAX_LIVE_PARAMETERS, psi) * param_bytes + min(DS_BUCKET_ELEMENTS, trained) * grad_bytes
+    reference = psi * param_bytes if cfg.algorithm.kl_coef > 0 and lora.r == 0 else 0
     rows, compute = micro_batch_rows(cfg, n), 2 if bf16 else 4
     tokens, positions = rows * sequence_tokens(cfg), rows * (cfg.rollout.max_new_tokens + 1)
     if t.micro_batch_tokens is not None or t.pack_by_length:
@@ -277,18 +304,25 @@ def update_parts(cfg: RunConfig, arch: Architecture, world_size: int, *, on_gpu:
         activations = tokens * compute * (arch.layers * arch.hidden + arch.layer_activation_elements())
     else:
         activations = tokens * compute * arch.layers * arch.layer_activation_elements()
-    # lm_head output; fp32 copy (bf16 only), / temperature, log_softmax (kept for backward), its gradient
-    logits = positions * arch.vocab * (compute + (4 if bf16 else 0) + 3 * 4)
-    if cfg.algorithm.entropy_coef > 0:  # in the loss: softmax kept for backward, four fp32 tensors in its backward
+    # three fp32 [positions, vocab] tensors at the peak, in any dtype and at any temperature (module docstring).
+    # Measured on the CPU (tests/services/qwen_shape_memory.py --long, 2 rows x 256+768 tokens, vocabulary 151,936):
+    # 3.0 such tensors above the activations in the forward and at backward's start. It counted 4 in fp32 and 4.5 in
+    # bf16 (the lm_head output, an fp32 copy, a division by the temperature, the log-softmax and its gradient), which
+    # no pass holds at once: the estimate was 1.19x the measured peak (1.24x with gradient checkpointing), now 1.01x
+    logits = positions * arch.vocab * 3 * 4
+    if cfg.algorithm.entropy_coef > 0:  # in the loss: softmax and logits kept, five fp32 tensors in its backward
         entropy = positions * arch.vocab * 5 * 4
-    else:  # logged: softmax and softmax x logits of one piece at a time (rlvrlab.train.logprobs)
-        entropy = 2 * 4 * min(positions * arch.vocab, max(1, ENTROPY_CHUNK_ELEMENTS // arch.vocab) * arch.vocab)
-    tied_gradient = 2 * arch.vocab * arch.hidden * param_bytes if arch.tied else 0
-    stepped = int(psi * share[1])  # elements AdamW steps on this rank: its fp32 partition, or every weight
+    else:  # logged: softmax and softmax x logits of one piece at a time (rlvrlab.train.logprobs), beside two of the
+        # logits' three tensors: what they add over the third
+        piece = min(positions * arch.vocab, max(1, ENTROPY_CHUNK_ELEMENTS // arch.vocab) * arch.vocab)
+        entropy = max(0, 2 * 4 * piece - 4 * positions * arch.vocab)
+    tied_gradient = 2 * arch.vocab * arch.hidden * param_bytes if arch.tied and trained == psi else 0
+    stepped = int(trained * share[1])  # elements AdamW steps on this rank: its fp32 partition, or every trained weight
     optimizer_step = 0
     if not offload:
         flat = bf16 or stage >= 1  # DeepSpeed steps flat fp32 partitions; plain fp32 weights are stepped as they are
-        optimizer_step = 4 * stepped if on_gpu else 2 * 4 * (stepped if flat else arch.largest_tensor)
+        largest = arch.largest_tensor if trained == psi else min(arch.largest_tensor, trained)
+        optimizer_step = 4 * stepped if on_gpu else 2 * 4 * (stepped if flat else largest)
         if deepspeed and (stage == 1 or (stage == 2 and grad_bytes == 2)):
             optimizer_step += 4 * stepped  # ZeRO-1's flattened, or bf16's fp32-cast, gradient partition
     return dict(weights=weights, master_weights=master, gradients=gradients, optimizer=optimizer, buffers=buffers,
@@ -332,10 +366,10 @@ def engine_bytes(cfg: RunConfig, arch: Architecture, world_size: int, device_byt
 
 
 def estimate(cfg: RunConfig, arch: Architecture, *, world_size: int, device_bytes: int,
-             on_gpu: bool = True) -> MemoryEstimate:
+             on_gpu: bool = True, trainable: int | None = None) -> MemoryEstimate:
     """Per-GPU memory of `cfg` on `world_size` ranks of `device_bytes` each. on_gpu=False: the same run's memory in
-    a CPU process, without the fixed GPU overheads and with the CPU's optimizer step."""
-    parts = update_parts(cfg, arch, world_size, on_gpu=on_gpu)
+    a CPU process, without the fixed GPU overheads and with the CPU's optimizer step. trainable: as update_parts."""
+    parts = update_parts(cfg, arch, world_size, on_gpu=on_gpu, trainable=trainable)
     vllm = cfg.rollout.engine == "vllm"
     outside = (CUDA_CONTEXT_BYTES + (NCCL_BYTES if world_size > 1 else 0)) if on_gpu else 0
     inside = (CUBLAS_WORKSPACE_BYTES + (CUDA_GRAPHS_BYTES if vllm else 0)) if on_gpu else 0

@@ -110,6 +110,9 @@ RANGES: dict[str, Range] = {
     "model.tiny_heads": Range(1, MAX_TINY_HEADS),
     "model.warmstart_steps": Range(0, MAX_STEPS),
     "model.warm_start_seed": Range(0, 2**32 - 1, null_is_off=True, null_means="for the run's seed"),  # as `seed`
+    "model.lora.r": Range(0, MAX_TINY_HIDDEN),  # 0 = off; a rank above the layers' widths would not be low-rank
+    "model.lora.alpha": POSITIVE,
+    "model.lora.dropout": Range(0, 1, high_open=True),  # > 0 is refused by rlvrlab.config.lora (eval-mode training)
     "dataset.num_problems": Range(1, MAX_PROBLEMS),
     "dataset.eval_fraction": Range(0, 1, high_open=True),
     "dataset.verifier_timeout": Range(0, MAX_SECONDS, low_open=True),

@@ -1,9 +1,9 @@
 """Validation of a composed RunConfig: choices, ranges, knobs that would be ignored, cross-field rules.
 
-Every rule raises ConfigError with one line that names the key(s) and the fix. The rules are tables where a
-table says it best (CHOICES, RANGES in rlvrlab.config.ranges, KNOB_READERS) and short functions where two fields
-meet (CROSS_FIELD_RULES). What is valid comes from the registries below: the algorithm library's, the verifiers'
-and the synthetic tasks' (rlvrlab.data.tasks.TASKS: names, verifiers, levels, the toy task).
+Every rule raises ConfigError with one line naming the key(s) and the fix: tables where a table says it best
+(CHOICES, RANGES in rlvrlab.config.ranges, KNOB_READERS), short functions where two fields meet (CROSS_FIELD_RULES;
+model.lora's in rlvrlab.config.lora). What is valid comes from the registries: the algorithm library's, the
+verifiers' and the synthetic tasks' (rlvrlab.data.tasks.TASKS: names, verifiers, levels, the toy task).
 """
 
 import dataclasses
@@ -14,6 +14,7 @@ from functools import reduce
 from typing import TYPE_CHECKING, Any
 
 from rlvrlab.config import memory
+from rlvrlab.config.lora import check_lora
 from rlvrlab.config.ranges import RANGES
 from rlvrlab.config.schema import RunConfig
 from rlvrlab.errors import ConfigError
@@ -229,10 +230,8 @@ def _check_knobs_are_read(cfg: RunConfig, layers: Mapping[str, int]) -> None:
             continue
         if layers.get(knob, 0) >= layers.get(selector, 0):
             fix = f"{selector}={show(readers[0])}" if len(readers) == 1 else f"{selector} to one of them"
-            raise ConfigError(
-                f"{knob} has no effect with {selector} {show(chosen)!r} (it is read by: "
-                f"{', '.join(map(show, readers))}); set {fix} or drop the override"
-            )
+            raise ConfigError(f"{knob} has no effect with {selector} {show(chosen)!r} (it is read by: "
+                              f"{', '.join(map(show, readers))}); set {fix} or drop the override")
 
 
 def _group_size_fits_estimator(cfg: RunConfig) -> None:
@@ -453,8 +452,7 @@ def _offload_needs_zero(cfg: RunConfig) -> None:
 
 
 def _fp32_accumulation_needs_zero(cfg: RunConfig) -> None:
-    # DeepSpeed 0.19.8's _do_optimizer_sanity_check: a bf16 model with fp32 gradient accumulation has an optimizer
-    # wrapper at ZeRO 1-3 only (tests/update/test_deepspeed_engine.py builds the engine and sees it raise)
+    # DeepSpeed 0.19.8 wraps a bf16 model's fp32 accumulation at ZeRO 1-3 only (tests/update/test_deepspeed_engine.py)
     t = cfg.trainer
     if t.engine == "deepspeed" and cfg.model.dtype == "bfloat16" and t.zero_stage == 0 and t.grad_accum_fp32:
         raise ConfigError("trainer.grad_accum_fp32=true at trainer.zero_stage=0: DeepSpeed 0.19.8 cannot accumulate "
@@ -516,5 +514,6 @@ CROSS_FIELD_RULES: tuple[Callable[[RunConfig], None], ...] = (
     _fp32_accumulation_needs_zero,
     _world_size_divides_prompts,
     _architecture_is_complete,
+    check_lora,  # model.lora's rules (rlvrlab.config.lora)
     _fits_the_devices,
 )

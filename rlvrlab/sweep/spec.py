@@ -32,6 +32,7 @@ before any storage is opened or run started; every mistake is one ConfigError li
     launcher: inprocess                        # how a seed run runs (not part of the study's fingerprint):
                                                # inprocess | process | slurm, or {type: process, nproc: 2,
                                                # gpus_per_run: 2} (nproc > 1: torchrun with that many ranks)
+                                               # default inprocess; process where runs use vLLM (engines.py)
     slurm: {partition: gpu, time: 240, gpus_per_node: 8, account: lab}   # launcher slurm: each worker a job
 """
 
@@ -55,6 +56,7 @@ from rlvrlab.errors import ConfigError
 from rlvrlab.stats.sequential import MIN_LOOK
 from rlvrlab.sweep import limits as seed_limits
 from rlvrlab.sweep.confirmation import Confirm, check_sequential, parse_confirm
+from rlvrlab.sweep.engines import launcher_for
 from rlvrlab.sweep.fingerprint import fingerprint as fingerprint_of
 from rlvrlab.sweep.objective import AGGREGATES, DIRECTIONS, MEAN, Objective
 from rlvrlab.sweep.runner import NO_STEPS, SEQUENTIAL, SeedRunner, seed_runner
@@ -249,14 +251,17 @@ def load_sweep(name: str, overrides: Sequence[str] = (), *, seeds: Optional[int]
         raise ConfigError(f"name in {where} must be a non-empty string")
     experiment = _experiment(body.get("experiment"), path, where)
     sampler_seed = _integer(body.get("sampler_seed", 0), "sampler_seed", where)
-    launch = _launcher(body.get("launcher"), body.get("slurm"), where, launcher, nproc, gpus_per_run, slurm,
-                       own_process=runner.own_process)
-    launch = dataclasses.replace(launch, limits=seed_limits.parse_limits(  # not in the fingerprint, as launch
-        body, where, seed_timeout=seed_timeout, launcher=launch.type))
     spec = SweepSpec(sweep_name, path, experiment, all_overrides, space, sampler, sampler_seed, seed_list,
-                     objective, trials, timeout, pruner, variants, adaptive, launch, command,
+                     objective, trials, timeout, pruner, variants, adaptive, Launcher(), command,
                      confirm=parse_confirm(body.get("confirm"), space, adaptive, where, confirm_seeds))
-    _check_composes(spec, where)
+    chosen = body.get("launcher")
+    given = launcher or (chosen.get("type") if isinstance(chosen, dict) else chosen)
+    _check_composes(spec, where)  # then the launcher its runs' engine needs (rlvrlab.sweep.engines)
+    kind = launcher_for(spec, None if given is None else _choice(given, LAUNCHERS, "launcher", where), where)
+    launch = _launcher(chosen, body.get("slurm"), where, kind, nproc, gpus_per_run, slurm,
+                       own_process=runner.own_process)
+    spec = dataclasses.replace(spec, launcher=dataclasses.replace(launch, limits=seed_limits.parse_limits(
+        body, where, seed_timeout=seed_timeout, launcher=launch.type)))  # not in the fingerprint, as launch
     _check_launcher(spec, where)
     return spec
 

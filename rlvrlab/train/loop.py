@@ -47,7 +47,7 @@ from rlvrlab.train.optimize import correct_rollouts, update_policy, update_rows
 from rlvrlab.train.rollouts import generate, weights_rewritten_before_next_generate
 from rlvrlab.train.setup import Run, build
 from rlvrlab.train.stats import StepStats, Timings
-from rlvrlab.train.step_stats import step_stats
+from rlvrlab.train.step_stats import heldout_over_ranks, step_stats
 from rlvrlab.update.dist import world
 
 __all__ = ["NothingLeft", "OnStep", "RunInterrupted", "RunStopped", "logs_step", "train", "train_step"]
@@ -182,7 +182,7 @@ def _evaluate(run: Run, step: int) -> dict[str, float]:
     assert run.heldout is not None  # built exactly when trainer.eval_every is set (rlvrlab.train.heldout.make)
     from rlvrlab.train.heldout import regime_check
 
-    metrics = run.heldout.evaluate(run, step)
+    metrics = heldout_over_ranks(run.heldout.evaluate(run, step))  # the same on every rank
     in_regime = regime_check(metrics)
     if in_regime is not None:
         metrics["eval/heldout/in_regime"] = float(in_regime)

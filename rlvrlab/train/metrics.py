@@ -4,6 +4,9 @@ StepStats -> {"train/reward": 0.4, ...}.
 Groups: train/ (outcomes), loss/ (the policy loss and its diagnostics), policy/ (entropy, KL, collapse
 diagnostics), rollout/ (engine agreement, lag, throughput), rollout_corr/ (verl's rollout-correction metrics, verl's
 names), time/ (seconds per stage).
+
+Every value is of all ranks together (rlvrlab.train.stats.merge_ranks): means over every rank's rows, groups or
+tokens, maxima of the *_max values and of each stage's seconds (the slowest rank's), sums of counts.
 """
 
 from __future__ import annotations

@@ -18,7 +18,6 @@ from rlvrlab.train.logprobs import logp_and_entropy
 from rlvrlab.train.packing import micro_batches, packing_budget, row_order, split_to
 from rlvrlab.train.setup import Run
 from rlvrlab.train.stats import LossStatsMean, sign_counts
-from rlvrlab.update.base import total_norm
 from rlvrlab.update.dist import all_max, all_sum
 
 
@@ -84,6 +83,10 @@ class UpdateResult:
     losses: list[float] = field(default_factory=list)  # policy term: the mini-batch's loss
     entropies: list[float] = field(default_factory=list)  # mean token entropy
     kls: list[float] = field(default_factory=list)  # mean k3 KL to the reference, when used
+    # the tokens each of those means is over on this rank (response tokens; loss tokens for the KL), by which the
+    # ranks' means combine (rlvrlab.train.stats.merge_ranks)
+    entropy_tokens: list[float] = field(default_factory=list)
+    kl_tokens: list[float] = field(default_factory=list)
     norms: list[float] = field(default_factory=list)  # gradient norm of each optimizer step
     # the behaviour log-probs the update's own forward gave (Behaviour.UPDATE_FORWARD), in batch order
     behaviour: torch.Tensor | None = None
@@ -175,16 +178,18 @@ def update_policy(run: Run, rows: UpdateRows, step: int, *, with_stats: bool = T
             if with_stats:
                 result.losses.append(sum(mini_loss))
                 result.entropies.append(token_mean(mini_entropy))
+                result.entropy_tokens.append(token_count(mini_entropy))
             if mini_kl:
                 result.kls.append(token_mean(mini_kl))
+                result.kl_tokens.append(token_count(mini_kl))
             if from_forward:  # one epoch of one mini-batch (behaviour_source): back to the batch's row order
                 result.behaviour = in_batch_order(torch.cat(from_forward), row_order(parts, len(mini)))
             result.norms.append(run.update.step())
             require_finite(result.norms[-1], "gradient norm", step, run)
             # a finite gradient times a huge learning rate can still overflow the weights; found here, not as a
-            # torch error inside the next step's sampling
-            weights = [p.detach() for p in run.update.module.parameters()]
-            require_finite(float(total_norm(weights)), "weight norm after the update", step, run)
+            # torch error inside the next step's sampling (the engine's norm: under ZeRO-3 module.parameters() are
+            # empty placeholders, the weights are the ranks' partitions)
+            require_finite(run.update.weight_norm(), "weight norm after the update", step, run)
     return result
 
 
@@ -193,6 +198,11 @@ def token_mean(parts: list[tuple[torch.Tensor, torch.Tensor]]) -> float:
     total = parts[0][0] if len(parts) == 1 else torch.stack([s for s, _ in parts]).sum()
     count = parts[0][1] if len(parts) == 1 else torch.stack([c for _, c in parts]).sum()
     return float(total / count.clamp(min=1))
+
+
+def token_count(parts: list[tuple[torch.Tensor, torch.Tensor]]) -> float:
+    """The number of tokens token_mean's mean of the same parts is over."""
+    return float(torch.stack([c for _, c in parts]).sum())
 
 
 def require_finite(value: float, what: str, step: int, run: Run) -> None:

@@ -149,7 +149,8 @@ def build(cfg: RunConfig, *, run_id: str | None = None, tags: Mapping[str, str] 
 
     Order (rlvrlab.update.dist): this rank's device and the full process group first, then the rollout engine
     (vLLM joins the group through its external launcher), then the update engine, then a barrier."""
-    placement = setup_distributed(timedelta(minutes=cfg.trainer.dist_timeout_minutes))
+    placement = setup_distributed(timedelta(minutes=cfg.trainer.dist_timeout_minutes), device=cfg.trainer.device,
+                                  rollout_engine=cfg.rollout.engine)
     rank, world_size = placement.rank, placement.world_size
     if cfg.trainer.world_size is not None and cfg.trainer.world_size != world_size:
         raise RlvrlabError(f"trainer.world_size={cfg.trainer.world_size} but this launch has {world_size} "

@@ -1,4 +1,8 @@
-"""Typed statistics of one training step. Names for the tracker are made in rlvrlab.train.metrics only."""
+"""Typed statistics of one training step. Names for the tracker are made in rlvrlab.train.metrics only.
+
+With several ranks every value is of all ranks together: each rank's share of a step (RankShare: sums, counts,
+maxima, per optimizer step) is gathered in one collective and merged (merge_ranks), so that a mean is the mean over
+every rank's rows or tokens, not rank 0's."""
 
 from __future__ import annotations
 
@@ -7,13 +11,14 @@ from typing import Any
 
 import torch
 
-from rlvrlab.algorithms import CorrectSetStats, LossStats
+from rlvrlab.algorithms import LossStats
 from rlvrlab.policy.toy import ToyDiagnostics
 
 
 @dataclass
 class Timings:
-    """Wall-clock seconds spent in each stage of one step (rank 0's view)."""
+    """Wall-clock seconds spent in each stage of one step; with several ranks the slowest rank's, stage by stage
+    (the step waits for it)."""
 
     generate: float = 0.0
     verify: float = 0.0
@@ -41,14 +46,14 @@ class StepStats:
     lag: int  # optimizer-step versions between the policy being trained and the one that sampled the batch
     logp_gap_max: float  # max |engine log-prob - trainer log-prob| over response tokens
     logp_gap_mean: float
-    tokens_per_s: float  # generated response tokens per second of generation
+    tokens_per_s: float  # generated response tokens (all ranks') per second of the slowest rank's generation
     mismatch_kl: float  # k3 estimate of KL(pi_rollout || pi_trainer) per response token, on the engine's samples
     mismatch_kl_k1: float  # the same, k1 (may be negative)
     # verl's rollout-correction metrics by verl's names (rlvrlab.algorithms.rollout_shaping), over the global batch;
     # None without algorithm.tis_level or algorithm.rollout_rs
     rollout_corr: dict[str, float] | None
     generated_batches: float  # rollout batches sampled for this step's batch (> 1 with dynamic sampling)
-    filled_groups: float  # groups without signal that filled the batch after algorithm.max_gen_batches
+    filled_groups: float  # groups without signal that filled the batch (all ranks') after algorithm.max_gen_batches
     overlong_frac: float  # share of responses cut at max_new_tokens without an end-of-sequence token
     timings: Timings
     toy: ToyDiagnostics | None = None  # exact collapse measures of the toy policy (toy tier only)
@@ -100,17 +105,88 @@ def sign_counts(adv: torch.Tensor, mask: torch.Tensor) -> dict[str, float]:
     return {"tokens": tokens, "positive": positive, "negative": tokens - positive}
 
 
-def group_outcomes(rewards: torch.Tensor, group_ids: list[str]) -> tuple[float, float]:
-    """(share of groups with a correct response, share of groups whose rewards differ)."""
+def group_counts(rewards: torch.Tensor, group_ids: list[str]) -> tuple[int, int, int]:
+    """(groups, groups with a correct response, groups whose rewards differ)."""
     groups: dict[str, list[float]] = {}
     for gid, r in zip(group_ids, rewards.tolist()):
         groups.setdefault(gid, []).append(r)
-    solved = sum(max(v) > 0 for v in groups.values()) / len(groups)
-    signal = sum(max(v) != min(v) for v in groups.values()) / len(groups)
-    return solved, signal
+    solved = sum(max(v) > 0 for v in groups.values())
+    signal = sum(max(v) != min(v) for v in groups.values())
+    return len(groups), solved, signal
 
 
-def correct_set_means(stats: CorrectSetStats) -> tuple[float | None, float | None]:
-    if stats.correct_entropy.numel() == 0:
-        return None, None
-    return float(stats.correct_entropy.mean()), float(stats.correct_max_q.mean())
+@dataclass
+class RankShare:
+    """One rank's part of a step's statistics, as sums, counts and maxima instead of means, so that merge_ranks
+    combines the ranks' parts exactly (plain floats: it travels between ranks pickled)."""
+
+    rows: int  # responses
+    groups: int  # prompts (a group's responses are all on one rank)
+    tokens: float  # response tokens
+    reward: float  # sum of rewards
+    correct: float  # responses with reward > 0
+    solved: float  # groups with a correct response
+    signal: float  # groups whose rewards differ
+    truncated: float  # responses cut at max_new_tokens
+    gap: float  # sum over response tokens of |engine log-prob - trainer log-prob|
+    gap_max: float
+    mismatch_kl: float  # sums over response tokens of the k3 and k1 terms of KL(pi_rollout || pi_trainer)
+    mismatch_kl_k1: float
+    correct_sets: int  # groups with >= 2 correct responses (UCPO's q-diagnostics)
+    correct_entropy: float  # sums over those groups of H(q) and max q
+    correct_max_q: float
+    # per optimizer step: this rank's part of the mini-batch's loss, which the loss scales by the number of ranks
+    # (rlvrlab.algorithms.aggregation's dp_size), so that the ranks' mean is the loss whose gradient was applied
+    losses: list[float]
+    entropies: list[tuple[float, float]]  # per optimizer step: (mean, tokens) of the token entropy on this rank
+    kls: list[tuple[float, float]]  # the same for the KL to the reference (empty without one)
+    loss_items: list[tuple[LossStats, dict[str, float]]]  # LossStatsMean.items: every loss evaluation of the rank
+    generate_seconds: float  # the rank's generation of its batch
+    filled_groups: int
+    timings: Timings
+
+
+def merge_ranks(parts: list[RankShare]) -> dict[str, Any]:
+    """StepStats' fields that differ between ranks, from every rank's share: means over all rows (reward, accuracy,
+    response_length, overlong_frac), groups (solved, signal, correct_*) and response tokens (logp_gap_mean,
+    mismatch_kl*); per optimizer step the entropy and KL over all ranks' tokens, then their mean over steps; the
+    loss diagnostics over every rank's loss evaluations (LossStatsMean); the mean of the ranks' policy losses;
+    the max of logp_gap_max and of each stage's seconds; the sum of filled groups; the total tokens per second of
+    the slowest rank's generation. One part gives that rank's own values."""
+    rows, groups, tokens = (sum(getattr(p, name) for p in parts) for name in ("rows", "groups", "tokens"))
+
+    def total(name: str) -> float:
+        return sum(getattr(p, name) for p in parts)
+
+    sets = sum(p.correct_sets for p in parts)
+    loss = LossStatsMean()
+    loss.items = [item for p in parts for item in p.loss_items]
+    return {
+        "reward": total("reward") / rows, "accuracy": total("correct") / rows,
+        "solved_groups": total("solved") / groups, "signal_groups": total("signal") / groups,
+        "response_length": tokens / rows, "overlong_frac": total("truncated") / rows,
+        "logp_gap_max": max(p.gap_max for p in parts), "logp_gap_mean": total("gap") / max(tokens, 1.0),
+        "mismatch_kl": total("mismatch_kl") / max(tokens, 1.0),
+        "mismatch_kl_k1": total("mismatch_kl_k1") / max(tokens, 1.0),
+        "correct_entropy": total("correct_entropy") / sets if sets else None,
+        "correct_max_q": total("correct_max_q") / sets if sets else None,
+        "policy_loss": sum(_mean(p.losses) for p in parts) / len(parts),
+        "entropy": per_step_token_mean([p.entropies for p in parts]),
+        "kl_ref": per_step_token_mean([p.kls for p in parts]) if parts[0].kls else None,
+        "loss": loss.result(),
+        "tokens_per_s": tokens / max(max(p.generate_seconds for p in parts), 1e-9),
+        "filled_groups": float(total("filled_groups")),
+        "timings": Timings(**{f.name: max(getattr(p.timings, f.name) for p in parts) for f in fields(Timings)}),
+    }
+
+
+def per_step_token_mean(ranks: list[list[tuple[float, float]]]) -> float:
+    """Per optimizer step, the mean over every rank's tokens of the ranks' (mean, tokens); then the mean over
+    steps (every rank takes the same optimizer steps). A step without tokens counts 0, as a token mean over none."""
+    steps = [sum(m * n for m, n in step) / max(sum(n for _, n in step), 1.0) if len(step) > 1 else step[0][0]
+             for step in zip(*ranks, strict=True)]
+    return _mean(steps)
+
+
+def _mean(values: list[float]) -> float:
+    return sum(values) / len(values)

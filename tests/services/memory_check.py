@@ -17,7 +17,8 @@ and optimizer step runs through rlvrlab.train.logprobs.logp_and_entropy.
 measured = peak RSS of the second step - RSS before the first - the file-backed pages (RssFile) that appeared in
 between: what the update adds in anonymous memory on top of the weights (gradients, AdamW states, activations,
 logits); the first step pages in parts of libtorch's and DeepSpeed's libraries (13-27 MB by install), which are
-not what the estimate sizes. estimate = the same parts of memory.update_parts, with the model's own config.json.
+not what the estimate sizes. estimate = the same parts of memory.update_parts (gradients, AdamW states, buffers,
+activations, logits and what the logged entropy adds to them), with the model's own config.json.
 Run in a fresh process with MALLOC_MMAP_THRESHOLD_ fixed (glibc then returns every large freed block at once
 instead of keeping it in the heap): nothing else may allocate while it measures. The model folder is therefore
 built (a tiny model's warm start, into a cold cache) by a child process first: built here, its freed training
@@ -102,7 +103,7 @@ def main(out: str, overrides: list[str]) -> None:
     peak = _rss_kib("VmHWM")
     paged_in = _rss_kib("RssFile") - start_file  # library pages the first step paged in (file-backed, not tensors)
     parts = memory.update_parts(cfg, arch, 1)
-    expected = {k: parts[k] for k in ("gradients", "optimizer", "buffers", "activations", "logits")}
+    expected = {k: parts[k] for k in ("gradients", "optimizer", "buffers", "activations", "logits", "entropy")}
     kept = (before - start) * 1024  # what stays between steps
     Path(out).write_text(json.dumps({"measured": (peak - start - paged_in) * 1024, "kept": kept,
                                      "file_backed_paged_in": paged_in * 1024,
