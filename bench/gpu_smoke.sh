@@ -10,7 +10,9 @@
 #
 # Environment: PYTHON (default .venv/bin/python; rlvrlab and vllm, `pip install torch==2.13.0 && pip install -e
 # '.[vllm]'`), STEPS (3, at least 2), NEW (max new tokens, 1024 for a real model), ENGINE (vllm; hf where vLLM is
-# not installed), VLLM_MEM (0.3), DTYPE (bfloat16), OUT (a new temporary folder).
+# not installed), VLLM_MEM (0.3), DTYPE (bfloat16), WORK (the run's folder: MLflow store, run folders, checkpoints;
+# a new temporary folder by default), SUMMARY (where the small summary goes: gpu_smoke.log and phases.jsonl, tens of
+# kB; default $OUT when set, as a lent GPU node returns only a small $OUT, else WORK/summary).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON=${PYTHON:-.venv/bin/python}
@@ -19,7 +21,11 @@ if ! command -v "$PYTHON" >/dev/null; then
        "stock image without it, bench/device_check.sh checks the GPU path with uploaded wheels"
   exit 2
 fi
-OUT=${OUT:-$(mktemp -d)}
+WORK=${WORK:-$(mktemp -d)}
+SUMMARY=${SUMMARY:-${OUT:-$WORK/summary}}
+mkdir -p "$WORK" "$SUMMARY" && WORK=$(cd "$WORK" && pwd) && SUMMARY=$(cd "$SUMMARY" && pwd)
+if [[ "$WORK" == "$SUMMARY" ]]; then echo "WORK and SUMMARY are one folder: give WORK a folder of its own"; exit 2; fi
+exec > >(tee -a "$SUMMARY/gpu_smoke.log") 2>&1
 STEPS=${STEPS:-3}
 ENGINE=${ENGINE:-vllm}
 if (( STEPS < 2 )); then echo "STEPS=$STEPS: at least 2 steps (the second wakes the engine after an update)"; exit 2; fi
@@ -28,7 +34,7 @@ if (( GPUS == 0 )); then echo "no CUDA device: bench/gpu_smoke.sh measures the G
 RANKS=$(( GPUS >= 2 ? 2 : 1 ))
 args=("rollout.engine=$ENGINE" trainer.engine=deepspeed trainer.zero_stage=2 "steps=$STEPS"
       trainer.checkpoint_every=0 rollout.prompts_per_step=16 rollout.group_size=8 trainer.mini_batches=2
-      "trainer.world_size=$RANKS" "output_dir=$OUT")
+      "trainer.world_size=$RANKS" trainer.device=cuda "output_dir=$WORK/runs")
 [[ "$ENGINE" == vllm ]] && args+=("rollout.vllm_gpu_memory_utilization=${VLLM_MEM:-0.3}")
 if [[ -n "${1:-}" ]]; then
   # a real model on Countdown, asked in words, with room to think: long responses exercise the KV pool
@@ -42,5 +48,7 @@ fi
 "$PYTHON" -c "import torch; print('devices:', [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())])"
 echo "ranks: $RANKS; estimate:"
 "$PYTHON" -m rlvrlab.cli.main config show "${args[@]}" --memory | grep '^# memory' -A 13
-"$PYTHON" -m torch.distributed.run --standalone --nproc_per_node="$RANKS" bench/gpu_phases.py "${args[@]}"
-"$PYTHON" bench/run_figures.py "$OUT"
+"$PYTHON" -m torch.distributed.run --standalone --nproc_per_node="$RANKS" bench/gpu_phases.py \
+  --record "$SUMMARY/phases.jsonl" "${args[@]}"
+"$PYTHON" bench/run_figures.py "$WORK/runs"
+echo "gpu smoke done; summary (gpu_smoke.log, phases.jsonl) in $SUMMARY, runs in $WORK/runs"
