@@ -256,15 +256,46 @@ def _not_mlflow(path: Path) -> str | None:
     from urllib.parse import quote
 
     try:
-        size = path.stat().st_size
-        with path.open("rb") as handle:
-            header = handle.read(100)
+        short = _cut_short(path)
     except OSError as error:
         return f"it cannot be read: {error.strerror or error}"
+    if short in ("", "not sqlite"):
+        return None if short == "" else "it does not start with sqlite's header"
+    try:
+        with closing(sqlite3.connect(f"file:{quote(str(path.resolve()))}?mode=ro", uri=True, timeout=1)) as db:
+            db.execute("BEGIN")  # a read transaction: its shared lock waits for, and then holds off, any commit
+            tables = {row[0] for row in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+            # another process's commit (a sweep's workers share the store) writes the header's page count before
+            # the pages that extend the file: a size looked at without the lock can be short for a moment
+            short = _cut_short(path) if short else None
+    except sqlite3.DatabaseError as error:
+        text = str(error)
+        if "locked" in text or "busy" in text:
+            return None  # a writer holds it: MLflow's own open waits or says so
+        if short:
+            return short
+        if "not a database" in text or "malformed" in text or "corrupt" in text:
+            return f"sqlite: {text}"
+        return None  # a journal to roll back: MLflow's own open does or says so
+    if short:
+        return short
+    missing = MLFLOW_TABLES - tables
+    if tables and missing:
+        return f"a sqlite database without MLflow's tables {', '.join(sorted(missing))}"
+    return None
+
+
+def _cut_short(path: Path) -> str | None:
+    """Why the file is shorter than its sqlite header says ("it is cut short: ..."); "" for an empty file, "not
+    sqlite" without sqlite's header, None when its size agrees. The header is read before the size: a file only
+    grows while a commit extends it."""
+    with path.open("rb") as handle:
+        header = handle.read(100)
+    size = path.stat().st_size
     if size == 0:
-        return None
+        return ""
     if not header.startswith(SQLITE_HEADER):
-        return "it does not start with sqlite's header"
+        return "not sqlite"
     if len(header) < 100:
         return f"it is cut short: {size} bytes, less than sqlite's 100-byte header"
     page = int.from_bytes(header[16:18], "big")
@@ -273,17 +304,6 @@ def _not_mlflow(path: Path) -> str | None:
     valid = header[92:96] == header[24:28]  # the page count is trusted only when sqlite wrote it (3.7.0 and later)
     if valid and pages and size < page * pages and not Path(f"{path}-wal").exists():
         return f"it is cut short: {size} of its {page * pages} bytes"
-    try:
-        with closing(sqlite3.connect(f"file:{quote(str(path.resolve()))}?mode=ro", uri=True, timeout=1)) as db:
-            tables = {row[0] for row in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
-    except sqlite3.DatabaseError as error:
-        text = str(error)
-        if "not a database" in text or "malformed" in text or "corrupt" in text:
-            return f"sqlite: {text}"
-        return None  # locked, or a journal to roll back: MLflow's own open waits or says so
-    missing = MLFLOW_TABLES - tables
-    if tables and missing:
-        return f"a sqlite database without MLflow's tables {', '.join(sorted(missing))}"
     return None
 
 

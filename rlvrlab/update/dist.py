@@ -106,6 +106,9 @@ def waiting(what: str) -> Iterator[None]:
                            ) from error
 
 
+PORT_TRIES = 5  # one process's group: ports tried when the one found free is taken before the store binds it
+
+
 def init_process_group(timeout: timedelta = DEFAULT_TIMEOUT) -> None:
     """DeepSpeed needs a process group even for one process; set the env a launcher would have set. timeout: how
     long a collective waits for the other ranks (DeepSpeed's default is 10 minutes), given to the group and, as the
@@ -115,6 +118,7 @@ def init_process_group(timeout: timedelta = DEFAULT_TIMEOUT) -> None:
     An in-process vLLM engine may have created the (one-process) group already; DeepSpeed joins it, but still
     reads LOCAL_RANK from the environment.
     """
+    own_port = "RANK" not in os.environ and "MASTER_PORT" not in os.environ
     if "RANK" not in os.environ:
         for key, value in dict(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", MASTER_ADDR="127.0.0.1").items():
             os.environ.setdefault(key, value)
@@ -128,7 +132,17 @@ def init_process_group(timeout: timedelta = DEFAULT_TIMEOUT) -> None:
 
     _new_groups_wait(timeout)
     # NCCL binds to the device set_device made current
-    deepspeed.init_distributed(dist_backend=backend, timeout=timeout)
+    for attempt in range(PORT_TRIES):
+        try:
+            deepspeed.init_distributed(dist_backend=backend, timeout=timeout)
+            break
+        except dist.DistNetworkError as error:
+            # the port _free_port found was free, then taken before the store bound it (any process's outgoing
+            # connection may take a free port; seen in CI beside other tests): a port of our own choice is chosen
+            # again, one a launcher gave is not
+            if not own_port or "EADDRINUSE" not in str(error) or attempt == PORT_TRIES - 1:
+                raise
+            os.environ["MASTER_PORT"] = str(_free_port())
     _timeout = timeout
     atexit.register(_destroy_process_group)
 

@@ -276,3 +276,39 @@ def test_the_look_passes_every_store_mlflow_can_use(tmp_path: Path, good_store: 
     check_reachable(f"sqlite:///{good_store}")
     check_reachable(f"sqlite:///{good_store}", write=False)
     assert snapshot(tmp_path) == before
+
+
+def test_a_store_that_looks_short_during_another_process_commit_passes(tmp_path: Path, good_store: Path,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A sweep's workers share one sqlite store: a commit writes the header's page count before the pages that
+    extend the file, so a look without a lock can find the file short for a moment (CI: 'cut short: 2256896 of its
+    2441216 bytes' in a 2-worker sweep). The size is looked at again under a read lock, which waits for the commit:
+    a file short only outside the lock passes, one short under it too is refused, and a writer that holds the lock
+    past the look leaves the verdict to MLflow's own open."""
+    import sqlite3
+
+    from rlvrlab.tracking import store
+
+    database = tmp_path / "mlflow.db"
+    shutil.copy(good_store, database)
+    real = store._cut_short
+    looks: list[str | None] = []
+
+    def mid_commit(path: Path) -> str | None:  # the first look, outside the lock, lands mid-commit
+        looks.append(real(path))
+        return "it is cut short: 1 of its 2 bytes" if len(looks) == 1 else looks[-1]
+
+    monkeypatch.setattr(store, "_cut_short", mid_commit)
+    assert store._not_mlflow(database) is None and len(looks) == 2  # looked at again, under the lock
+    looks.clear()
+    writer = sqlite3.connect(database, timeout=1)
+    writer.execute("BEGIN EXCLUSIVE")  # a commit that holds the file past the look's one-second wait
+    try:
+        assert store._not_mlflow(database) is None
+    finally:
+        writer.rollback()
+        writer.close()
+    monkeypatch.setattr(store, "_cut_short", real)
+    cut = tmp_path / "cut.db"
+    cut.write_bytes(good_store.read_bytes()[:8192])  # short under the lock too: refused
+    assert (store._not_mlflow(cut) or "").startswith("it is cut short: 8192 of its")

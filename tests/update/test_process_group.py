@@ -30,3 +30,31 @@ def test_the_process_group_is_destroyed_before_the_interpreter_goes():
                             capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
     assert result.stdout.splitlines()[-2:] == ["trained", "initialized at exit: False"], result.stdout
+
+
+# the first port _free_port finds is taken (a listening socket of this process) before the store binds it
+TAKEN = """
+import socket
+import torch.distributed as dist
+from rlvrlab.update import dist as rdist
+held = socket.socket()
+held.bind(("127.0.0.1", 0))
+held.listen()
+ports = [held.getsockname()[1]]
+free = rdist._free_port
+rdist._free_port = lambda: ports.pop() if ports else free()
+rdist.init_process_group()
+import os
+assert dist.is_initialized() and int(os.environ["MASTER_PORT"]) != held.getsockname()[1]
+print("initialized on another port", flush=True)
+"""
+
+
+def test_a_port_taken_before_the_store_binds_it_is_chosen_again():
+    """One process's group picks a free port, which any process may take before the store binds it (CI: EADDRINUSE
+    beside other tests); rlvrlab picks another, where the port was its own choice."""
+    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_PORT")}
+    result = subprocess.run([sys.executable, "-c", TAKEN], cwd=REPO, env={**env, "PYTHONPATH": str(REPO)},
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.splitlines()[-1] == "initialized on another port", result.stdout
