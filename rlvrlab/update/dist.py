@@ -9,9 +9,12 @@ and vLLM's one-process executor creates a group of world size 1 that DeepSpeed t
 from __future__ import annotations
 
 import atexit
+import fcntl
 import gc
+import hashlib
 import os
 import socket
+import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -131,6 +134,8 @@ def init_process_group(timeout: timedelta = DEFAULT_TIMEOUT) -> None:
     import deepspeed
 
     _new_groups_wait(timeout)
+    if backend == "gloo":
+        build_cpu_comm_op()
     # NCCL binds to the device set_device made current
     for attempt in range(PORT_TRIES):
         try:
@@ -145,6 +150,40 @@ def init_process_group(timeout: timedelta = DEFAULT_TIMEOUT) -> None:
             os.environ["MASTER_PORT"] = str(_free_port())
     _timeout = timeout
     atexit.register(_destroy_process_group)
+
+
+def extensions_root() -> Path:
+    """rlvrlab's folder for torch's JIT-built extensions in this environment: one per (sys.prefix, torch, DeepSpeed),
+    so that two environments do not rebuild each other's op (each build names its own sources' paths)."""
+    import deepspeed
+
+    tag = hashlib.sha256(f"{sys.prefix}|{torch.__version__}|{deepspeed.__version__}".encode()).hexdigest()[:12]
+    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    return cache / "rlvrlab" / "torch_extensions" / tag
+
+
+def build_cpu_comm_op() -> None:
+    """DeepSpeed's CPU accelerator JIT-builds its shared-memory op (deepspeed_shm_comm) in init_distributed, under
+    torch's lock file (torch.utils.file_baton), which a process killed during the build leaves behind: every later
+    start then waits on that file forever, printing nothing (seen here after a run stopped in its first build).
+    Unless TORCH_EXTENSIONS_DIR names a folder of the user's own, rlvrlab builds the op first, in extensions_root(),
+    under an OS lock that is released when its holder dies: a torch lock file found while holding it was left by a
+    dead build and is removed. Ranks take the OS lock in turn; the first builds, the others load."""
+    root = extensions_root()
+    if os.environ.setdefault("TORCH_EXTENSIONS_DIR", str(root)) != str(root):
+        return  # the user's folder: torch's own locking
+    from deepspeed.accelerator import get_accelerator
+    from deepspeed.ops import __compatible_ops__ as compatible
+
+    builder = get_accelerator().create_op_builder("ShareMemCommBuilder")
+    if builder is None or not compatible.get(builder.NAME, False):
+        return  # DeepSpeed builds nothing either
+    folder = root / builder.name
+    folder.mkdir(parents=True, exist_ok=True)
+    with open(folder / "rlvrlab.lock", "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)  # released when this block ends or this process dies
+        (folder / "lock").unlink(missing_ok=True)
+        builder.load(verbose=False)
 
 
 def _new_groups_wait(timeout: timedelta) -> None:

@@ -18,7 +18,9 @@ REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "tests" / "services" / "qwen_shape_memory.py"
 LOW, HIGH = 0.9, 1.1  # measured / estimate, each run
 
-pytestmark = [pytest.mark.slow, pytest.mark.heavy]
+# the module's fixture (a model built, two runs of a few minutes alone, 10 under load) is charged to its first test:
+# pytest's 900 s default would end it on a busy CI machine
+pytestmark = [pytest.mark.slow, pytest.mark.heavy, pytest.mark.timeout(2700)]
 
 
 def _run(*args: str) -> None:
