@@ -98,10 +98,8 @@ class Selection:
 
 def select(uri: str, *, experiment: Optional[str] = None, study: Optional[str] = None,
            run_ids: Sequence[str] = (), only_changed: bool = True) -> Selection:
-    """Training runs of an experiment, a sweep's seed runs, or the given runs; FINISHED runs only."""
+    """Training runs of an experiment, a sweep's seed runs, or the given runs (exactly one); FINISHED runs only."""
     client = client_for(uri)
-    if sum(bool(x) for x in (experiment, study, run_ids)) != 1:
-        raise RlvrlabError("give exactly one of --experiment NAME, --study NAME or --runs ID,ID,...")
     runs, source, swept, trial_params = _found(client, uri, experiment, study, run_ids)
     excluded = [(r.info.run_id, f"status {r.info.status}") for r in runs if r.info.status != "FINISHED"]
     all_runs, runs = runs, [r for r in runs if r.info.status == "FINISHED" and is_training_run(r)]
@@ -140,7 +138,7 @@ def _found(client, uri: str, experiment: Optional[str], study: Optional[str],
     if run_ids:
         return runs_by_id(client, run_ids, uri=uri), "runs", [], {}
     name = study or experiment
-    assert name is not None  # exactly one of experiment, study and run_ids was given (select checks)
+    assert name is not None  # exactly one of experiment, study and run_ids (from_mlflow checks)
     runs = experiment_runs(client, name, uri=uri, what="study" if study else "experiment")
     if not study:
         return [r for r in runs if is_training_run(r)], name, [], {}

@@ -157,5 +157,3 @@ def _number(text: str, where: str) -> float:
         return float(text)
     except (TypeError, ValueError):
         raise RlvrlabError(f"{where}: {text!r} is not a number; give the run's final value") from None
-
-

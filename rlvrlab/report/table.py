@@ -2,8 +2,8 @@
 pair of groups compared on a column, all comparisons of one report in one Holm family. Sections: "train" (training
 metrics, one value per seed) and one per evaluation dataset (per seed and problem). The statistics are in
 rlvrlab.stats. An adaptive-seed study's training metrics take Stein's two-stage interval and paired test
-(stats.stein; _stein says which groups). build reads the values from MLflow (values_from_runs) and analyses them
-(analyse); what is asked (metrics, comparisons, margins) is parsed in rlvrlab.report.columns."""
+(stats.stein; _stein says which groups). values_from_runs reads the values from MLflow, analyse analyses them;
+what is asked (metrics, comparisons, margins) is parsed in rlvrlab.report.columns."""
 
 from __future__ import annotations
 
@@ -155,18 +155,6 @@ def find_group(groups: list[Group], name: str, option: str = "--baseline") -> Gr
 def find_baseline(groups: list[Group], name: Optional[str]) -> Optional[Group]:
     """The --baseline group, None when none was given."""
     return None if name is None else find_group(groups, name)
-
-
-def build(client, selection: Selection, *, metrics: Sequence[MetricSpec], evals: Optional[EvalRecords],
-          eval_stats: list[str], baseline: Optional[str], pairs: Sequence[Pair] = (),
-          target_halfwidth: Optional[float] = None, equivalence: Optional[Equivalence] = None,
-          stage_one: Optional[int] = None) -> Report:
-    """stage_one: n0 of an adaptive-seed study (stats.stage_one_size of its `seeds.adaptive` param), None otherwise."""
-    columns = list(eval_stats) if evals is not None else []
-    check_columns([m.label for m in metrics] + columns, selection.groups, baseline, pairs, equivalence)  # first
-    return analyse(selection, values_from_runs(client, selection.groups, metrics, evals, columns), metrics=metrics,
-                   eval_stats=columns, baseline=baseline, pairs=pairs, target_halfwidth=target_halfwidth,
-                   equivalence=equivalence, stage_one=stage_one)
 
 
 def values_from_runs(client, groups: Sequence[Group], metrics: Sequence[MetricSpec], evals: Optional[EvalRecords],

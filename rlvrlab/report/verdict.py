@@ -1,8 +1,7 @@
 """A protocol's verdict rules (a ```verdict block of YAML in its markdown) and their evaluation on a report's
 comparisons and recorded events (`rlvrlab report --protocol FILE`). The format, its fields and its errors are
 docs/report.md, "Verdict rules". `evaluate_folder` evaluates a committed folder (comparisons.csv and sources.json)
-without MLflow; `evaluate_records` evaluates rows as `render.comparison_record` gives them or as comparisons.csv
-holds them."""
+without MLflow."""
 
 from __future__ import annotations
 
@@ -10,7 +9,7 @@ import csv
 import json
 import math
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field as dataclass_field
 from pathlib import Path
 from typing import Optional, Union
@@ -205,32 +204,25 @@ def _condition(item: object, here: str) -> Union[Leaf, Combined]:
 
 def _predicate(text: str, here: str, event: bool = False) -> Predicate:
     match = PREDICATE.match(text)
-    if event:
-        if match is None or match.group(1) not in EVENT:
-            raise RlvrlabError(f"{here}: {text!r}: an event condition tests FIELD OP VALUE with FIELD one of "
-                               f"{', '.join(EVENT)}, e.g. count_diff <= 0")
-        name, op, value = match.groups()
-        try:
-            return Predicate(name, name, op, float(value), text.strip())
-        except ValueError:
-            raise RlvrlabError(f"{here}: {text!r}: {value!r} is not a number") from None
-    fields = ", ".join((*NUMERIC, *ALIASES, *BOOLEAN))
+    if event and (match is None or match.group(1) not in EVENT):
+        raise RlvrlabError(f"{here}: {text!r}: an event condition tests FIELD OP VALUE with FIELD one of "
+                           f"{', '.join(EVENT)}, e.g. count_diff <= 0")
     if match is None:
         raise RlvrlabError(f"{here}: {text!r} is not FIELD OP VALUE (OP one of < <= > >= == !=), e.g. "
                            "p_holm < 0.05")
     name, op, value = match.groups()
-    field = ALIASES.get(name, name)
-    if field in BOOLEAN:
+    field = name if event else ALIASES.get(name, name)
+    if field in BOOLEAN and not event:
         if value not in ("true", "false") or op not in ("==", "!="):
             raise RlvrlabError(f"{here}: {text!r}: {name} is true or false; write {name} == true")
         return Predicate(field, name, op, value == "true", text.strip())
-    if field not in NUMERIC:
-        raise RlvrlabError(f"{here}: {text!r}: unknown field {name!r}; the fields are {fields}")
+    if field not in NUMERIC and not event:
+        raise RlvrlabError(f"{here}: {text!r}: unknown field {name!r}; the fields are "
+                           f"{', '.join((*NUMERIC, *ALIASES, *BOOLEAN))}")
     try:
-        number = float(value)
+        return Predicate(field, name, op, float(value), text.strip())
     except ValueError:
         raise RlvrlabError(f"{here}: {text!r}: {value!r} is not a number") from None
-    return Predicate(field, name, op, number, text.strip())
 
 
 # --------------------------------------------------------------------------------------------------- evaluation
@@ -241,14 +233,6 @@ def evaluate(protocol: Path, questions: tuple[Question, ...], report: Report, *,
     block that names another folder (or any folder, when `folder` is not given) is listed, not evaluated."""
     rows = tuple(comparison_record(r) for r in report.comparisons)
     return _evaluate(protocol, questions, Records(rows, tuple(events)), folder, root)
-
-
-def evaluate_records(protocol: Path, questions: tuple[Question, ...], records: Iterable[dict],
-                     events: Sequence[dict] = (), *, folder: Optional[Path] = None,
-                     root: Optional[Path] = None) -> Verdicts:
-    """The same on comparisons.csv rows: the dicts render.comparison_record gives, or the rows of comparisons.csv
-    (read_comparisons turns its strings back into numbers and booleans)."""
-    return _evaluate(protocol, questions, Records(tuple(records), tuple(events)), folder, root)
 
 
 def evaluate_folder(protocol: Path, questions: tuple[Question, ...], folder: Path,

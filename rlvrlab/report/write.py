@@ -78,7 +78,8 @@ def tables(folder: Path, chosen: list[str], interval: str, done: Analysed, plots
     if "csv" in chosen and result.comparisons:
         written.append(_write(folder / "comparisons.csv", render.comparisons_csv(result)))
     if result.interactions is not None:  # --interaction A,B: its rows and heat map, with every format
-        written.append(_write(folder / "interactions.csv", interactions_csv(result)))
+        rows = interaction_records(result)
+        written.append(_write(folder / "interactions.csv", render.csv_text(INTERACTION_FIELDS, rows)))
         if plots:
             written += plotting.interaction_maps(result, folder)
     return written
@@ -137,10 +138,6 @@ def interaction_records(report: Report) -> list[dict]:
              "high": r.contrast.high, "se": r.contrast.se, "df": r.contrast.df, "n_seeds": r.contrast.n_seeds,
              "seeds": " ".join(map(str, r.grid.seeds)), "p": r.contrast.p, "p_holm": r.p_holm,
              "significant": r.significant, "status": r.status} for r in report.interactions or []]
-
-
-def interactions_csv(report: Report) -> str:
-    return render.csv_text(INTERACTION_FIELDS, interaction_records(report))
 
 
 PEAK_FIELDS = ["a", "b", "metric", "peak_a", "step_a", "peak_b", "step_b", "D", "p_permutation", "naive_p",

@@ -52,10 +52,6 @@ def _stage_one(values: Mapping[int, float], initial: int) -> Optional[np.ndarray
     return np.asarray([values[s] for s in range(initial)], dtype=float)
 
 
-def _quantile(initial: int) -> float:
-    return float(t_ppf(0.5 + LEVEL / 2, initial - 1))
-
-
 def wanted(values: Mapping[int, float], adaptive: AdaptiveSeeds) -> Optional[int]:
     """Stein's N before the `max` cap: the smallest N >= initial with t_{.975, n0-1} · s0/√N <= halfwidth, from the
     values of seeds 0..initial-1 (`values`: seed -> value). None while stage one is incomplete, or when its spread
@@ -63,7 +59,7 @@ def wanted(values: Mapping[int, float], adaptive: AdaptiveSeeds) -> Optional[int
     first = _stage_one(values, adaptive.initial)
     if first is None:
         return None
-    spread = _quantile(adaptive.initial) * float(np.std(first, ddof=1))
+    spread = float(t_ppf(0.5 + LEVEL / 2, adaptive.initial - 1)) * float(np.std(first, ddof=1))
     ratio = (spread / adaptive.halfwidth) ** 2
     if not math.isfinite(ratio) or ratio > 1e15:
         return None

@@ -1,39 +1,7 @@
 """Sweep files: what a study searches over, with how many seeds, for which objective. Parsed and validated once,
-before any storage is opened or run started; every mistake is one ConfigError line.
-
-    name: ucpo_tau                      # the Optuna study (and MLflow experiment); default: the file name
-    experiment: toy                     # base experiment, as for `rlvrlab train`
-    # command: python train.py --lr {lr} --seed {seed}   # instead of experiment: another trainer's command, its
-                                        # {name}s from space:/variants: and {seed}, shell-quoted (rlvrlab.sweep.command)
-    overrides: [algorithm=ucpo, steps=200]
-    sampler: grid                       # grid | tpe | random
-    seeds: 5                            # 5 -> seeds 0..4, or a list [0, 1, 2]; the same seeds in every trial
-                                        # or {initial: 5, max: 20, halfwidth: 0.02}: seeds 0..4, then once as many
-                                        # as Stein's two-stage rule asks for a 95% interval of ±0.02 (at most max;
-                                        # rlvrlab.sweep.seeds)
-    variants:                           # optional: named configurations, compared as the grid key `variant`
-      grpo: [algorithm=grpo]
-      ucpo tau=1: [algorithm=ucpo, algorithm.tau=1.0]
-    space:                              # config keys (or groups: algorithm: [grpo, ucpo]) to vary
-      algorithm.tau: [0.0, 0.2, 1.0]           # a list: grid values (grid) or categorical choices (samplers)
-      trainer.lr: {low: 0.01, high: 0.1, log: true}   # a range (tpe, random); `step:` for a stepped range
-    objective:
-      metric: policy/toy_correct_uniformity    # any per-step metric the runs log to MLflow
-      direction: maximize                      # maximize | minimize
-      window: 10                               # per seed: mean of the metric over its last 10 steps (each logged,
-                                               # whatever tracking.log_every: the sweep sets tracking.log_last)
-      aggregate: mean                          # over seeds: mean | lcb95 (maximize) | ucb95 (minimize),
-                                               # the entries of rlvrlab.sweep.objective.AGGREGATES
-    budget: {trials: null, timeout: null}      # trials (samplers; grid: every point) and seconds per invocation
-    pruner: {type: none}                       # none | median | hyperband (warmup_steps, startup_trials) |
-                                               # sequential (delta, n_min: docs/sweeps.md, "Sequential seeds")
-    confirm: {seeds: 3, baseline: {algorithm.tau: 0.0}}   # the best cell and the baseline again on 3 fresh seeds
-                                               # once the search is done (rlvrlab.sweep.confirmation)
-    launcher: inprocess                        # how a seed run runs (not part of the study's fingerprint):
-                                               # inprocess | process | slurm, or {type: process, nproc: 2,
-                                               # gpus_per_run: 2} (nproc > 1: torchrun with that many ranks)
-                                               # default inprocess; process where runs use vLLM (engines.py)
-    slurm: {partition: gpu, time: 240, gpus_per_node: 8, account: lab}   # launcher slurm: each worker a job
+before any storage is opened or run started; every mistake is one ConfigError line. The keys, with an annotated
+example: docs/sweeps.md, "Sweep files" (confirm: "Confirmation on fresh seeds"; pruner sequential: "Sequential
+seeds"; launcher and slurm: "Launchers: where a seed run runs"; command: "Sweeping another trainer's command").
 """
 
 from __future__ import annotations

@@ -18,7 +18,7 @@ from rlvrlab import stats
 from rlvrlab.errors import RlvrlabError
 from rlvrlab.report import render
 from rlvrlab.report.collect import Group, SeedRun, Selection
-from rlvrlab.report.table import MetricSpec, build, stage_one_of
+from rlvrlab.report.table import MetricSpec, analyse, stage_one_of, values_from_runs
 from rlvrlab.sweep.seeds import stein_interval as sweep_stein_interval
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -113,7 +113,7 @@ class Point:
 
 
 class Client:
-    """The one call table.build makes of an MLflow client for training metrics (collect.metric_series)."""
+    """The one call table.values_from_runs makes of an MLflow client for training metrics (collect.metric_series)."""
 
     def __init__(self, values: dict[str, dict[str, float]]) -> None:
         self.values = values  # run id -> metric -> its one logged value
@@ -150,7 +150,8 @@ def test_an_adaptive_study_reports_stein_cells_and_paired_stein_rows(tmp_path: P
     the common seeds, a group with a failed seed the Student t / Welch; the footer says which; and
     results/recompute.py recomputes every number from the CSVs the report writes."""
     client, selection, x = adaptive_selection()
-    report = build(client, selection, metrics=METRICS, evals=None, eval_stats=[], baseline="b", stage_one=5)
+    data = values_from_runs(client, selection.groups, METRICS, None, [])  # the report's own read of the runs
+    report = analyse(selection, data, metrics=METRICS, eval_stats=[], baseline="b", stage_one=5)
     cells = {(c.group, c.metric): c for c in report.estimates}
     for label in ("a", "b", "c"):
         for m in ("train/reward", "loss/kl"):
@@ -177,7 +178,7 @@ def test_an_adaptive_study_reports_stein_cells_and_paired_stein_rows(tmp_path: P
         assert rows[("d", m)].test == "Welch"
     footer = " ".join(report.notes)
     assert "Stein two-stage, n0 = 5" in footer and "Student t, paired t or Welch for d" in footer
-    plain = build(client, selection, metrics=METRICS, evals=None, eval_stats=[], baseline="b")
+    plain = analyse(selection, data, metrics=METRICS, eval_stats=[], baseline="b")
     assert {r.result.test for r in plain.comparisons} == {"Welch"} and "Stein" not in " ".join(plain.notes)
 
     values = {("train", m.label): {g: x[(g, m.label)] for g in SEEDS} for m in METRICS}

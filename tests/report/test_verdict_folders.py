@@ -72,8 +72,9 @@ def test_comparisons_csv_read_back_gives_the_reports_outcomes(tmp_path: Path) ->
     questions = verdict.load(protocol)
     csv_path = _write(tmp_path / "study" / "comparisons.csv", render.comparisons_csv(report))
     from_report = verdict.evaluate(protocol, questions, report)
-    from_csv = verdict.evaluate_records(protocol, questions, verdict.read_comparisons(csv_path))
-    from_records = verdict.evaluate_records(protocol, questions, [render.comparison_record(r) for r in report.comparisons])
+    from_csv = verdict._evaluate(protocol, questions, verdict.Records(verdict.read_comparisons(csv_path)), None, None)
+    records = verdict.Records(tuple(render.comparison_record(r) for r in report.comparisons))
+    from_records = verdict._evaluate(protocol, questions, records, None, None)
     assert _outcome(from_report) == _outcome(from_csv) == _outcome(from_records)
     assert [r.holds for r in from_csv.questions[0].rules] == [True, True, True]  # the selected cell is significant
     assert from_csv.questions[0].verdict == "refuted"

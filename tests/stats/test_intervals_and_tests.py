@@ -275,7 +275,7 @@ def test_failed_seeds_are_counted_not_hidden(tmp_path):
 
     from rlvrlab.report.collect import select
     from rlvrlab.report.render import markdown
-    from rlvrlab.report.table import MetricSpec, build
+    from rlvrlab.report.table import MetricSpec, analyse, values_from_runs
 
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     client = MlflowClient(uri)
@@ -299,8 +299,9 @@ def test_failed_seeds_are_counted_not_hidden(tmp_path):
     selection = select(uri, experiment="study")
     assert {g.label: g.seeds_text for g in selection.groups} == {"dapo": "3 (+2 failed)", "up_dapo": "3"}
     assert selection.failed_only == ["config ccc (offpolicy_reinforce): all 3 seeds FAILED"]
-    report = build(client, selection, metrics=[MetricSpec("train/reward", "mean", 2, "train/reward")], evals=None,
-                   eval_stats=[], baseline=None)
+    metrics = [MetricSpec("train/reward", "mean", 2, "train/reward")]
+    report = analyse(selection, values_from_runs(client, selection.groups, metrics, None, []), metrics=metrics,
+                     eval_stats=[], baseline=None)
     text = markdown(report)
     assert "| dapo | 3 (+2 failed) |" in text and "all 3 seeds FAILED" in text
 
