@@ -173,10 +173,9 @@ def build_cpu_comm_op() -> None:
     if os.environ.setdefault("TORCH_EXTENSIONS_DIR", str(root)) != str(root):
         return  # the user's folder: torch's own locking
     from deepspeed.accelerator import get_accelerator
-    from deepspeed.ops import __compatible_ops__ as compatible
 
     builder = get_accelerator().create_op_builder("ShareMemCommBuilder")
-    if builder is None or not compatible.get(builder.NAME, False):
+    if builder is None or not builder.is_compatible(verbose=False):
         return  # DeepSpeed builds nothing either
     folder = root / builder.name
     folder.mkdir(parents=True, exist_ok=True)
