@@ -1,6 +1,7 @@
 """Shared fixtures: an environment without the user's rlvrlab variables, and a small experiments folder."""
 
-from collections.abc import Callable
+import os
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -20,14 +21,22 @@ SMALL_EXPERIMENTS = {
 }
 
 
+LAUNCH_VARIABLES = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
+
+
 @pytest.fixture(autouse=True)
-def _isolated_env(monkeypatch: pytest.MonkeyPatch) -> None:
+def _isolated_env(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     monkeypatch.delenv("RLVRLAB_EXPERIMENTS_DIR", raising=False)
     monkeypatch.delenv("RLVRLAB_DEBUG", raising=False)
-    # an in-process DeepSpeed run sets the launcher variables for its one-process group; subprocesses of later
-    # tests must not inherit them (they would try to join that group's port)
-    for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
+    # an in-process DeepSpeed run sets the launcher variables for its one-process group, whose port this process
+    # keeps; subprocesses of later tests must not inherit them (they would try to bind that port: EADDRINUSE)
+    for name in LAUNCH_VARIABLES:
         monkeypatch.delenv(name, raising=False)
+    yield
+    # monkeypatch restores only what it found: what the test set is removed here, before the next module's
+    # fixtures (set up ahead of this function fixture) start their subprocesses
+    for name in LAUNCH_VARIABLES:
+        os.environ.pop(name, None)
 
 
 def _write_tree(root: Path, files: dict[str, str]) -> Path:

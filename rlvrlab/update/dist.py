@@ -126,16 +126,17 @@ def init_process_group(timeout: timedelta = DEFAULT_TIMEOUT) -> None:
         for key, value in dict(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", MASTER_ADDR="127.0.0.1").items():
             os.environ.setdefault(key, value)
         os.environ.setdefault("MASTER_PORT", str(_free_port()))
+    quiet_deepspeed()
+    cpu = os.environ.get("DS_ACCELERATOR") == "cpu" or not torch.cuda.is_available()
+    if cpu:  # before DeepSpeed's first init_distributed, also the one it makes itself in a group vLLM created
+        build_cpu_comm_op()
     if dist.is_initialized():
         return
     global _timeout
-    backend = "gloo" if os.environ.get("DS_ACCELERATOR") == "cpu" or not torch.cuda.is_available() else "nccl"
-    quiet_deepspeed()
     import deepspeed
 
     _new_groups_wait(timeout)
-    if backend == "gloo":
-        build_cpu_comm_op()
+    backend = "gloo" if cpu else "nccl"
     # NCCL binds to the device set_device made current
     for attempt in range(PORT_TRIES):
         try:
