@@ -24,10 +24,8 @@ pytestmark = [pytest.mark.slow, pytest.mark.heavy, pytest.mark.timeout(2700)]
 
 
 def _run(*args: str) -> None:
-    # never a launcher's variables: they would make the child join (bind) a group's port instead of choosing one
-    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR",
-                                                            "MASTER_PORT")}
-    env.update(OMP_NUM_THREADS="1", PYTHONPATH=str(REPO))
+    # no launcher variable reaches here: tests/conftest.py removes what an earlier in-process run set
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO)}
     # a few minutes alone on one core (10 under load on a shared machine); the bound leaves room for more
     result = subprocess.run([sys.executable, str(SCRIPT), *args], cwd=REPO, env=env, capture_output=True, text=True,
                             timeout=1800)
